@@ -1,0 +1,11 @@
+/*
+ * commands.h - the subcommands of `zs`. Each takes (argc, argv) with
+ * argv[0] the command name and returns the exit status (2 for bad usage).
+ */
+#ifndef ZS_APPS_COMMANDS_H
+#define ZS_APPS_COMMANDS_H
+
+int zs_cmd_sysinfo(int argc, char **argv);
+int zs_cmd_demo(int argc, char **argv);
+
+#endif

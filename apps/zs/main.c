@@ -1,0 +1,41 @@
+/*
+ * main.c - the `zs` command: dispatches to subcommands.
+ *
+ *   zs sysinfo        CPU features, threads, measured peak and bandwidth
+ *   zs demo           a small autograd demo (the README's main job)
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "apps/zs/commands.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"sysinfo", zs_cmd_sysinfo, "print CPU features, threads and measured peaks"},
+    {"demo", zs_cmd_demo, "fit a tiny model with autograd and print the losses"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zs COMMAND [flags]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`zs COMMAND --help` describes a command's flags.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "zs: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

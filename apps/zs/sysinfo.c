@@ -1,0 +1,44 @@
+/*
+ * sysinfo.c - `zs sysinfo`: what this machine offers Zhisuan.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "apps/zs/commands.h"
+#include "zs/zs.h"
+
+int zs_cmd_sysinfo(int argc, char **argv)
+{
+    bool quick = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            quick = true;
+        } else if (!strcmp(argv[i], "--help")) {
+            printf("usage: zs sysinfo [--quick]\n  --quick  skip the peak "
+                   "and bandwidth measurements\n");
+            return 0;
+        } else {
+            fprintf(stderr, "zs sysinfo: unknown flag '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    const zs_cpu_features *f = zs_cpu();
+    printf("zhisuan %s\n", ZS_VERSION);
+    printf("threads        %d (ZS_NUM_THREADS)\n", zs_num_threads());
+    printf("cpu features   avx2=%d fma=%d f16c=%d avx512f=%d avx512bw=%d "
+           "avx512vl=%d avx512_bf16=%d\n", f->avx2, f->fma, f->f16c,
+           f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16);
+    if (quick)
+        return 0;
+    int nt = zs_num_threads();
+    double p1 = zs_measure_peak_gflops(1, 0.2);
+    double pn = nt > 1 ? zs_measure_peak_gflops(nt, 0.2) : p1;
+    double b1 = zs_measure_triad_gbs(1, 64u << 20, 5);
+    double bn = nt > 1 ? zs_measure_triad_gbs(nt, 64u << 20, 5) : b1;
+    printf("fp32 fma peak  %.1f GFLOP/s (1 thread), %.1f GFLOP/s (%d threads)\n",
+           p1, pn, nt);
+    printf("triad          %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n", b1,
+           bn, nt);
+    printf("ridge point    %.1f FLOP/byte (%d threads)\n", pn / bn, nt);
+    return 0;
+}

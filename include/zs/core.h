@@ -1,0 +1,286 @@
+/*
+ * zs/core.h - the core layer: tensors, dtypes, storage, allocation, errors,
+ * lifetime scopes, the thread pool and the random number generator.
+ *
+ * A zs_tensor is a strided view on a refcounted storage. Views (reshape,
+ * permute, narrow, expand, ...) share storage; zs_contiguous copies only when
+ * the layout is not already row-major. See ../../../shared/DESIGN.md, "Core".
+ *
+ * Ownership: every function that returns a zs_tensor * returns a new
+ * reference unless its comment says "borrowed". Release it with zs_release,
+ * or create it inside a scope (zs_scope_push/pop), which releases it for you.
+ *
+ * Errors: functions return NULL or a negative zs_status and set a
+ * thread-local message readable with zs_last_error(). A function given a NULL
+ * tensor returns NULL without overwriting the first message, so a chain of
+ * calls can be checked once at its end.
+ */
+#ifndef ZS_CORE_H
+#define ZS_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZS_MAX_DIMS 8
+
+typedef enum zs_status {
+    ZS_OK = 0,
+    ZS_ERR_ARG = -1,      /* bad argument: shape, dtype, flag, ... */
+    ZS_ERR_NOMEM = -2,    /* allocation failed */
+    ZS_ERR_IO = -3,       /* file or system call failed */
+    ZS_ERR_FORMAT = -4,   /* malformed file or request */
+    ZS_ERR_STATE = -5,    /* object used in a state that forbids it */
+    ZS_ERR_UNSUPPORTED = -6,
+} zs_status;
+
+typedef enum zs_dtype {
+    ZS_F32 = 0,
+    ZS_F64,
+    ZS_F16,
+    ZS_BF16,
+    ZS_F8E4M3,
+    ZS_F8E5M2,
+    ZS_I8,
+    ZS_U8,
+    ZS_I32,
+    ZS_I64,
+    ZS_DTYPE_COUNT
+} zs_dtype;
+
+typedef enum zs_device { ZS_CPU = 0, ZS_CUDA = 1 } zs_device;
+
+typedef struct zs_storage {
+    void *data;        /* 64-byte aligned */
+    size_t nbytes;
+    int refcount;
+    zs_device device;
+    bool external;     /* true: data is not ours to free */
+} zs_storage;
+
+struct zsi_node;
+struct zsi_scope;
+
+/* Fields are readable by users; change them only through the API. */
+typedef struct zs_tensor {
+    int refcount;
+    zs_dtype dtype;
+    zs_device device;
+    int ndim;
+    int64_t shape[ZS_MAX_DIMS];
+    int64_t strides[ZS_MAX_DIMS]; /* in elements, may be 0 (expanded) */
+    int64_t offset;               /* in elements, into storage */
+    zs_storage *storage;
+
+    /* autograd */
+    bool requires_grad;
+    bool retains_grad;            /* non-leaf: keep .grad after backward */
+    struct zs_tensor *grad;       /* owned; NULL until a backward reaches it */
+    struct zsi_node *node;        /* the operation that made it (owned ref) */
+
+    /* lifetime: the scope holding the creation reference, if any */
+    struct zsi_scope *scope;
+    int64_t scope_slot;
+} zs_tensor;
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* The message of the last failure on this thread ("" if none). */
+const char *zs_last_error(void);
+/* Sets the thread's message (printf format); returns ZS_ERR_ARG for
+ * convenience in `return zs_set_error(...)`-style code paths. */
+zs_status zs_set_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+zs_status zs_set_error_code(zs_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void zs_clear_error(void);
+const char *zs_status_str(zs_status s);
+
+/* ---- dtypes ---------------------------------------------------------- */
+
+size_t zs_dtype_size(zs_dtype dt);
+const char *zs_dtype_name(zs_dtype dt);
+/* Parses "f32", "bf16", ...; returns -1 when unknown. */
+int zs_dtype_parse(const char *name);
+bool zs_dtype_is_float(zs_dtype dt);
+
+/* Scalar conversions, round to nearest even, NaN and Inf preserved. */
+uint16_t zs_f32_to_bf16(float x);
+float zs_bf16_to_f32(uint16_t x);
+uint16_t zs_f32_to_f16(float x);
+float zs_f16_to_f32(uint16_t x);
+uint8_t zs_f32_to_f8e4m3(float x); /* saturates to +-448, NaN stays NaN */
+float zs_f8e4m3_to_f32(uint8_t x);
+uint8_t zs_f32_to_f8e5m2(float x); /* overflow -> Inf */
+float zs_f8e5m2_to_f32(uint8_t x);
+
+/* ---- allocation ------------------------------------------------------ */
+
+typedef struct zs_alloc_stats {
+    size_t current_bytes; /* live bytes handed out */
+    size_t peak_bytes;    /* high-water mark of current_bytes */
+    size_t cached_bytes;  /* freed blocks kept for reuse */
+    uint64_t n_allocs;    /* calls that returned a block */
+    uint64_t n_system;    /* of those, served by the system allocator */
+} zs_alloc_stats;
+
+/* 64-byte aligned host memory from the caching allocator. NULL + message on
+ * failure. zs_free(NULL) does nothing. */
+void *zs_alloc(size_t nbytes);
+void zs_free(void *p);
+void zs_alloc_get_stats(zs_alloc_stats *st);
+void zs_alloc_reset_peak(void);
+/* Returns cached blocks to the system. */
+void zs_alloc_trim(void);
+/* Tests: make the n-th allocation from now fail (0 disables). */
+void zs_alloc_fail_after(int64_t n);
+
+/* ---- tensors: creation ----------------------------------------------- */
+
+/* Uninitialised contiguous tensor. */
+zs_tensor *zs_empty(zs_dtype dt, int ndim, const int64_t *shape);
+zs_tensor *zs_zeros(zs_dtype dt, int ndim, const int64_t *shape);
+zs_tensor *zs_ones(zs_dtype dt, int ndim, const int64_t *shape);
+zs_tensor *zs_full(zs_dtype dt, int ndim, const int64_t *shape, double v);
+/* 1-D [start, start+step, ...) with ceil((stop-start)/step) elements. */
+zs_tensor *zs_arange(zs_dtype dt, double start, double stop, double step);
+/* A 0-d tensor holding v. */
+zs_tensor *zs_scalar(zs_dtype dt, double v);
+/* Copies n = numel elements of dtype dt from data. */
+zs_tensor *zs_from_data(zs_dtype dt, int ndim, const int64_t *shape,
+                        const void *data);
+/* Wraps caller memory without copying; the caller keeps it alive. */
+zs_tensor *zs_from_blob(zs_dtype dt, int ndim, const int64_t *shape,
+                        void *data);
+/* Tensors like t (dtype, shape), contiguous. */
+zs_tensor *zs_empty_like(const zs_tensor *t);
+zs_tensor *zs_zeros_like(const zs_tensor *t);
+
+/* Random tensors from the counter-based generator: element i of a call
+ * depends only on (seed, the generator's counter, i), never on threads. */
+zs_tensor *zs_uniform(zs_dtype dt, int ndim, const int64_t *shape,
+                      double lo, double hi, uint64_t seed);
+zs_tensor *zs_normal(zs_dtype dt, int ndim, const int64_t *shape,
+                     double mean, double std, uint64_t seed);
+
+/* Variadic-free shape helper: ZS_SHAPE(2, 3) -> 2, (int64_t[]){2, 3} */
+#define ZS_SHAPE(...)                                                       \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),              \
+        (const int64_t[]){__VA_ARGS__}
+
+/* ---- tensors: lifetime ----------------------------------------------- */
+
+zs_tensor *zs_retain(zs_tensor *t); /* returns t */
+void zs_release(zs_tensor *t);      /* NULL is fine */
+
+/* Scopes: every tensor returned by the library while a scope is open is
+ * released when that scope pops, unless zs_keep moves it to the enclosing
+ * scope (or, at the outermost scope, to the caller, who then owns it).
+ * Inside a scope the caller must not zs_release what the scope owns. */
+void zs_scope_push(void);
+void zs_scope_pop(void);
+zs_tensor *zs_keep(zs_tensor *t);  /* returns t */
+int zs_scope_depth(void);
+
+/* ---- tensors: queries ------------------------------------------------ */
+
+int64_t zs_numel(const zs_tensor *t);
+size_t zs_nbytes(const zs_tensor *t);   /* numel * element size */
+bool zs_is_contiguous(const zs_tensor *t);
+bool zs_same_shape(const zs_tensor *a, const zs_tensor *b);
+/* Pointer to the first element (storage data + offset). Borrowed. */
+void *zs_data(const zs_tensor *t);
+/* Writes "[2, 3, 4]" into buf; returns buf. */
+char *zs_shape_str(const zs_tensor *t, char *buf, size_t n);
+/* Reads element at a flat row-major index (any layout), as double. */
+double zs_get(const zs_tensor *t, int64_t flat_index);
+/* Value of a one-element tensor. */
+double zs_item(const zs_tensor *t);
+
+/* ---- tensors: copy and conversion ------------------------------------ */
+
+/* Copies src into dst (same numel; any layouts; any dtypes, converted). */
+zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src);
+/* Copies the elements into buf (row-major, dtype of t). */
+zs_status zs_copy_to_buffer(const zs_tensor *t, void *buf, size_t nbytes);
+zs_status zs_copy_from_buffer(zs_tensor *t, const void *buf, size_t nbytes);
+/* New contiguous tensor of dtype dt (differentiable for float dtypes). */
+zs_tensor *zs_to_dtype(zs_tensor *t, zs_dtype dt);
+/* t itself (retained) when contiguous, else a differentiable copy. */
+zs_tensor *zs_contiguous(zs_tensor *t);
+/* Differentiable copy, always new storage. */
+zs_tensor *zs_clone(zs_tensor *t);
+/* Same data, no autograd history. Shares storage. */
+zs_tensor *zs_detach(zs_tensor *t);
+/* In-place fill. */
+zs_status zs_fill_(zs_tensor *t, double v);
+
+/* ---- tensors: views (share storage, differentiable) ------------------ */
+
+/* One dim of `shape` may be -1 (inferred). Copies if t's strides cannot
+ * express the new shape. */
+zs_tensor *zs_reshape(zs_tensor *t, int ndim, const int64_t *shape);
+/* Like reshape but fails instead of copying. */
+zs_tensor *zs_view(zs_tensor *t, int ndim, const int64_t *shape);
+zs_tensor *zs_permute(zs_tensor *t, const int *perm);
+zs_tensor *zs_transpose(zs_tensor *t, int d0, int d1);
+/* Elements [start, start+len) along dim. Negative dims count from the end. */
+zs_tensor *zs_narrow(zs_tensor *t, int dim, int64_t start, int64_t len);
+/* Python-style slice along dim with step > 0; end is clamped. */
+zs_tensor *zs_slice(zs_tensor *t, int dim, int64_t start, int64_t end,
+                    int64_t step);
+/* Broadcasts size-1 dims (stride 0); may add leading dims. */
+zs_tensor *zs_expand(zs_tensor *t, int ndim, const int64_t *shape);
+zs_tensor *zs_squeeze(zs_tensor *t, int dim);   /* dim must have size 1 */
+zs_tensor *zs_unsqueeze(zs_tensor *t, int dim);
+zs_tensor *zs_flatten(zs_tensor *t, int start_dim, int end_dim);
+
+/* ---- printing -------------------------------------------------------- */
+
+/* Prints shape, dtype and (abbreviated) values. */
+void zs_print(const zs_tensor *t, FILE *f);
+
+/* ---- threads --------------------------------------------------------- */
+
+typedef void (*zs_range_fn)(void *ctx, int64_t begin, int64_t end);
+
+/* Runs fn over [0, n) split into chunks of at least `grain` items across the
+ * pool; the calling thread takes part. Calls from inside a pool task run
+ * serially. Returns when every chunk is done. */
+void zs_parallel_for(int64_t n, int64_t grain, zs_range_fn fn, void *ctx);
+/* Pool size (ZS_NUM_THREADS, else the number of online CPUs). */
+int zs_num_threads(void);
+/* Resizes the pool (1 = serial). Not to be called from pool tasks. */
+void zs_set_num_threads(int n);
+/* Index of the calling thread in the pool, 0 for the caller. */
+int zs_thread_index(void);
+
+/* ---- random numbers -------------------------------------------------- */
+
+/* Philox-4x32-10: 4 random 32-bit words for (key, counter). */
+void zs_philox(uint64_t key, uint64_t counter, uint32_t out[4]);
+/* Global seed for operators that take no explicit seed (dropout, init). */
+void zs_manual_seed(uint64_t seed);
+/* Reserves n draws from the global stream; returns (seed, offset) that
+ * feed zs_philox deterministically. */
+void zs_rng_reserve(uint64_t n, uint64_t *seed, uint64_t *offset);
+/* State save/restore for checkpoints. */
+void zs_rng_get_state(uint64_t *seed, uint64_t *offset);
+void zs_rng_set_state(uint64_t seed, uint64_t offset);
+
+/* ---- CPU features ---------------------------------------------------- */
+
+typedef struct zs_cpu_features {
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512_bf16;
+} zs_cpu_features;
+const zs_cpu_features *zs_cpu(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,167 @@
+/*
+ * zs/ops.h - differentiable operators on tensors.
+ *
+ * Every operator: checks its inputs (a wrong shape or dtype gives NULL and a
+ * message naming the operator, the shapes and what was expected), allocates
+ * its output, runs a CPU kernel, and, when grad mode is on and an input
+ * requires grad, records a node for the backward pass. Each returns a new
+ * reference (or NULL). Inputs are borrowed.
+ *
+ * Float ops compute in f32 or f64 (both operands must share the dtype; f16
+ * and bf16 tensors are converted with zs_to_dtype first). Index tensors are
+ * i32 or i64; masks and conditions are u8 (non-zero = true).
+ * Axes may be negative (counted from the end).
+ */
+#ifndef ZS_OPS_H
+#define ZS_OPS_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- elementwise binary, numpy broadcasting --------------------------- */
+zs_tensor *zs_add(zs_tensor *a, zs_tensor *b);
+zs_tensor *zs_sub(zs_tensor *a, zs_tensor *b);
+zs_tensor *zs_mul(zs_tensor *a, zs_tensor *b);
+zs_tensor *zs_div(zs_tensor *a, zs_tensor *b);
+/* a + s, a * s with a scalar s (a's dtype). */
+zs_tensor *zs_add_scalar(zs_tensor *a, double s);
+zs_tensor *zs_mul_scalar(zs_tensor *a, double s);
+/* In place, no autograd (used by optimizers and gradient accumulation):
+ * dst += alpha * src, src broadcast to dst's shape. */
+zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src);
+
+/* ---- elementwise unary ----------------------------------------------- */
+typedef enum zs_gelu_approx { ZS_GELU_ERF = 0, ZS_GELU_TANH = 1 } zs_gelu_approx;
+
+zs_tensor *zs_neg(zs_tensor *a);
+zs_tensor *zs_exp(zs_tensor *a);
+zs_tensor *zs_log(zs_tensor *a);
+zs_tensor *zs_sqrt(zs_tensor *a);
+zs_tensor *zs_rsqrt(zs_tensor *a);
+zs_tensor *zs_pow(zs_tensor *a, double p);   /* a ** p */
+zs_tensor *zs_sin(zs_tensor *a);
+zs_tensor *zs_cos(zs_tensor *a);
+zs_tensor *zs_tanh(zs_tensor *a);
+zs_tensor *zs_sigmoid(zs_tensor *a);
+zs_tensor *zs_relu(zs_tensor *a);
+zs_tensor *zs_gelu(zs_tensor *a, zs_gelu_approx approx);
+zs_tensor *zs_silu(zs_tensor *a);
+zs_tensor *zs_abs(zs_tensor *a);
+zs_tensor *zs_clamp(zs_tensor *a, double lo, double hi);
+
+/* ---- reductions -------------------------------------------------------- */
+/* axes == NULL (naxes 0) reduces over all axes. keepdim keeps size-1 dims. */
+zs_tensor *zs_sum(zs_tensor *a, int naxes, const int *axes, bool keepdim);
+zs_tensor *zs_mean(zs_tensor *a, int naxes, const int *axes, bool keepdim);
+/* Unbiased when correction = 1 (divides by n - correction). */
+zs_tensor *zs_var(zs_tensor *a, int naxes, const int *axes, int correction,
+                  bool keepdim);
+zs_tensor *zs_max(zs_tensor *a, int naxes, const int *axes, bool keepdim);
+/* Index (i64) of the first maximum along dim. Not differentiable. */
+zs_tensor *zs_argmax(zs_tensor *a, int dim, bool keepdim);
+
+/* ---- linear algebra ---------------------------------------------------- */
+/* numpy matmul: 1-D operands are promoted, batch dims broadcast.
+ * a: [..., M, K], b: [..., K, N] -> [..., M, N]. */
+zs_tensor *zs_matmul(zs_tensor *a, zs_tensor *b);
+/* Same with op(a) = a^T over the last two dims when trans_a (likewise b);
+ * both must have at least 2 dims. */
+zs_tensor *zs_matmul_t(zs_tensor *a, zs_tensor *b, bool trans_a, bool trans_b);
+
+/* ---- softmax and losses ---------------------------------------------- */
+zs_tensor *zs_softmax(zs_tensor *a, int dim);
+zs_tensor *zs_log_softmax(zs_tensor *a, int dim);
+/* logits [N, C] (or [..., C], flattened), target [N] of class indices
+ * (i32/i64). Mean over targets != ignore_index; 0 when all are ignored. */
+zs_tensor *zs_cross_entropy(zs_tensor *logits, zs_tensor *target,
+                            int64_t ignore_index);
+/* mean((a - b)^2), shapes equal */
+zs_tensor *zs_mse_loss(zs_tensor *a, zs_tensor *b);
+
+/* ---- normalisation ---------------------------------------------------- */
+/* Normalises over the last dim. weight, bias: [C] or NULL. */
+zs_tensor *zs_layer_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
+                         double eps);
+/* x: [N, C, ...]. training: batch statistics, and running_mean/var (if not
+ * NULL, [C], no grad) are updated in place with momentum (unbiased var);
+ * inference: running statistics are used. weight, bias: [C] or NULL. */
+zs_tensor *zs_batch_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
+                         zs_tensor *running_mean, zs_tensor *running_var,
+                         bool training, double momentum, double eps);
+
+/* ---- embedding, dropout ----------------------------------------------- */
+/* weight [V, D], idx any shape (i32/i64) -> [idx..., D] */
+zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx);
+/* Zeroes with probability p and scales by 1/(1-p) when training; the mask
+ * comes from the global counter-based RNG (zs_manual_seed). */
+zs_tensor *zs_dropout(zs_tensor *a, double p, bool training);
+
+/* ---- convolution and pooling ------------------------------------------ */
+typedef struct zs_conv2d_params {
+    int stride[2];   /* h, w; 0 means 1 */
+    int padding[2];
+    int dilation[2]; /* 0 means 1 */
+    int groups;      /* 0 means 1 */
+} zs_conv2d_params;
+
+/* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or NULL,
+ * p may be NULL (stride 1, no padding). -> [N, O, OH, OW] */
+zs_tensor *zs_conv2d(zs_tensor *x, zs_tensor *w, zs_tensor *bias,
+                     const zs_conv2d_params *p);
+
+typedef struct zs_pool2d_params {
+    int kernel[2];
+    int stride[2];   /* 0 means kernel */
+    int padding[2];
+    bool count_include_pad; /* avg pool: divide by the full window */
+} zs_pool2d_params;
+
+zs_tensor *zs_max_pool2d(zs_tensor *x, const zs_pool2d_params *p);
+zs_tensor *zs_avg_pool2d(zs_tensor *x, const zs_pool2d_params *p);
+
+/* ---- joining, splitting, selection ------------------------------------ */
+zs_tensor *zs_concat(int n, zs_tensor *const *ts, int dim);
+zs_tensor *zs_stack(int n, zs_tensor *const *ts, int dim);
+/* Splits along dim into pieces of the given sizes (summing to the dim);
+ * out[i] receive new references (views). */
+zs_status zs_split(zs_tensor *t, int dim, int n, const int64_t *sizes,
+                   zs_tensor **out);
+/* n nearly equal pieces, as torch.chunk (the last may be smaller; fewer
+ * than n when the dim is small). Returns the number of pieces or < 0. */
+int zs_chunk(zs_tensor *t, int n, int dim, zs_tensor **out);
+/* cond ? a : b with broadcasting; cond is u8. */
+zs_tensor *zs_where(zs_tensor *cond, zs_tensor *a, zs_tensor *b);
+/* a with value where mask (u8, broadcast to a) is non-zero. */
+zs_tensor *zs_masked_fill(zs_tensor *a, zs_tensor *mask, double value);
+/* Picks slices idx (1-D i32/i64) along dim. */
+zs_tensor *zs_index_select(zs_tensor *a, int dim, zs_tensor *idx);
+/* out[i][j] = a[idx[i][j]][j] for dim 0 (torch.gather semantics); idx has
+ * a's ndim and sizes <= a's sizes off dim. */
+zs_tensor *zs_gather(zs_tensor *a, int dim, zs_tensor *idx);
+
+/* ---- cost counters and profiling -------------------------------------- */
+typedef struct zs_op_stat {
+    const char *name;
+    uint64_t calls;
+    double flops;         /* from the operator's cost model */
+    double bytes;         /* read + written */
+    double seconds;       /* measured while profiling is on */
+} zs_op_stat;
+
+/* Counters accumulate while enabled (off at start; FLOP counting is cheap,
+ * timing adds a clock read per call). */
+void zs_profile_enable(bool on);
+void zs_profile_reset(void);
+/* Fills up to max entries (operators with calls > 0); returns the count. */
+int zs_profile_stats(zs_op_stat *out, int max);
+double zs_profile_total_flops(void);
+/* Prints a table: op, calls, GFLOP, GB, ms, GFLOP/s, GB/s. */
+void zs_profile_print(FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,14 @@
+/*
+ * zs/zs.h - the whole public API of Zhisuan (智算). Include this one header.
+ */
+#ifndef ZS_ZS_H
+#define ZS_ZS_H
+
+#include "core.h"
+#include "ops.h"
+#include "autograd.h"
+#include "analyze.h"
+
+#define ZS_VERSION "0.1.0"
+
+#endif

@@ -1,0 +1,399 @@
+/*
+ * engine.c - the eager backward engine, grad mode and node lifetime.
+ *
+ * zs_backward(root) counts, for every node reachable from root's node, how
+ * many consumers inside the graph will send it a gradient, then processes
+ * nodes in Kahn order from the root: a node runs its backward rule once all
+ * of its consumers have contributed to its gout. Leaf gradients accumulate
+ * into .grad in place, so a training loop reuses the same gradient memory.
+ * Unless keep_graph, each node drops its saved tensors once used and is
+ * marked freed; a later backward through it fails with a message.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/node.h"
+#include "core/internal.h"
+#include "zs/autograd.h"
+#include "zs/ops.h"
+
+static _Thread_local int no_grad_depth;
+static int64_t live_nodes; /* approximate under concurrent use */
+
+void zs_no_grad_push(void) { no_grad_depth++; }
+void zs_no_grad_pop(void)
+{
+    if (no_grad_depth > 0)
+        no_grad_depth--;
+}
+bool zs_grad_enabled(void) { return no_grad_depth == 0; }
+int64_t zs_autograd_live_nodes(void) { return live_nodes; }
+
+bool zs_requires_grad(const zs_tensor *t)
+{
+    return t && (t->requires_grad || t->node);
+}
+
+bool zsi_grad_needed(const zs_tensor *t)
+{
+    return no_grad_depth == 0 && zs_requires_grad(t);
+}
+
+zs_status zs_set_requires_grad(zs_tensor *t, bool on)
+{
+    if (!t)
+        return ZS_ERR_ARG;
+    if (t->node)
+        return zs_set_error("set_requires_grad: tensor is not a leaf (it was "
+                            "made by %s)", t->node->op->name);
+    if (on && !zs_dtype_is_float(t->dtype))
+        return zs_set_error("set_requires_grad: dtype %s cannot require grad, "
+                            "expected a float dtype", zs_dtype_name(t->dtype));
+    t->requires_grad = on;
+    return ZS_OK;
+}
+
+zs_status zs_retain_grad(zs_tensor *t)
+{
+    if (!t)
+        return ZS_ERR_ARG;
+    if (!zs_requires_grad(t))
+        return zs_set_error("retain_grad: tensor does not require grad");
+    t->retains_grad = true;
+    if (t->node)
+        t->node->retain_target = t;
+    return ZS_OK;
+}
+
+zs_tensor *zs_grad(const zs_tensor *t) { return t ? t->grad : NULL; }
+
+void zs_zero_grad(zs_tensor *t, bool set_to_none)
+{
+    if (!t || !t->grad)
+        return;
+    if (set_to_none) {
+        zs_release(t->grad);
+        t->grad = NULL;
+    } else {
+        zs_fill_(t->grad, 0.0);
+    }
+}
+
+/* ---- nodes ----------------------------------------------------------- */
+
+static void node_hook(zs_tensor *t)
+{
+    if (t->node->retain_target == t)
+        t->node->retain_target = NULL;
+    zsi_node_release(t->node);
+}
+
+void zsi_node_retain(zsi_node *n) { n->refcount++; }
+
+static void node_drop_saved(zsi_node *n)
+{
+    for (int k = 0; k < ZSI_MAX_SAVED; k++) {
+        zs_release(n->saved[k]);
+        n->saved[k] = NULL;
+    }
+}
+
+void zsi_node_release(zsi_node *n)
+{
+    /* Iterative over the chain of single-consumer inputs to bound the stack
+     * depth of long graphs (one level per branch, not per node). */
+    while (n && --n->refcount == 0) {
+        zsi_node *next = NULL;
+        node_drop_saved(n);
+        zs_release(n->gout);
+        for (int i = 0; i < n->nin; i++) {
+            zs_release(n->in_leaf[i]);
+            if (n->in_node[i]) {
+                if (!next)
+                    next = n->in_node[i];
+                else
+                    zsi_node_release(n->in_node[i]);
+            }
+        }
+        free(n->in_node);
+        free(n->in_leaf);
+        free(n->in_meta);
+        free(n->extra);
+        free(n);
+        live_nodes--;
+        n = next;
+    }
+}
+
+static void meta_of(zsi_meta *m, const zs_tensor *t)
+{
+    m->dtype = t->dtype;
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, sizeof m->shape);
+}
+
+zs_status zsi_record(zsi_op *op, zs_tensor *out, int nin, zs_tensor *const *in,
+                     zsi_node **node)
+{
+    *node = NULL;
+    if (no_grad_depth > 0)
+        return ZS_OK;
+    bool any = false;
+    for (int i = 0; i < nin; i++)
+        any = any || zs_requires_grad(in[i]);
+    if (!any)
+        return ZS_OK;
+    zsi_node *n = calloc(1, sizeof *n);
+    if (n) {
+        n->in_node = calloc((size_t)nin, sizeof *n->in_node);
+        n->in_leaf = calloc((size_t)nin, sizeof *n->in_leaf);
+        n->in_meta = calloc((size_t)nin, sizeof *n->in_meta);
+    }
+    if (!n || !n->in_node || !n->in_leaf || !n->in_meta) {
+        if (n) {
+            free(n->in_node);
+            free(n->in_leaf);
+            free(n->in_meta);
+        }
+        free(n);
+        return zs_set_error_code(ZS_ERR_NOMEM, "%s: out of memory recording "
+                                 "the autograd node", op->name);
+    }
+    zsi_node_release_hook = node_hook;
+    live_nodes++;
+    n->refcount = 1;
+    n->op = op;
+    n->nin = nin;
+    for (int i = 0; i < nin; i++) {
+        meta_of(&n->in_meta[i], in[i]);
+        if (in[i]->node) {
+            n->in_node[i] = in[i]->node;
+            zsi_node_retain(in[i]->node);
+        } else if (in[i]->requires_grad) {
+            n->in_leaf[i] = zs_retain(in[i]);
+        }
+    }
+    meta_of(&n->out_meta, out);
+    out->node = n;
+    out->requires_grad = true;
+    *node = n;
+    return ZS_OK;
+}
+
+void zsi_save(zsi_node *n, int k, zs_tensor *t)
+{
+    if (!n || !t)
+        return;
+    zsi_tracking_pause();
+    zs_tensor *alias = zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
+    zsi_tracking_resume();
+    zs_release(n->saved[k]);
+    n->saved[k] = alias;
+}
+
+/* ---- backward -------------------------------------------------------- */
+
+typedef struct vec {
+    zsi_node **v;
+    int64_t n, cap;
+} vec;
+
+static bool vec_push(vec *s, zsi_node *x)
+{
+    if (s->n == s->cap) {
+        int64_t cap = s->cap ? s->cap * 2 : 256;
+        zsi_node **v = realloc(s->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return false;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return true;
+}
+
+/* Collects every node reachable from root into `all` and counts deps. */
+static zs_status collect(zsi_node *root, vec *all)
+{
+    vec stack = {0};
+    zs_status st = ZS_OK;
+    root->visit = 1;
+    root->deps = 0;
+    if (!vec_push(&stack, root) || !vec_push(all, root))
+        st = ZS_ERR_NOMEM;
+    while (st == ZS_OK && stack.n > 0) {
+        zsi_node *n = stack.v[--stack.n];
+        for (int i = 0; i < n->nin; i++) {
+            zsi_node *m = n->in_node[i];
+            if (!m)
+                continue;
+            if (!m->visit) {
+                m->visit = 1;
+                m->deps = 0;
+                if (!vec_push(&stack, m) || !vec_push(all, m)) {
+                    st = ZS_ERR_NOMEM;
+                    break;
+                }
+            }
+            m->deps++;
+        }
+    }
+    free(stack.v);
+    if (st != ZS_OK)
+        zs_set_error_code(st, "backward: out of memory");
+    return st;
+}
+
+static zs_status accumulate_leaf(zs_tensor *leaf, zs_tensor *g)
+{
+    if (!leaf->grad) {
+        if (g->refcount == 1 && g->storage->refcount == 1 && zs_is_contiguous(g) &&
+            g->dtype == leaf->dtype && !g->node) {
+            leaf->grad = zs_retain(g);
+        } else {
+            leaf->grad = zs_empty_like(leaf);
+            if (!leaf->grad)
+                return ZS_ERR_NOMEM;
+            return zs_copy_(leaf->grad, g);
+        }
+        return ZS_OK;
+    }
+    return zs_axpy_(leaf->grad, 1.0, g);
+}
+
+static zs_status accumulate_node(zsi_node *m, zs_tensor *g)
+{
+    if (!m->gout) {
+        m->gout = zs_retain(g);
+        return ZS_OK;
+    }
+    zs_tensor *sum = zs_add(m->gout, g);
+    if (!sum)
+        return ZS_ERR_NOMEM;
+    zs_release(m->gout);
+    m->gout = sum;
+    return ZS_OK;
+}
+
+static bool meta_matches(const zsi_meta *m, const zs_tensor *g)
+{
+    if (m->ndim != g->ndim)
+        return false;
+    for (int i = 0; i < m->ndim; i++)
+        if (m->shape[i] != g->shape[i])
+            return false;
+    return true;
+}
+
+static zs_status run_node(zsi_node *n, bool keep_graph)
+{
+    if (n->freed)
+        return zs_set_error_code(ZS_ERR_STATE,
+                                 "backward: the graph through '%s' was freed "
+                                 "by an earlier backward; pass keep_graph to "
+                                 "backpropagate twice", n->op->name);
+    zs_status st = ZS_OK;
+    if (n->retain_target && n->gout) {
+        zs_release(n->retain_target->grad);
+        n->retain_target->grad = zs_contiguous(n->gout);
+    }
+    zs_tensor *stack_gin[8], **gin = stack_gin;
+    if (n->nin > 8 && !(gin = calloc((size_t)n->nin, sizeof *gin)))
+        return zs_set_error_code(ZS_ERR_NOMEM, "backward: out of memory");
+    memset(gin, 0, (size_t)(n->nin < 8 ? 8 : n->nin) * sizeof *gin);
+    if (n->gout) {
+        if (!n->op->backward)
+            st = zs_set_error("backward: operator '%s' is not differentiable",
+                              n->op->name);
+        else
+            st = n->op->backward(n, n->gout, gin);
+    }
+    for (int i = 0; st == ZS_OK && i < n->nin; i++) {
+        if (!gin[i] || !zsi_needs_grad(n, i))
+            continue;
+        if (!meta_matches(&n->in_meta[i], gin[i])) {
+            st = zs_set_error_code(ZS_ERR_STATE, "backward: '%s' produced a "
+                                   "gradient of the wrong shape for input %d",
+                                   n->op->name, i);
+        } else if (n->in_node[i]) {
+            st = accumulate_node(n->in_node[i], gin[i]);
+        } else {
+            st = accumulate_leaf(n->in_leaf[i], gin[i]);
+        }
+    }
+    for (int i = 0; i < n->nin; i++)
+        zs_release(gin[i]);
+    if (gin != stack_gin)
+        free(gin);
+    zs_release(n->gout);
+    n->gout = NULL;
+    if (!keep_graph) {
+        node_drop_saved(n);
+        n->freed = true;
+    }
+    return st;
+}
+
+zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph)
+{
+    if (!root)
+        return ZS_ERR_ARG;
+    if (!zs_requires_grad(root))
+        return zs_set_error("backward: tensor does not require grad (no "
+                            "input of the computation had requires_grad)");
+    if (grad && (!zs_same_shape(grad, root) || grad->dtype != root->dtype)) {
+        char a[96], b[96];
+        return zs_set_error("backward: gradient %s %s does not match root "
+                            "%s %s", zs_shape_str(grad, a, sizeof a),
+                            zs_dtype_name(grad->dtype),
+                            zs_shape_str(root, b, sizeof b),
+                            zs_dtype_name(root->dtype));
+    }
+    if (!grad && zs_numel(root) != 1)
+        return zs_set_error("backward: root has %lld elements; pass a "
+                            "gradient for a non-scalar root",
+                            (long long)zs_numel(root));
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *g = grad ? zs_retain(grad) : zs_ones(root->dtype, root->ndim, root->shape);
+    zs_status st = g ? ZS_OK : ZS_ERR_NOMEM;
+    if (st == ZS_OK && !root->node) {
+        st = accumulate_leaf(root, g);
+        zs_release(g);
+        goto out;
+    }
+    vec all = {0};
+    if (st == ZS_OK)
+        st = collect(root->node, &all);
+    if (st == ZS_OK) {
+        root->node->gout = g;
+        g = NULL;
+        /* Kahn order: ready holds nodes whose consumers are all done. */
+        vec ready = {0};
+        if (!vec_push(&ready, root->node))
+            st = zs_set_error_code(ZS_ERR_NOMEM, "backward: out of memory");
+        while (st == ZS_OK && ready.n > 0) {
+            zsi_node *n = ready.v[--ready.n];
+            st = run_node(n, keep_graph);
+            for (int i = 0; st == ZS_OK && i < n->nin; i++) {
+                zsi_node *m = n->in_node[i];
+                if (m && --m->deps == 0 && !vec_push(&ready, m))
+                    st = zs_set_error_code(ZS_ERR_NOMEM, "backward: out of memory");
+            }
+        }
+        free(ready.v);
+    }
+    zs_release(g);
+    for (int64_t i = 0; i < all.n; i++) {
+        all.v[i]->visit = 0;
+        if (st != ZS_OK) {
+            zs_release(all.v[i]->gout);
+            all.v[i]->gout = NULL;
+        }
+    }
+    free(all.v);
+out:
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    return st;
+}

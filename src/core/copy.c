@@ -1,0 +1,232 @@
+/*
+ * copy.c - element access, fill, copies between layouts and dtypes.
+ *
+ * zs_copy_ walks the destination in row-major order with an n-d counter;
+ * the innermost dim runs as a tight loop (memcpy when both sides are
+ * contiguous there and share the dtype). Rows are split across the pool.
+ */
+#include <string.h>
+
+#include "core/internal.h"
+
+double zsi_load(zs_dtype dt, const void *base, int64_t i)
+{
+    switch (dt) {
+    case ZS_F32: return ((const float *)base)[i];
+    case ZS_F64: return ((const double *)base)[i];
+    case ZS_F16: return zs_f16_to_f32(((const uint16_t *)base)[i]);
+    case ZS_BF16: return zs_bf16_to_f32(((const uint16_t *)base)[i]);
+    case ZS_F8E4M3: return zs_f8e4m3_to_f32(((const uint8_t *)base)[i]);
+    case ZS_F8E5M2: return zs_f8e5m2_to_f32(((const uint8_t *)base)[i]);
+    case ZS_I8: return ((const int8_t *)base)[i];
+    case ZS_U8: return ((const uint8_t *)base)[i];
+    case ZS_I32: return ((const int32_t *)base)[i];
+    case ZS_I64: return (double)((const int64_t *)base)[i];
+    default: return 0;
+    }
+}
+
+static double clampd(double v, double lo, double hi)
+{
+    return v != v ? 0 : v < lo ? lo : v > hi ? hi : v;
+}
+
+void zsi_store(zs_dtype dt, void *base, int64_t i, double v)
+{
+    switch (dt) {
+    case ZS_F32: ((float *)base)[i] = (float)v; break;
+    case ZS_F64: ((double *)base)[i] = v; break;
+    case ZS_F16: ((uint16_t *)base)[i] = zs_f32_to_f16((float)v); break;
+    case ZS_BF16: ((uint16_t *)base)[i] = zs_f32_to_bf16((float)v); break;
+    case ZS_F8E4M3: ((uint8_t *)base)[i] = zs_f32_to_f8e4m3((float)v); break;
+    case ZS_F8E5M2: ((uint8_t *)base)[i] = zs_f32_to_f8e5m2((float)v); break;
+    case ZS_I8: ((int8_t *)base)[i] = (int8_t)clampd(v, -128, 127); break;
+    case ZS_U8: ((uint8_t *)base)[i] = (uint8_t)clampd(v, 0, 255); break;
+    case ZS_I32:
+        ((int32_t *)base)[i] = (int32_t)clampd(v, -2147483648.0, 2147483647.0);
+        break;
+    case ZS_I64: ((int64_t *)base)[i] = (int64_t)clampd(v, -9.2e18, 9.2e18); break;
+    default: break;
+    }
+}
+
+/* Offset (elements) of the row-major flat index i in t. */
+static int64_t flat_offset(const zs_tensor *t, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t n = t->shape[d];
+        off += (i % n) * t->strides[d];
+        i /= n;
+    }
+    return off;
+}
+
+double zs_get(const zs_tensor *t, int64_t flat_index)
+{
+    if (!t || flat_index < 0 || flat_index >= zs_numel(t))
+        return 0;
+    return zsi_load(t->dtype, t->storage->data, t->offset + flat_offset(t, flat_index));
+}
+
+double zs_item(const zs_tensor *t) { return zs_get(t, 0); }
+
+typedef struct copy_job {
+    zs_tensor *dst;
+    const zs_tensor *src;
+    int64_t inner; /* size of the last dim (1 for 0-d) */
+} copy_job;
+
+static void copy_row(const copy_job *j, int64_t row)
+{
+    const zs_tensor *d = j->dst, *s = j->src;
+    int64_t n = j->inner;
+    int64_t doff = d->offset, soff = s->offset;
+    if (d->ndim > 0) {
+        doff += flat_offset(d, row * n);
+        soff += flat_offset(s, row * n);
+    }
+    int64_t ds = d->ndim ? d->strides[d->ndim - 1] : 1;
+    int64_t ss = s->ndim ? s->strides[s->ndim - 1] : 1;
+    size_t es = zs_dtype_size(d->dtype);
+    char *dp = (char *)d->storage->data;
+    const char *sp = (const char *)s->storage->data;
+    if (d->dtype == s->dtype) {
+        if (ds == 1 && ss == 1) {
+            memcpy(dp + doff * (int64_t)es, sp + soff * (int64_t)es, (size_t)n * es);
+        } else if (es == 4) {
+            uint32_t *o = (uint32_t *)dp + doff;
+            const uint32_t *x = (const uint32_t *)sp + soff;
+            for (int64_t i = 0; i < n; i++)
+                o[i * ds] = x[i * ss];
+        } else if (es == 8) {
+            uint64_t *o = (uint64_t *)dp + doff;
+            const uint64_t *x = (const uint64_t *)sp + soff;
+            for (int64_t i = 0; i < n; i++)
+                o[i * ds] = x[i * ss];
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                memcpy(dp + (doff + i * ds) * (int64_t)es,
+                       sp + (soff + i * ss) * (int64_t)es, es);
+        }
+        return;
+    }
+    if (d->dtype == ZS_F32 && s->dtype == ZS_F64) {
+        float *o = (float *)dp + doff;
+        const double *x = (const double *)sp + soff;
+        for (int64_t i = 0; i < n; i++)
+            o[i * ds] = (float)x[i * ss];
+        return;
+    }
+    if (d->dtype == ZS_F64 && s->dtype == ZS_F32) {
+        double *o = (double *)dp + doff;
+        const float *x = (const float *)sp + soff;
+        for (int64_t i = 0; i < n; i++)
+            o[i * ds] = x[i * ss];
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        zsi_store(d->dtype, dp, doff + i * ds,
+                  zsi_load(s->dtype, sp, soff + i * ss));
+}
+
+static void copy_rows(void *ctx, int64_t b, int64_t e)
+{
+    for (int64_t r = b; r < e; r++)
+        copy_row(ctx, r);
+}
+
+zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src)
+{
+    if (!dst || !src)
+        return ZS_ERR_ARG;
+    if (zs_numel(dst) != zs_numel(src)) {
+        char a[96], b[96];
+        return zs_set_error("copy: destination %s and source %s differ in "
+                            "element count", zs_shape_str(dst, a, sizeof a),
+                            zs_shape_str(src, b, sizeof b));
+    }
+    int64_t numel = zs_numel(dst);
+    if (numel == 0)
+        return ZS_OK;
+    /* Same shape: walk both by the destination's shape. Different shapes
+     * with equal numel: go through flat indices of both (reshape copy). */
+    if (!zs_same_shape(dst, src)) {
+        if (zs_is_contiguous(dst) && zs_is_contiguous(src) && dst->dtype == src->dtype) {
+            memcpy(zs_data(dst), zs_data(src), zs_nbytes(dst));
+            return ZS_OK;
+        }
+        for (int64_t i = 0; i < numel; i++)
+            zsi_store(dst->dtype, dst->storage->data,
+                      dst->offset + flat_offset(dst, i),
+                      zsi_load(src->dtype, src->storage->data,
+                               src->offset + flat_offset(src, i)));
+        return ZS_OK;
+    }
+    if (zs_is_contiguous(dst) && zs_is_contiguous(src) && dst->dtype == src->dtype) {
+        memcpy(zs_data(dst), zs_data(src), zs_nbytes(dst));
+        return ZS_OK;
+    }
+    copy_job j = {dst, src, dst->ndim ? dst->shape[dst->ndim - 1] : 1};
+    int64_t rows = numel / j.inner;
+    zs_parallel_for(rows, 1 + 16384 / (j.inner + 1), copy_rows, &j);
+    return ZS_OK;
+}
+
+zs_status zs_fill_(zs_tensor *t, double v)
+{
+    if (!t)
+        return ZS_ERR_ARG;
+    int64_t n = zs_numel(t);
+    if (zs_is_contiguous(t)) {
+        void *d = zs_data(t);
+        if (t->dtype == ZS_F32) {
+            float f = (float)v, *p = d;
+            for (int64_t i = 0; i < n; i++)
+                p[i] = f;
+        } else if (t->dtype == ZS_F64) {
+            double *p = d;
+            for (int64_t i = 0; i < n; i++)
+                p[i] = v;
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                zsi_store(t->dtype, d, i, v);
+        }
+        return ZS_OK;
+    }
+    for (int64_t i = 0; i < n; i++)
+        zsi_store(t->dtype, t->storage->data, t->offset + flat_offset(t, i), v);
+    return ZS_OK;
+}
+
+zs_status zs_copy_to_buffer(const zs_tensor *t, void *buf, size_t nbytes)
+{
+    if (!t || !buf)
+        return zs_set_error("copy_to_buffer: NULL argument");
+    if (nbytes != zs_nbytes(t))
+        return zs_set_error("copy_to_buffer: buffer holds %zu bytes, tensor "
+                            "needs %zu", nbytes, zs_nbytes(t));
+    zs_tensor *view = zs_from_blob(t->dtype, t->ndim, t->shape, buf);
+    if (!view)
+        return ZS_ERR_NOMEM;
+    zs_keep(view);
+    zs_status st = zs_copy_(view, t);
+    zs_release(view);
+    return st;
+}
+
+zs_status zs_copy_from_buffer(zs_tensor *t, const void *buf, size_t nbytes)
+{
+    if (!t || !buf)
+        return zs_set_error("copy_from_buffer: NULL argument");
+    if (nbytes != zs_nbytes(t))
+        return zs_set_error("copy_from_buffer: buffer holds %zu bytes, tensor "
+                            "needs %zu", nbytes, zs_nbytes(t));
+    zs_tensor *view = zs_from_blob(t->dtype, t->ndim, t->shape, (void *)buf);
+    if (!view)
+        return ZS_ERR_NOMEM;
+    zs_keep(view);
+    zs_status st = zs_copy_(t, view);
+    zs_release(view);
+    return st;
+}

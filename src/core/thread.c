@@ -1,0 +1,216 @@
+/*
+ * thread.c - the persistent thread pool behind zs_parallel_for.
+ *
+ * One pool per process, sized by ZS_NUM_THREADS or the online CPU count.
+ * A call splits [0, n) into at most one chunk per thread (at least `grain`
+ * items each: even static splits suit the memory-bound kernels best) and
+ * publishes the job by bumping a generation counter; every thread, the
+ * caller included, then claims chunks from a shared counter. Workers spin briefly
+ * on that counter before sleeping on a condition variable, so back-to-back
+ * calls (one per operator) cost a few microseconds, not a wake-up each;
+ * bench/threadpool measures it.
+ *
+ * Calls made from inside a pool task, or while another thread owns the
+ * pool, run serially on the calling thread.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "zs/core.h"
+
+#define SPIN_ITERS 20000
+
+typedef struct pool {
+    int nthreads; /* including the caller */
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_mutex_t owner; /* held by the thread running a parallel_for */
+    atomic_uint_fast64_t generation;
+    atomic_int pending; /* chunks not yet finished */
+    /* (generation << 16) | next chunk: a claim succeeds only for the job of
+     * the generation the claimer saw, so a late worker never runs a chunk
+     * of a newer job twice. */
+    atomic_uint_fast64_t claim;
+    atomic_bool stop;
+    /* current job */
+    zs_range_fn fn;
+    void *ctx;
+    int64_t n, nchunks;
+} pool;
+
+static pool P = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                 .cv = PTHREAD_COND_INITIALIZER,
+                 .owner = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static _Thread_local int thread_index;
+static _Thread_local bool in_task;
+
+static void run_chunk(int64_t c)
+{
+    int64_t b = P.n * c / P.nchunks, e = P.n * (c + 1) / P.nchunks;
+    if (b < e)
+        P.fn(P.ctx, b, e);
+}
+
+static void work_on(uint_fast64_t gen)
+{
+    for (;;) {
+        uint_fast64_t t = atomic_load_explicit(&P.claim, memory_order_acquire);
+        if ((t >> 16) != (gen & 0xffffffffffffu))
+            return;
+        int64_t c = (int64_t)(t & 0xffffu);
+        if (c >= P.nchunks)
+            return;
+        if (atomic_compare_exchange_weak_explicit(&P.claim, &t, t + 1,
+                                                  memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            run_chunk(c);
+            atomic_fetch_sub_explicit(&P.pending, 1, memory_order_release);
+        }
+    }
+}
+
+static void *worker(void *arg)
+{
+    thread_index = (int)(intptr_t)arg;
+    in_task = true;
+    uint_fast64_t seen = atomic_load(&P.generation);
+    for (;;) {
+        uint_fast64_t g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&P.generation, memory_order_acquire)) == seen &&
+               !atomic_load(&P.stop)) {
+            if (++spins < SPIN_ITERS) {
+                __builtin_ia32_pause();
+                continue;
+            }
+            pthread_mutex_lock(&P.mu);
+            while (atomic_load(&P.generation) == seen && !atomic_load(&P.stop))
+                pthread_cond_wait(&P.cv, &P.mu);
+            pthread_mutex_unlock(&P.mu);
+        }
+        if (atomic_load(&P.stop))
+            return NULL;
+        seen = g;
+        work_on(g);
+    }
+}
+
+static void pool_stop(void)
+{
+    if (!P.threads)
+        return;
+    pthread_mutex_lock(&P.mu);
+    atomic_store(&P.stop, true);
+    pthread_cond_broadcast(&P.cv);
+    pthread_mutex_unlock(&P.mu);
+    for (int i = 1; i < P.nthreads; i++)
+        pthread_join(P.threads[i], NULL);
+    free(P.threads);
+    P.threads = NULL;
+    atomic_store(&P.stop, false);
+}
+
+static void pool_start(int n)
+{
+    if (n < 1)
+        n = 1;
+    if (n > 256)
+        n = 256;
+    P.nthreads = n;
+    if (n == 1)
+        return;
+    P.threads = calloc((size_t)n, sizeof *P.threads);
+    if (!P.threads) {
+        P.nthreads = 1;
+        return;
+    }
+    for (int i = 1; i < n; i++) {
+        if (pthread_create(&P.threads[i], NULL, worker, (void *)(intptr_t)i) != 0) {
+            P.nthreads = i; /* run with what started */
+            break;
+        }
+    }
+}
+
+static int default_threads(void)
+{
+    const char *e = getenv("ZS_NUM_THREADS");
+    if (e && *e) {
+        int n = atoi(e);
+        if (n >= 1)
+            return n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n >= 1 ? (int)n : 1;
+}
+
+static void pool_exit(void)
+{
+    pthread_mutex_lock(&P.owner);
+    pool_stop();
+    pthread_mutex_unlock(&P.owner);
+}
+
+static void pool_init(void)
+{
+    pool_start(default_threads());
+    atexit(pool_exit);
+}
+
+int zs_num_threads(void)
+{
+    pthread_once(&pool_once, pool_init);
+    return P.nthreads;
+}
+
+void zs_set_num_threads(int n)
+{
+    pthread_once(&pool_once, pool_init);
+    if (in_task)
+        return;
+    pthread_mutex_lock(&P.owner);
+    pool_stop();
+    pool_start(n);
+    pthread_mutex_unlock(&P.owner);
+}
+
+int zs_thread_index(void) { return thread_index; }
+
+void zs_parallel_for(int64_t n, int64_t grain, zs_range_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    pthread_once(&pool_once, pool_init);
+    int64_t nchunks = (n + grain - 1) / grain;
+    if (nchunks > P.nthreads)
+        nchunks = P.nthreads;
+    if (nchunks <= 1 || in_task || pthread_mutex_trylock(&P.owner) != 0) {
+        fn(ctx, 0, n);
+        return;
+    }
+    P.fn = fn;
+    P.ctx = ctx;
+    P.n = n;
+    P.nchunks = nchunks;
+    atomic_store(&P.pending, (int)nchunks);
+    uint_fast64_t g = atomic_load(&P.generation) + 1;
+    atomic_store_explicit(&P.claim, (g & 0xffffffffffffu) << 16,
+                          memory_order_release);
+    pthread_mutex_lock(&P.mu);
+    atomic_store_explicit(&P.generation, g, memory_order_release);
+    pthread_cond_broadcast(&P.cv);
+    pthread_mutex_unlock(&P.mu);
+    in_task = true;
+    work_on(g);
+    in_task = false;
+    while (atomic_load_explicit(&P.pending, memory_order_acquire) > 0)
+        __builtin_ia32_pause();
+    pthread_mutex_unlock(&P.owner);
+}

@@ -1,0 +1,46 @@
+/*
+ * kernels/cpu/kernels.h - CPU kernels on raw pointers, shapes and strides.
+ *
+ * No tensors, no autograd: each kernel can be tested and benchmarked alone
+ * against a float64 reference. Float kernels exist for f32 and f64 (the
+ * latter for gradient checks). Multithreaded over the pool unless noted.
+ * Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and chosen
+ * at run time (ZSK_CLONES).
+ */
+#ifndef ZS_KERNELS_CPU_KERNELS_H
+#define ZS_KERNELS_CPU_KERNELS_H
+
+#include "kernels/cpu/iter.h"
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define ZSK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ZSK_CLONES
+/* Reductions over a contiguous [O, R, K] array into out [O, K].
+ * sum accumulates in double (f32 input: blocked float lanes, then double). */
+void zsk_reduce_sum(zs_dtype dt, const void *x, int64_t O, int64_t R,
+                    int64_t K, void *out);
+
+#endif
+
+/* Elements per chunk below which a kernel runs on one thread. */
+#define ZSK_GRAIN 32768
+
+typedef enum zsk_binop { ZSK_ADD, ZSK_SUB, ZSK_MUL, ZSK_DIV } zsk_binop;
+
+/* out = a op b; `it` has 3 operands: out, a, b (element strides). */
+void zsk_binary(zs_dtype dt, zsk_binop op, const zsk_iter *it, void *out,
+                const void *a, const void *b);
+/* out = a op s; `it` has 2 operands: out, a. */
+void zsk_binary_scalar(zs_dtype dt, zsk_binop op, const zsk_iter *it,
+                       void *out, const void *a, double s);
+/* dst += alpha * src; `it` has 2 operands: dst, src. */
+void zsk_axpy(zs_dtype dt, const zsk_iter *it, void *dst, double alpha,
+              const void *src);
+
+/* Reductions over a contiguous [O, R, K] array into out [O, K].
+ * sum accumulates in double (f32 input: blocked float lanes, then double). */
+void zsk_reduce_sum(zs_dtype dt, const void *x, int64_t O, int64_t R,
+                    int64_t K, void *out);
+
+#endif

@@ -1,0 +1,278 @@
+/*
+ * binary.c - add, sub, mul, div with numpy broadcasting; scalar forms;
+ * in-place axpy for optimizers and gradient accumulation.
+ *
+ * Backward: the gradient of a broadcast input is summed back to its shape
+ * (zsi_sum_to). mul and div save their inputs.
+ */
+#include "ops/internal.h"
+
+static zs_status add_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status sub_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status mul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status div_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status add_scalar_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status mul_scalar_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+
+static zsi_op OP_ADD = {.name = "add", .backward = add_bw};
+static zsi_op OP_SUB = {.name = "sub", .backward = sub_bw};
+static zsi_op OP_MUL = {.name = "mul", .backward = mul_bw};
+static zsi_op OP_DIV = {.name = "div", .backward = div_bw};
+static zsi_op OP_ADD_SCALAR = {.name = "add_scalar", .backward = add_scalar_bw};
+static zsi_op OP_MUL_SCALAR = {.name = "mul_scalar", .backward = mul_scalar_bw};
+
+/* ---- shared checks (declared in ops/internal.h) ------------------------ */
+
+zs_status zsi_check_float(const char *op, const zs_tensor *t)
+{
+    if (t->dtype != ZS_F32 && t->dtype != ZS_F64)
+        return zs_set_error("%s: dtype %s is not supported, expected f32 or "
+                            "f64 (convert with zs_to_dtype)", op,
+                            zs_dtype_name(t->dtype));
+    if (t->device != ZS_CPU)
+        return zs_set_error("%s: tensor is not on the CPU", op);
+    return ZS_OK;
+}
+
+zs_status zsi_check_pair(const char *op, const zs_tensor *a, const zs_tensor *b)
+{
+    zs_status st = zsi_check_float(op, a);
+    if (st == ZS_OK)
+        st = zsi_check_float(op, b);
+    if (st == ZS_OK && a->dtype != b->dtype)
+        st = zs_set_error("%s: dtypes %s and %s differ, expected equal "
+                          "(convert with zs_to_dtype)", op,
+                          zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
+    return st;
+}
+
+zs_status zsi_check_index(const char *op, const zs_tensor *t)
+{
+    if (t->dtype != ZS_I32 && t->dtype != ZS_I64)
+        return zs_set_error("%s: index dtype %s, expected i32 or i64", op,
+                            zs_dtype_name(t->dtype));
+    return ZS_OK;
+}
+
+int64_t zsi_index_at(const zs_tensor *t, int64_t i)
+{
+    return (int64_t)zs_get(t, i);
+}
+
+zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,
+                              const zs_tensor *b, int *ndim, int64_t *shape)
+{
+    int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int d = 0; d < n; d++) {
+        int da = d - (n - a->ndim), db = d - (n - b->ndim);
+        int64_t x = da >= 0 ? a->shape[da] : 1, y = db >= 0 ? b->shape[db] : 1;
+        if (x != y && x != 1 && y != 1) {
+            char sa[96], sb[96];
+            return zs_set_error("%s: shapes %s and %s cannot be broadcast "
+                                "(dim %d: %lld vs %lld)", op,
+                                zs_shape_str(a, sa, sizeof sa),
+                                zs_shape_str(b, sb, sizeof sb), d,
+                                (long long)x, (long long)y);
+        }
+        shape[d] = x == 1 ? y : x;
+    }
+    *ndim = n;
+    return ZS_OK;
+}
+
+int zsi_axes_mask(const char *op, int ndim, int naxes, const int *axes,
+                  bool *mask)
+{
+    for (int d = 0; d < ZS_MAX_DIMS; d++)
+        mask[d] = naxes == 0 || !axes;
+    if (naxes == 0 || !axes)
+        return 0;
+    for (int i = 0; i < naxes; i++) {
+        int d = zsi_norm_dim(op, axes[i], ndim);
+        if (d < 0)
+            return -1;
+        if (mask[d]) {
+            zs_set_error("%s: axis %d repeated", op, axes[i]);
+            return -1;
+        }
+        mask[d] = true;
+    }
+    return 0;
+}
+
+/* ---- forward ----------------------------------------------------------- */
+
+static zs_tensor *binary(zsi_op *op, zsk_binop kop, zs_tensor *a, zs_tensor *b)
+{
+    if (!a || !b)
+        return NULL;
+    double t0 = zsi_op_begin(op);
+    int ndim;
+    int64_t shape[ZS_MAX_DIMS];
+    if (zsi_check_pair(op->name, a, b) != ZS_OK ||
+        zsi_broadcast_shape(op->name, a, b, &ndim, shape) != ZS_OK)
+        return NULL;
+    zs_tensor *out = zsi_new_tensor(a->dtype, ndim, shape);
+    if (!out)
+        return NULL;
+    int64_t sa[ZS_MAX_DIMS], sb[ZS_MAX_DIMS];
+    zsk_broadcast_strides(a->ndim, a->shape, a->strides, ndim, shape, sa);
+    zsk_broadcast_strides(b->ndim, b->shape, b->strides, ndim, shape, sb);
+    zsk_iter it;
+    zsk_iter_init(&it, ndim, shape, 3, (const int64_t *[]){NULL, sa, sb});
+    zsk_binary(a->dtype, kop, &it, zs_data(out), zs_data(a), zs_data(b));
+    zsi_node *n;
+    if (zsi_record(op, out, 2, (zs_tensor *[]){a, b}, &n) != ZS_OK) {
+        zs_release(out);
+        return NULL;
+    }
+    if (n && (kop == ZSK_MUL || kop == ZSK_DIV)) {
+        zsi_save(n, 0, a);
+        zsi_save(n, 1, b);
+    }
+    zsi_op_end(op, t0, (double)zs_numel(out), zsi_bytes(a) + zsi_bytes(b),
+               zsi_bytes(out));
+    return out;
+}
+
+zs_tensor *zs_add(zs_tensor *a, zs_tensor *b) { return binary(&OP_ADD, ZSK_ADD, a, b); }
+zs_tensor *zs_sub(zs_tensor *a, zs_tensor *b) { return binary(&OP_SUB, ZSK_SUB, a, b); }
+zs_tensor *zs_mul(zs_tensor *a, zs_tensor *b) { return binary(&OP_MUL, ZSK_MUL, a, b); }
+zs_tensor *zs_div(zs_tensor *a, zs_tensor *b) { return binary(&OP_DIV, ZSK_DIV, a, b); }
+
+static zs_tensor *scalar_op(zsi_op *op, zsk_binop kop, zs_tensor *a, double s)
+{
+    if (!a)
+        return NULL;
+    double t0 = zsi_op_begin(op);
+    if (zsi_check_float(op->name, a) != ZS_OK)
+        return NULL;
+    zs_tensor *out = zsi_new_tensor(a->dtype, a->ndim, a->shape);
+    if (!out)
+        return NULL;
+    zsk_iter it;
+    zsk_iter_init(&it, a->ndim, a->shape, 2, (const int64_t *[]){NULL, a->strides});
+    zsk_binary_scalar(a->dtype, kop, &it, zs_data(out), zs_data(a), s);
+    zsi_node *n;
+    if (zsi_record(op, out, 1, &a, &n) != ZS_OK) {
+        zs_release(out);
+        return NULL;
+    }
+    if (n)
+        n->p.f[0] = s;
+    zsi_op_end(op, t0, (double)zs_numel(out), zsi_bytes(a), zsi_bytes(out));
+    return out;
+}
+
+zs_tensor *zs_add_scalar(zs_tensor *a, double s)
+{
+    return scalar_op(&OP_ADD_SCALAR, ZSK_ADD, a, s);
+}
+
+zs_tensor *zs_mul_scalar(zs_tensor *a, double s)
+{
+    return scalar_op(&OP_MUL_SCALAR, ZSK_MUL, a, s);
+}
+
+zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src)
+{
+    if (!dst || !src)
+        return ZS_ERR_ARG;
+    zs_status st = zsi_check_pair("axpy_", dst, src);
+    if (st != ZS_OK)
+        return st;
+    int ndim;
+    int64_t shape[ZS_MAX_DIMS];
+    st = zsi_broadcast_shape("axpy_", dst, src, &ndim, shape);
+    if (st == ZS_OK && (ndim != dst->ndim || zsi_shape_numel(ndim, shape) != zs_numel(dst))) {
+        char a[96], b[96];
+        return zs_set_error("axpy_: source %s does not broadcast to "
+                            "destination %s", zs_shape_str(src, b, sizeof b),
+                            zs_shape_str(dst, a, sizeof a));
+    }
+    if (st != ZS_OK)
+        return st;
+    for (int d = 0; d < dst->ndim; d++)
+        if (dst->strides[d] == 0 && dst->shape[d] > 1)
+            return zs_set_error("axpy_: destination is a broadcast view");
+    int64_t ss[ZS_MAX_DIMS];
+    zsk_broadcast_strides(src->ndim, src->shape, src->strides, ndim, shape, ss);
+    zsk_iter it;
+    zsk_iter_init(&it, ndim, shape, 2, (const int64_t *[]){dst->strides, ss});
+    zsk_axpy(dst->dtype, &it, zs_data(dst), alpha, zs_data(src));
+    return ZS_OK;
+}
+
+/* ---- backward ---------------------------------------------------------- */
+
+static zs_status add_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    for (int i = 0; i < 2; i++)
+        if (zsi_needs_grad(n, i) && !(gin[i] = zsi_sum_to(g, &n->in_meta[i])))
+            return ZS_ERR_NOMEM;
+    return ZS_OK;
+}
+
+static zs_status sub_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    if (zsi_needs_grad(n, 0) && !(gin[0] = zsi_sum_to(g, &n->in_meta[0])))
+        return ZS_ERR_NOMEM;
+    if (zsi_needs_grad(n, 1)) {
+        zs_tensor *ng = zs_neg(g);
+        gin[1] = ng ? zsi_sum_to(ng, &n->in_meta[1]) : NULL;
+        zs_release(ng);
+        if (!gin[1])
+            return ZS_ERR_NOMEM;
+    }
+    return ZS_OK;
+}
+
+static zs_status mul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    for (int i = 0; i < 2; i++) {
+        if (!zsi_needs_grad(n, i))
+            continue;
+        zs_tensor *t = zs_mul(g, n->saved[1 - i]);
+        gin[i] = t ? zsi_sum_to(t, &n->in_meta[i]) : NULL;
+        zs_release(t);
+        if (!gin[i])
+            return ZS_ERR_NOMEM;
+    }
+    return ZS_OK;
+}
+
+/* d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 */
+static zs_status div_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    zs_tensor *a = n->saved[0], *b = n->saved[1];
+    zs_tensor *gb = zs_div(g, b); /* g / b */
+    if (!gb)
+        return ZS_ERR_NOMEM;
+    if (zsi_needs_grad(n, 0))
+        gin[0] = zsi_sum_to(gb, &n->in_meta[0]);
+    if (zsi_needs_grad(n, 1)) {
+        zs_tensor *q = zs_div(a, b);
+        zs_tensor *t = q ? zs_mul(gb, q) : NULL;
+        zs_tensor *nt = t ? zs_neg(t) : NULL;
+        gin[1] = nt ? zsi_sum_to(nt, &n->in_meta[1]) : NULL;
+        zs_release(q);
+        zs_release(t);
+        zs_release(nt);
+    }
+    zs_release(gb);
+    if ((zsi_needs_grad(n, 0) && !gin[0]) || (zsi_needs_grad(n, 1) && !gin[1]))
+        return ZS_ERR_NOMEM;
+    return ZS_OK;
+}
+
+static zs_status add_scalar_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    gin[0] = zs_retain(g);
+    return ZS_OK;
+}
+
+static zs_status mul_scalar_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    gin[0] = zs_mul_scalar(g, n->p.f[0]);
+    return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
+}

@@ -1,0 +1,53 @@
+/*
+ * ops/internal.h - helpers shared by the operator files.
+ */
+#ifndef ZS_OPS_INTERNAL_H
+#define ZS_OPS_INTERNAL_H
+
+#include "autograd/node.h"
+#include "core/internal.h"
+#include "kernels/cpu/kernels.h"
+#include "zs/autograd.h"
+#include "zs/ops.h"
+
+/* Fails (message names op) unless t is f32 or f64 on the CPU. */
+zs_status zsi_check_float(const char *op, const zs_tensor *t);
+/* Fails unless a and b share a float dtype. */
+zs_status zsi_check_pair(const char *op, const zs_tensor *a,
+                         const zs_tensor *b);
+/* Fails unless t is an i32 or i64 tensor. */
+zs_status zsi_check_index(const char *op, const zs_tensor *t);
+/* numpy broadcasting of a and b's shapes into (ndim, shape). */
+zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,
+                              const zs_tensor *b, int *ndim, int64_t *shape);
+/* Reads index i of an i32/i64 tensor, any layout (flat row-major i). */
+int64_t zsi_index_at(const zs_tensor *t, int64_t i);
+
+/* Parses an axes list (NULL/0 = all) into a mask; -1 + message on a bad or
+ * repeated axis. */
+int zsi_axes_mask(const char *op, int ndim, int naxes, const int *axes,
+                  bool *mask);
+
+/* A reduction over `axes` seen as a contiguous [O, R, K] array: x is a new
+ * reference to a contiguous tensor (the input itself, or a permuted copy
+ * when the reduced axes are not one block), O = product of kept dims before
+ * the block, R = reduced size, K = kept size after. out_shape receives the
+ * result shape (with keepdim) and out_ndim its rank. */
+typedef struct zsi_reduce_plan {
+    zs_tensor *x;
+    int64_t O, R, K;
+    int out_ndim;
+    int64_t out_shape[ZS_MAX_DIMS];
+    int64_t keep_shape[ZS_MAX_DIMS]; /* shape with reduced dims = 1 */
+} zsi_reduce_plan;
+zs_status zsi_reduce_plan_make(const char *op, zs_tensor *a, int naxes,
+                               const int *axes, bool keepdim,
+                               zsi_reduce_plan *p);
+
+/* Bytes of t's elements (for cost models). */
+static inline double zsi_bytes(const zs_tensor *t)
+{
+    return (double)zs_nbytes(t);
+}
+
+#endif

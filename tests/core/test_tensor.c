@@ -1,0 +1,231 @@
+/*
+ * test_tensor.c - tensors: creation, dtypes and conversions, views,
+ * contiguous, copies, scopes and refcounts, RNG, thread pool, allocator.
+ */
+#include <stdlib.h>
+
+#include "testutil.h"
+
+static void test_dtypes(void)
+{
+    /* bf16: round to nearest even at the 16-bit boundary */
+    ZT_CHECK(zs_bf16_to_f32(zs_f32_to_bf16(1.0f)) == 1.0f, "bf16 1.0");
+    float tie = 1.0f + 1.0f / 256.0f; /* halfway between 1 and 1+2^-7 */
+    ZT_CHECK(zs_bf16_to_f32(zs_f32_to_bf16(tie)) == 1.0f, "bf16 tie to even");
+    float above = 1.0f + 1.0f / 256.0f + 1.0f / 65536.0f;
+    ZT_CHECK(zs_bf16_to_f32(zs_f32_to_bf16(above)) == 1.0f + 1.0f / 128.0f,
+             "bf16 above tie rounds up");
+    ZT_CHECK(isnan(zs_bf16_to_f32(zs_f32_to_bf16(NAN))), "bf16 nan");
+    /* f16 */
+    ZT_CHECK(zs_f16_to_f32(zs_f32_to_f16(65504.0f)) == 65504.0f, "f16 max");
+    ZT_CHECK(isinf(zs_f16_to_f32(zs_f32_to_f16(65520.0f))), "f16 overflow");
+    ZT_CHECK(zs_f16_to_f32(zs_f32_to_f16(1.0f + 1.0f / 2048.0f)) == 1.0f,
+             "f16 tie to even");
+    ZT_CHECK(zs_f16_to_f32(zs_f32_to_f16(5.9604645e-8f)) == 5.9604645e-8f,
+             "f16 smallest subnormal");
+    ZT_CHECK(zs_f32_to_f16(-0.0f) == 0x8000, "f16 -0");
+    /* every f16 / bf16 / f8 bit pattern round-trips through f32 */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = zs_f16_to_f32((uint16_t)h);
+        if (!isnan(f) && zs_f32_to_f16(f) != h)
+            bad++;
+        float g = zs_bf16_to_f32((uint16_t)h);
+        if (!isnan(g) && zs_f32_to_bf16(g) != h)
+            bad++;
+    }
+    for (uint32_t v = 0; v < 256; v++) {
+        float a = zs_f8e4m3_to_f32((uint8_t)v), b = zs_f8e5m2_to_f32((uint8_t)v);
+        if (!isnan(a) && zs_f32_to_f8e4m3(a) != v)
+            bad++;
+        if (!isnan(b) && zs_f32_to_f8e5m2(b) != v)
+            bad++;
+    }
+    ZT_CHECK(bad == 0, "%d bit patterns do not round-trip", bad);
+    ZT_CHECK(zs_f8e4m3_to_f32(zs_f32_to_f8e4m3(1000.0f)) == 448.0f, "e4m3 saturates");
+    ZT_CHECK(isinf(zs_f8e5m2_to_f32(zs_f32_to_f8e5m2(1e6f))), "e5m2 overflow inf");
+    ZT_CHECK(zs_dtype_parse("bf16") == ZS_BF16 && zs_dtype_parse("x") == -1, "parse");
+    zt_section("dtypes");
+}
+
+static void test_creation(void)
+{
+    zs_tensor *a = zs_arange(ZS_F32, 0, 10, 3);
+    ZT_CHECK(a && a->ndim == 1 && a->shape[0] == 4 && zs_get(a, 3) == 9, "arange");
+    zs_release(a);
+    ZT_EXPECT_ERROR(zs_arange(ZS_F32, 0, 1, 0) == NULL, "step");
+    zs_tensor *f = zs_full(ZS_I32, ZS_SHAPE(2, 3), 7);
+    ZT_CHECK(f && zs_get(f, 5) == 7 && zs_nbytes(f) == 24, "full i32");
+    zs_release(f);
+    ZT_EXPECT_ERROR(zs_zeros(ZS_F32, ZS_SHAPE(2, -3)) == NULL, "size -3");
+    ZT_EXPECT_ERROR(zs_zeros(ZS_F32, 9, (int64_t[9]){1}) == NULL, "9 dims");
+    double buf[6] = {1, 2, 3, 4, 5, 6}, back[6] = {0};
+    zs_tensor *t = zs_from_data(ZS_F64, ZS_SHAPE(2, 3), buf);
+    ZT_CHECK(zs_copy_to_buffer(t, back, sizeof back) == ZS_OK && back[5] == 6, "to buffer");
+    ZT_EXPECT_ERROR(zs_copy_to_buffer(t, back, 8) < 0, "buffer holds 8 bytes");
+    zs_tensor *tt = zs_transpose(t, 0, 1);
+    ZT_CHECK(zs_copy_to_buffer(tt, back, sizeof back) == ZS_OK && back[1] == 4, "transposed to buffer");
+    zs_release(tt);
+    zs_release(t);
+    /* dtype conversion of a whole tensor */
+    zs_tensor *x = zt_rand(ZS_F32, ZS_SHAPE(5, 7), 3);
+    zs_tensor *h = zs_to_dtype(x, ZS_BF16);
+    zs_tensor *x2 = zs_to_dtype(h, ZS_F32);
+    double worst = 0;
+    for (int i = 0; i < 35; i++)
+        worst = fmax(worst, fabs(zs_get(x, i) - zs_get(x2, i)));
+    ZT_CHECK(worst <= 1.0 / 256, "bf16 round trip error %g", worst);
+    zs_release(x);
+    zs_release(h);
+    zs_release(x2);
+    zt_section("creation and copies");
+}
+
+static void test_views(void)
+{
+    zs_tensor *a = zs_arange(ZS_F32, 0, 24, 1);
+    zs_tensor *b = zs_reshape(a, ZS_SHAPE(2, 3, 4));
+    ZT_CHECK(b && b->storage == a->storage, "reshape shares storage");
+    zs_tensor *p = zs_permute(b, (int[]){2, 0, 1}); /* [4, 2, 3] */
+    ZT_CHECK(p && p->shape[0] == 4 && !zs_is_contiguous(p), "permute");
+    /* p[i][j][k] = b[j][k][i] = 12j + 4k + i */
+    ZT_CHECK(zs_get(p, 1 * 6 + 1 * 3 + 2) == 12 + 8 + 1, "permute value");
+    zs_tensor *c = zs_contiguous(p);
+    ZT_CHECK(zs_is_contiguous(c) && zs_get(c, 1 * 6 + 1 * 3 + 2) == 21, "contiguous");
+    zs_tensor *n = zs_narrow(b, 2, 1, 2); /* [2, 3, 2] */
+    ZT_CHECK(n && zs_get(n, 0) == 1 && zs_get(n, 1) == 2 && zs_get(n, 2) == 5, "narrow");
+    zs_tensor *s = zs_slice(a, 0, 1, 100, 5); /* 1, 6, 11, 16, 21 */
+    ZT_CHECK(s && s->shape[0] == 5 && zs_get(s, 4) == 21, "slice clamps end");
+    zs_tensor *u = zs_unsqueeze(s, 0);
+    zs_tensor *e = zs_expand(u, ZS_SHAPE(3, 5));
+    ZT_CHECK(e && e->strides[0] == 0 && zs_get(e, 12) == 11, "expand");
+    zs_tensor *q = zs_squeeze(u, 0);
+    ZT_CHECK(q && q->ndim == 1, "squeeze");
+    zs_tensor *r = zs_reshape(p, ZS_SHAPE(-1, 6)); /* copies */
+    ZT_CHECK(r && r->shape[0] == 4 && zs_get(r, 7) == zs_get(p, 7), "reshape -1 copy");
+    zs_tensor *fl = zs_flatten(b, 1, 2);
+    ZT_CHECK(fl && fl->ndim == 2 && fl->shape[1] == 12, "flatten");
+    ZT_EXPECT_ERROR(zs_reshape(a, ZS_SHAPE(5, 5)) == NULL, "cannot reshape");
+    ZT_EXPECT_ERROR(zs_view(p, ZS_SHAPE(24)) == NULL, "not contiguous");
+    ZT_EXPECT_ERROR(zs_permute(b, (int[]){0, 0, 1}) == NULL, "permutation");
+    ZT_EXPECT_ERROR(zs_narrow(b, 2, 3, 2) == NULL, "out of range");
+    ZT_EXPECT_ERROR(zs_expand(b, ZS_SHAPE(2, 5, 4)) == NULL, "cannot expand");
+    ZT_EXPECT_ERROR(zs_squeeze(b, 0) == NULL, "expected 1");
+    ZT_EXPECT_ERROR(zs_transpose(b, 0, 3) == NULL, "dim 3 out of range");
+    zs_tensor *all[] = {a, b, p, c, n, s, u, e, q, r, fl};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        zs_release(all[i]);
+    zt_section("views");
+}
+
+static void test_scopes(void)
+{
+    int64_t before = zt_live_bytes();
+    zs_tensor *kept;
+    zs_scope_push();
+    zs_tensor *a = zs_ones(ZS_F32, ZS_SHAPE(100));
+    zs_tensor *b = zs_add(a, a);
+    zs_release(zs_mul(a, b)); /* early release inside a scope is safe */
+    zs_scope_push();
+    zs_tensor *inner = zs_add(b, b);
+    zs_keep(inner); /* moves to the outer scope */
+    zs_scope_pop();
+    ZT_CHECK(zs_get(inner, 0) == 4, "kept tensor alive after inner pop");
+    kept = zs_keep(zs_mul_scalar(inner, 2.0)); /* moves to the caller */
+    zs_scope_pop();
+    ZT_CHECK(zs_get(kept, 99) == 8, "kept value");
+    zs_release(kept);
+    ZT_CHECK(zt_live_bytes() == before, "scope freed everything: %lld bytes left",
+             (long long)(zt_live_bytes() - before));
+    zt_section("scopes");
+}
+
+static void test_rng(void)
+{
+    zs_tensor *a = zs_normal(ZS_F64, ZS_SHAPE(100001), 1.0, 2.0, 42);
+    zs_set_num_threads(1);
+    zs_tensor *b = zs_normal(ZS_F64, ZS_SHAPE(100001), 1.0, 2.0, 42);
+    zs_set_num_threads(2);
+    int diff = 0;
+    double mean = 0, m2 = 0;
+    for (int i = 0; i < 100001; i++) {
+        double v = zs_get(a, i);
+        diff += v != zs_get(b, i);
+        mean += v;
+        m2 += v * v;
+    }
+    mean /= 100001;
+    double sd = sqrt(m2 / 100001 - mean * mean);
+    ZT_CHECK(diff == 0, "normal differs across thread counts (%d)", diff);
+    ZT_CHECK(fabs(mean - 1) < 0.03 && fabs(sd - 2) < 0.03, "normal moments %g %g", mean, sd);
+    zs_tensor *u = zs_uniform(ZS_F32, ZS_SHAPE(1000), 2, 3, 7);
+    double lo = 9, hi = -9;
+    for (int i = 0; i < 1000; i++) {
+        lo = fmin(lo, zs_get(u, i));
+        hi = fmax(hi, zs_get(u, i));
+    }
+    ZT_CHECK(lo >= 2 && hi < 3 && hi - lo > 0.95, "uniform range [%g, %g]", lo, hi);
+    ZT_EXPECT_ERROR(zs_uniform(ZS_I32, ZS_SHAPE(3), 0, 1, 1) == NULL, "not a float");
+    zs_release(a);
+    zs_release(b);
+    zs_release(u);
+    zt_section("rng");
+}
+
+typedef struct { int64_t *hits; } pf_ctx;
+static void pf_body(void *ctx, int64_t b, int64_t e)
+{
+    pf_ctx *c = ctx;
+    for (int64_t i = b; i < e; i++)
+        c->hits[i]++;
+}
+
+static void test_threads(void)
+{
+    int64_t hits[1000] = {0};
+    pf_ctx c = {hits};
+    for (int rep = 0; rep < 200; rep++)
+        zs_parallel_for(1000, 1, pf_body, &c);
+    int bad = 0;
+    for (int i = 0; i < 1000; i++)
+        bad += hits[i] != 200;
+    ZT_CHECK(bad == 0, "parallel_for visited %d items wrongly", bad);
+    zs_set_num_threads(3);
+    ZT_CHECK(zs_num_threads() == 3, "resize pool");
+    zs_parallel_for(1000, 7, pf_body, &c);
+    ZT_CHECK(hits[999] == 201, "after resize");
+    zs_set_num_threads(2);
+    zt_section("thread pool");
+}
+
+static void test_alloc(void)
+{
+    zs_alloc_stats s0, s1;
+    zs_tensor *warm = zs_empty(ZS_F32, ZS_SHAPE(1 << 20));
+    zs_release(warm);
+    zs_alloc_get_stats(&s0);
+    for (int i = 0; i < 10; i++)
+        zs_release(zs_empty(ZS_F32, ZS_SHAPE(1 << 20)));
+    zs_alloc_get_stats(&s1);
+    ZT_CHECK(s1.n_system == s0.n_system, "cache reused blocks (%llu new)",
+             (unsigned long long)(s1.n_system - s0.n_system));
+    ZT_CHECK(s1.peak_bytes >= (4u << 20), "peak counted");
+    zs_alloc_fail_after(1);
+    ZT_EXPECT_ERROR(zs_zeros(ZS_F32, ZS_SHAPE(10)) == NULL, "out of memory");
+    zs_tensor *ok = zs_zeros(ZS_F32, ZS_SHAPE(10));
+    ZT_CHECK(ok != NULL, "allocation works again");
+    zs_release(ok);
+    zt_section("allocator");
+}
+
+int main(void)
+{
+    test_dtypes();
+    test_creation();
+    test_views();
+    test_scopes();
+    test_rng();
+    test_threads();
+    test_alloc();
+    return zt_done();
+}

@@ -1,0 +1,109 @@
+/*
+ * testutil.c - see testutil.h.
+ */
+#include "testutil.h"
+
+#include <stdlib.h>
+
+int zt_failures;
+int zt_checks;
+static int section_failures;
+
+void zt_section(const char *name)
+{
+    int f = zt_failures - section_failures;
+    printf("%s %s\n", f ? "FAILED" : "ok", name);
+    fflush(stdout);
+    section_failures = zt_failures;
+}
+
+int zt_done(void)
+{
+    printf("%d checks, %d failures\n", zt_checks, zt_failures);
+    return zt_failures ? 1 : 0;
+}
+
+zs_tensor *zt_rand(zs_dtype dt, int ndim, const int64_t *shape, uint64_t seed)
+{
+    return zs_uniform(dt, ndim, shape, -1.0, 1.0, seed);
+}
+
+zs_tensor *zt_rand_strided(zs_dtype dt, int ndim, const int64_t *shape,
+                           uint64_t seed)
+{
+    zs_tensor *src = zt_rand(dt, ndim, shape, seed);
+    if (ndim == 0)
+        return src;
+    /* Buffer [.., 2*last] transposed: a view with non-unit strides. */
+    int64_t wide[ZS_MAX_DIMS];
+    memcpy(wide, shape, (size_t)ndim * sizeof *wide);
+    wide[ndim - 1] *= 2;
+    zs_tensor *buf = zs_zeros(dt, ndim, wide);
+    zs_tensor *view = zs_slice(buf, ndim - 1, 0, wide[ndim - 1], 2);
+    zs_copy_(view, src);
+    zs_release(buf);
+    zs_release(src);
+    return view;
+}
+
+double *zt_values(const zs_tensor *t)
+{
+    int64_t n = zs_numel(t);
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = zs_get(t, i);
+    return v;
+}
+
+double zt_max_err(const zs_tensor *t, const double *ref, int64_t n)
+{
+    if (!t || zs_numel(t) != n)
+        return INFINITY;
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = zs_get(t, i), e = fabs(a - ref[i]) / fmax(1.0, fabs(ref[i]));
+        if (isnan(a) != isnan(ref[i]))
+            return INFINITY;
+        if (e > worst)
+            worst = e;
+    }
+    return worst;
+}
+
+void zt_expect_error_(const char *file, int line, bool failed,
+                      const char *needle)
+{
+    zt_checks++;
+    const char *msg = zs_last_error();
+    if (!failed || !strstr(msg, needle)) {
+        zt_failures++;
+        fprintf(stderr, "FAIL %s:%d: expected an error containing '%s', got "
+                "%s ('%s')\n", file, line, needle,
+                failed ? "an error" : "success", msg);
+    }
+    zs_clear_error();
+}
+
+void zt_gradcheck_(const char *file, int line, const char *name, zs_grad_fn fn,
+                   void *ctx, int n, zs_tensor **inputs)
+{
+    zs_gradcheck_result r;
+    zs_status st = zs_gradcheck(fn, ctx, n, inputs, 1e-6, 1e-6, 1e-5, &r);
+    zt_checks++;
+    if (st != ZS_OK || !r.ok) {
+        zt_failures++;
+        fprintf(stderr, "FAIL %s:%d: gradcheck %s: status %d, max abs err "
+                "%.3g, max rel err %.3g (input %d, element %lld) [%s]\n", file,
+                line, name, (int)st, r.max_abs_err, r.max_rel_err,
+                r.worst_input, (long long)r.worst_index, zs_last_error());
+    }
+    for (int i = 0; i < n; i++)
+        zs_zero_grad(inputs[i], true);
+}
+
+int64_t zt_live_bytes(void)
+{
+    zs_alloc_stats st;
+    zs_alloc_get_stats(&st);
+    return (int64_t)st.current_bytes;
+}

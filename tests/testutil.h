@@ -1,0 +1,61 @@
+/*
+ * testutil.h - the small test framework every tests/ program uses.
+ *
+ * ZT_CHECK records a failure with file:line and a message and goes on, so
+ * one run reports every broken case; zt_done() prints a summary and returns
+ * the exit code. Random inputs come from fixed seeds printed on failure.
+ */
+#ifndef ZS_TESTUTIL_H
+#define ZS_TESTUTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "zs/zs.h"
+
+extern int zt_failures;
+extern int zt_checks;
+
+#define ZT_CHECK(cond, ...)                                                   \
+    do {                                                                      \
+        zt_checks++;                                                          \
+        if (!(cond)) {                                                        \
+            zt_failures++;                                                    \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);              \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fprintf(stderr, "  [zs_last_error: %s]\n", zs_last_error());      \
+        }                                                                     \
+    } while (0)
+
+/* Prints "ok <name>" or the failure count of a section. */
+void zt_section(const char *name);
+/* Summary line; returns 0 when every check passed. */
+int zt_done(void);
+
+/* Uniform [-1, 1) tensor of dtype dt. */
+zs_tensor *zt_rand(zs_dtype dt, int ndim, const int64_t *shape, uint64_t seed);
+/* Same values as zt_rand but stored as a non-contiguous view (every other
+ * element of a twice-as-wide buffer, then transposed back and forth). */
+zs_tensor *zt_rand_strided(zs_dtype dt, int ndim, const int64_t *shape,
+                           uint64_t seed);
+/* Copies t's values (row-major) into a new malloc'd double array. */
+double *zt_values(const zs_tensor *t);
+/* max |t - ref| / max(1, |ref|) over all elements; shape must match n. */
+double zt_max_err(const zs_tensor *t, const double *ref, int64_t n);
+/* Checks an error: ptr NULL (or st < 0) and the message contains `needle`. */
+void zt_expect_error_(const char *file, int line, bool failed,
+                      const char *needle);
+#define ZT_EXPECT_ERROR(failed, needle)                                       \
+    zt_expect_error_(__FILE__, __LINE__, (failed), (needle))
+
+/* Runs zs_gradcheck (eps 1e-6, atol 1e-6, rtol 1e-5) and records a check. */
+void zt_gradcheck_(const char *file, int line, const char *name, zs_grad_fn fn,
+                   void *ctx, int n, zs_tensor **inputs);
+#define ZT_GRADCHECK(name, fn, ctx, n, inputs)                                \
+    zt_gradcheck_(__FILE__, __LINE__, (name), (fn), (ctx), (n), (inputs))
+
+/* Leak check for a test body: tensors and nodes alive at the end. */
+int64_t zt_live_bytes(void);
+
+#endif
