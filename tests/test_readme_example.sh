@@ -13,7 +13,7 @@ awk '/<!-- readme-example -->/{f=1; next} f && /^```c/{g=1; next} g && /^```/{ex
 flags=""
 grep -q "ZS_SANITIZE:BOOL=ON" "$bin/CMakeCache.txt" && flags="-fsanitize=address,undefined"
 cc -std=c11 -Wall -Wextra -Werror $flags -I"$src/include" "$tmp/example.c" \
-   "$bin/libzs.a" -lm -lpthread -o "$tmp/example"
+   "$bin/libzs.a" -lz -lcjson -lm -lpthread -o "$tmp/example"
 out=$("$tmp/example")
 echo "$out"
 echo "$out" | grep -q "w = 2.000, b = 1.000" || { echo "example did not converge"; exit 1; }

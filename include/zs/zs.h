@@ -8,6 +8,7 @@
 #include "ops.h"
 #include "autograd.h"
 #include "analyze.h"
+#include "io.h"
 
 #define ZS_VERSION "0.1.0"
 

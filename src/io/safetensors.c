@@ -1,0 +1,390 @@
+/*
+ * safetensors.c - checkpoints in the safetensors format.
+ *
+ * File: u64 little-endian N, then N bytes of JSON (padded with spaces to a
+ * multiple of 8): {"name": {"dtype": "F32", "shape": [..],
+ * "data_offsets": [begin, end]}, ..., "__metadata__": {"k": "v"}}, then the
+ * data block; offsets are relative to the start of the data block. Tensors
+ * are written in name order, contiguous, little-endian (this code assumes a
+ * little-endian host, checked at run time).
+ *
+ * Saving is atomic: write "<path>.tmp.<pid>", fsync, rename over path,
+ * fsync the directory. A crash at any point leaves either the old file or
+ * the new one, never a torn one.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "zs/io.h"
+
+static const char *st_names[ZS_DTYPE_COUNT] = {
+    [ZS_F32] = "F32", [ZS_F64] = "F64", [ZS_F16] = "F16", [ZS_BF16] = "BF16",
+    [ZS_F8E4M3] = "F8_E4M3", [ZS_F8E5M2] = "F8_E5M2", [ZS_I8] = "I8",
+    [ZS_U8] = "U8", [ZS_I32] = "I32", [ZS_I64] = "I64",
+};
+
+static int parse_dtype(const char *s)
+{
+    for (int i = 0; i < ZS_DTYPE_COUNT; i++)
+        if (s && st_names[i] && !strcmp(s, st_names[i]))
+            return i;
+    return -1;
+}
+
+static bool little_endian(void)
+{
+    uint16_t x = 1;
+    return *(uint8_t *)&x == 1;
+}
+
+static zs_status write_all(int fd, const void *buf, size_t n, const char *path)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return zs_set_error_code(ZS_ERR_IO, "safetensors: writing %s: %s",
+                                     path, strerror(errno));
+        p += w;
+        n -= (size_t)w;
+    }
+    return ZS_OK;
+}
+
+static int cmp_idx_names(const void *a, const void *b, void *names)
+{
+    const char *const *nm = names;
+    return strcmp(nm[*(const int *)a], nm[*(const int *)b]);
+}
+
+static char *build_header(int n, const char *const *names,
+                          zs_tensor *const *tensors, const int *order,
+                          const char *metadata_json, size_t *len)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return NULL;
+    if (metadata_json) {
+        cJSON *meta = cJSON_Parse(metadata_json);
+        if (!meta || !cJSON_IsObject(meta)) {
+            cJSON_Delete(meta);
+            cJSON_Delete(root);
+            zs_set_error("safetensors: metadata is not a JSON object");
+            return NULL;
+        }
+        cJSON_AddItemToObject(root, "__metadata__", meta);
+    }
+    size_t off = 0;
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        zs_tensor *t = tensors[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "dtype", st_names[t->dtype]);
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t->ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += zs_nbytes(t);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToObject(root, names[i], e);
+    }
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!json)
+        return NULL;
+    size_t l = strlen(json), padded = (l + 7) / 8 * 8;
+    char *out = malloc(padded + 1);
+    if (out) {
+        memcpy(out, json, l);
+        memset(out + l, ' ', padded - l);
+        out[padded] = '\0';
+        *len = padded;
+    }
+    free(json);
+    return out;
+}
+
+static zs_status check_inputs(int n, const char *const *names,
+                              zs_tensor *const *tensors)
+{
+    if (!little_endian())
+        return zs_set_error_code(ZS_ERR_UNSUPPORTED,
+                                 "safetensors: big-endian hosts unsupported");
+    for (int i = 0; i < n; i++) {
+        if (!names[i] || !names[i][0] || !tensors[i])
+            return zs_set_error("safetensors: entry %d has no name or tensor", i);
+        if (!strcmp(names[i], "__metadata__"))
+            return zs_set_error("safetensors: '__metadata__' is reserved");
+        for (int j = 0; j < i; j++)
+            if (!strcmp(names[i], names[j]))
+                return zs_set_error("safetensors: duplicate name '%s'", names[i]);
+    }
+    return ZS_OK;
+}
+
+static zs_status write_tensor(int fd, zs_tensor *t, const char *path)
+{
+    if (zs_is_contiguous(t))
+        return write_all(fd, zs_data(t), zs_nbytes(t), path);
+    zsi_tracking_pause();
+    zs_tensor *c = zsi_new_tensor(t->dtype, t->ndim, t->shape);
+    zs_status st = c ? zs_copy_(c, t) : ZS_ERR_NOMEM;
+    if (st == ZS_OK)
+        st = write_all(fd, zs_data(c), zs_nbytes(c), path);
+    zs_release(c);
+    zsi_tracking_resume();
+    return st;
+}
+
+static void fsync_dir(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return;
+    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    free(copy);
+}
+
+zs_status zs_safetensors_save(const char *path, int n, const char *const *names,
+                              zs_tensor *const *tensors,
+                              const char *metadata_json)
+{
+    if (n < 0 || (n > 0 && (!names || !tensors)))
+        return zs_set_error("safetensors: bad tensor list (n = %d)", n);
+    zs_status st = check_inputs(n, names, tensors);
+    if (st != ZS_OK)
+        return st;
+    int *order = malloc(((size_t)n + 1) * sizeof *order);
+    if (!order)
+        return zs_set_error_code(ZS_ERR_NOMEM, "safetensors: out of memory");
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, (size_t)n, sizeof *order, cmp_idx_names, (void *)names);
+    size_t hlen = 0;
+    char *hdr = build_header(n, names, tensors, order, metadata_json, &hlen);
+    if (!hdr) {
+        free(order);
+        return zs_last_error()[0] ? ZS_ERR_ARG : ZS_ERR_NOMEM;
+    }
+    size_t tl = strlen(path) + 32;
+    char *tmp = malloc(tl);
+    int fd = -1;
+    if (tmp) {
+        snprintf(tmp, tl, "%s.tmp.%d", path, (int)getpid());
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    }
+    if (fd < 0) {
+        st = zs_set_error_code(ZS_ERR_IO, "safetensors: cannot create %s: %s",
+                               tmp ? tmp : path, strerror(errno));
+        goto out;
+    }
+    uint64_t len = hlen;
+    st = write_all(fd, &len, 8, tmp);
+    if (st == ZS_OK)
+        st = write_all(fd, hdr, hlen, tmp);
+    for (int k = 0; k < n && st == ZS_OK; k++)
+        st = write_tensor(fd, tensors[order[k]], tmp);
+    if (st == ZS_OK && fsync(fd) != 0)
+        st = zs_set_error_code(ZS_ERR_IO, "safetensors: fsync %s: %s", tmp,
+                               strerror(errno));
+    if (close(fd) != 0 && st == ZS_OK)
+        st = zs_set_error_code(ZS_ERR_IO, "safetensors: close %s: %s", tmp,
+                               strerror(errno));
+    if (st == ZS_OK && rename(tmp, path) != 0)
+        st = zs_set_error_code(ZS_ERR_IO, "safetensors: rename to %s: %s",
+                               path, strerror(errno));
+    if (st == ZS_OK)
+        fsync_dir(path);
+    else
+        unlink(tmp);
+out:
+    free(tmp);
+    free(hdr);
+    free(order);
+    return st;
+}
+
+/* ---- loading ---------------------------------------------------------- */
+
+void zs_tensor_set_free(zs_tensor_set *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->n; i++) {
+        free(s->names[i]);
+        zs_release(s->tensors[i]);
+    }
+    free(s->names);
+    free(s->tensors);
+    free(s->metadata_json);
+    memset(s, 0, sizeof *s);
+}
+
+zs_tensor *zs_tensor_set_get(const zs_tensor_set *s, const char *name)
+{
+    for (int i = 0; s && i < s->n; i++)
+        if (!strcmp(s->names[i], name))
+            return s->tensors[i];
+    return NULL;
+}
+
+static unsigned char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        zs_set_error_code(ZS_ERR_IO, "safetensors: cannot open %s: %s", path,
+                          strerror(errno));
+        return NULL;
+    }
+    unsigned char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+        fseek(f, 0, SEEK_SET) == 0) {
+        buf = malloc((size_t)n + 1);
+        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        zs_set_error_code(ZS_ERR_IO, "safetensors: cannot read %s", path);
+    *size = (size_t)n;
+    return buf;
+}
+
+typedef struct span {
+    uint64_t b, e;
+} span;
+
+static int cmp_span(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->b < y->b ? -1 : x->b > y->b;
+}
+
+/* Validates one header entry and makes its tensor. */
+static zs_status load_entry(const char *path, cJSON *e, const unsigned char *data,
+                            uint64_t dsize, zs_tensor **out, span *sp)
+{
+    const char *name = e->string;
+    cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    int dtype = cJSON_IsString(dt) ? parse_dtype(dt->valuestring) : -1;
+    if (dtype < 0 || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) ||
+        cJSON_GetArraySize(offs) != 2 || cJSON_GetArraySize(shape) > ZS_MAX_DIMS)
+        return zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: entry '%s' "
+                                 "has a bad dtype, shape or data_offsets",
+                                 path, name);
+    int64_t sh[ZS_MAX_DIMS];
+    int nd = cJSON_GetArraySize(shape);
+    for (int d = 0; d < nd; d++) {
+        cJSON *v = cJSON_GetArrayItem(shape, d);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e12 ||
+            v->valuedouble != (double)(int64_t)v->valuedouble)
+            return zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: entry "
+                                     "'%s' has a bad shape", path, name);
+        sh[d] = (int64_t)v->valuedouble;
+    }
+    double b = cJSON_GetArrayItem(offs, 0)->valuedouble;
+    double en = cJSON_GetArrayItem(offs, 1)->valuedouble;
+    double need = (double)zsi_shape_numel(nd, sh) * (double)zs_dtype_size(dtype);
+    if (!(b >= 0 && en >= b && en <= (double)dsize && en - b == need))
+        return zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: entry '%s' "
+                                 "data_offsets [%.0f, %.0f] do not match its "
+                                 "%.0f bytes within %llu bytes of data", path,
+                                 name, b, en, need, (unsigned long long)dsize);
+    sp->b = (uint64_t)b;
+    sp->e = (uint64_t)en;
+    *out = zsi_new_tensor(dtype, nd, sh);
+    if (!*out)
+        return ZS_ERR_NOMEM;
+    memcpy(zs_data(*out), data + sp->b, (size_t)need);
+    return ZS_OK;
+}
+
+static zs_status parse_set(const char *path, cJSON *root, const unsigned char *data,
+                           uint64_t dsize, zs_tensor_set *out)
+{
+    int count = cJSON_GetArraySize(root);
+    out->names = calloc((size_t)count + 1, sizeof *out->names);
+    out->tensors = calloc((size_t)count + 1, sizeof *out->tensors);
+    span *spans = calloc((size_t)count + 1, sizeof *spans);
+    zs_status st = (out->names && out->tensors && spans) ? ZS_OK : ZS_ERR_NOMEM;
+    int ns = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        if (st != ZS_OK)
+            break;
+        if (!strcmp(e->string, "__metadata__")) {
+            out->metadata_json = cJSON_PrintUnformatted(e);
+            continue;
+        }
+        if (!cJSON_IsObject(e)) {
+            st = zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: entry '%s' "
+                                   "is not an object", path, e->string);
+            break;
+        }
+        st = load_entry(path, e, data, dsize, &out->tensors[out->n], &spans[ns]);
+        if (st == ZS_OK) {
+            out->names[out->n] = strdup(e->string);
+            out->n++;
+            ns++;
+        }
+    }
+    qsort(spans, (size_t)ns, sizeof *spans, cmp_span);
+    for (int i = 1; st == ZS_OK && i < ns; i++)
+        if (spans[i].b < spans[i - 1].e)
+            st = zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: tensors "
+                                   "overlap in the data block", path);
+    free(spans);
+    return st;
+}
+
+zs_status zs_safetensors_load(const char *path, zs_tensor_set *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t size = 0;
+    unsigned char *buf = read_file(path, &size);
+    if (!buf)
+        return ZS_ERR_IO;
+    zs_status st = ZS_OK;
+    uint64_t hlen = 0;
+    if (size < 8 || (memcpy(&hlen, buf, 8), hlen > size - 8)) {
+        st = zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s is truncated or "
+                               "not a safetensors file (size %zu, header "
+                               "length %llu)", path, size,
+                               (unsigned long long)hlen);
+        free(buf);
+        return st;
+    }
+    cJSON *root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen);
+    if (!root || !cJSON_IsObject(root)) {
+        st = zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: header is not "
+                               "a JSON object", path);
+    } else {
+        zsi_tracking_pause();
+        st = parse_set(path, root, buf + 8 + hlen, size - 8 - hlen, out);
+        zsi_tracking_resume();
+    }
+    cJSON_Delete(root);
+    free(buf);
+    if (st != ZS_OK)
+        zs_tensor_set_free(out);
+    return st;
+}

@@ -1,0 +1,193 @@
+/*
+ * test_io.c - safetensors (round trip, byte-exact against an independent
+ * Python reader, metadata, corrupt files, no clobbering on failure) and IDX
+ * (plain and gzip, truncated and malformed files, Fashion-MNIST if
+ * installed).
+ */
+#include <stdlib.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "testutil.h"
+
+static char dir[256];
+
+static void path_of(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/%s", dir, name);
+}
+
+static void dump_raw(const char *name, zs_tensor *t)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s.bin", dir, name);
+    size_t nb = zs_nbytes(t);
+    void *buf = malloc(nb + 1);
+    zs_copy_to_buffer(t, buf, nb);
+    FILE *f = fopen(p, "wb");
+    fwrite(buf, 1, nb, f);
+    fclose(f);
+    free(buf);
+}
+
+static void test_safetensors(void)
+{
+    zs_tensor *w = zt_rand(ZS_F32, ZS_SHAPE(7, 5), 1);
+    zs_tensor *wt = zs_transpose(w, 0, 1); /* non-contiguous: saved as [5, 7] */
+    zs_tensor *d = zt_rand(ZS_F64, ZS_SHAPE(3), 2);
+    zs_tensor *h = zs_to_dtype(w, ZS_BF16);
+    zs_tensor *i = zs_arange(ZS_I64, 0, 10, 1);
+    zs_tensor *s = zs_scalar(ZS_F32, 3.5);
+    zs_tensor *e = zs_zeros(ZS_U8, ZS_SHAPE(0, 4));
+    const char *names[] = {"w.t", "b", "half", "idx", "step", "empty"};
+    zs_tensor *ts[] = {wt, d, h, i, s, e};
+    char p[512];
+    path_of(p, sizeof p, "a.safetensors");
+    ZT_CHECK(zs_safetensors_save(p, 6, names, ts, "{\"format\":\"pt\",\"step\":\"7\"}") == ZS_OK,
+             "save");
+    for (int k = 0; k < 6; k++)
+        dump_raw(names[k], ts[k]);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "python3 %s/tests/io/read_safetensors.py %s %s > %s/py.txt",
+             getenv("ZS_SOURCE_DIR") ? getenv("ZS_SOURCE_DIR") : "..", p, dir, dir);
+    ZT_CHECK(system(cmd) == 0, "independent python reader agrees byte for byte (%s)", cmd);
+    zs_tensor_set set;
+    ZT_CHECK(zs_safetensors_load(p, &set) == ZS_OK && set.n == 6, "load");
+    zs_tensor *r = zs_tensor_set_get(&set, "w.t");
+    bool same = r && r->shape[0] == 5 && r->shape[1] == 7;
+    for (int k = 0; same && k < 35; k++)
+        same = zs_get(r, k) == zs_get(wt, k);
+    ZT_CHECK(same, "values survive the round trip");
+    ZT_CHECK(set.metadata_json && strstr(set.metadata_json, "\"step\":\"7\""), "metadata");
+    zs_tensor *e2 = zs_tensor_set_get(&set, "empty");
+    ZT_CHECK(e2 && e2->ndim == 2 && zs_numel(e2) == 0, "empty tensor");
+    zs_tensor_set_free(&set);
+    /* failures never clobber the existing file */
+    ZT_EXPECT_ERROR(zs_safetensors_save(p, 1, names, ts, "[1,2]") < 0, "metadata is not a JSON object");
+    const char *dup[] = {"x", "x"};
+    ZT_EXPECT_ERROR(zs_safetensors_save(p, 2, dup, ts, NULL) < 0, "duplicate name");
+    ZT_CHECK(zs_safetensors_load(p, &set) == ZS_OK && set.n == 6, "old file intact");
+    zs_tensor_set_free(&set);
+    ZT_EXPECT_ERROR(zs_safetensors_save("/nonexistent-dir/x.safetensors", 1, names, ts, NULL) < 0,
+                    "cannot create");
+    zs_tensor *all[] = {w, wt, d, h, i, s, e};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++)
+        zs_release(all[k]);
+    zt_section("safetensors round trip");
+}
+
+static void write_bytes(const char *name, const void *b, size_t n)
+{
+    char p[512];
+    path_of(p, sizeof p, name);
+    FILE *f = fopen(p, "wb");
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
+static void test_safetensors_corrupt(void)
+{
+    char p[512], q[512];
+    path_of(p, sizeof p, "a.safetensors");
+    FILE *f = fopen(p, "rb");
+    static unsigned char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    zs_tensor_set set;
+    path_of(q, sizeof q, "bad.safetensors");
+    write_bytes("bad.safetensors", buf, n - 3);
+    ZT_EXPECT_ERROR(zs_safetensors_load(q, &set) < 0, "do not match");
+    write_bytes("bad.safetensors", buf, 5);
+    ZT_EXPECT_ERROR(zs_safetensors_load(q, &set) < 0, "truncated");
+    unsigned char big[16] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, '{', '}'};
+    write_bytes("bad.safetensors", big, 16);
+    ZT_EXPECT_ERROR(zs_safetensors_load(q, &set) < 0, "header length");
+    unsigned char junk[24] = {8, 0, 0, 0, 0, 0, 0, 0, 'n', 'o', 't', ' ', 'j', 's', 'o', 'n'};
+    write_bytes("bad.safetensors", junk, 16);
+    ZT_EXPECT_ERROR(zs_safetensors_load(q, &set) < 0, "not a JSON object");
+    const char *hdr = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}";
+    size_t hl = strlen(hdr);
+    unsigned char ov[256] = {0};
+    uint64_t l64 = hl;
+    memcpy(ov, &l64, 8);
+    memcpy(ov + 8, hdr, hl);
+    write_bytes("bad.safetensors", ov, 8 + hl + 12);
+    ZT_EXPECT_ERROR(zs_safetensors_load(q, &set) < 0, "overlap");
+    const char *hdr2 = "{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    hl = strlen(hdr2);
+    l64 = hl;
+    memcpy(ov, &l64, 8);
+    memcpy(ov + 8, hdr2, hl);
+    write_bytes("bad.safetensors", ov, 8 + hl + 8);
+    ZT_EXPECT_ERROR(zs_safetensors_load(q, &set) < 0, "bad dtype");
+    ZT_EXPECT_ERROR(zs_safetensors_load("/nonexistent/x", &set) < 0, "cannot open");
+    zt_section("safetensors corrupt files");
+}
+
+static void test_idx(void)
+{
+    /* 3 images of 2x3, u8; big-endian dims */
+    unsigned char idx[4 + 12 + 18] = {0, 0, 0x08, 3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 3};
+    for (int k = 0; k < 18; k++)
+        idx[16 + k] = (unsigned char)(k * 7);
+    write_bytes("x.idx", idx, sizeof idx);
+    char p[512];
+    path_of(p, sizeof p, "x.idx.gz");
+    gzFile g = gzopen(p, "wb");
+    gzwrite(g, idx, sizeof idx);
+    gzclose(g);
+    zs_tensor *t = zs_idx_load(p);
+    ZT_CHECK(t && t->dtype == ZS_U8 && t->ndim == 3 && t->shape[0] == 3 &&
+             t->shape[2] == 3 && zs_get(t, 17) == 119, "gzip idx");
+    zs_release(t);
+    path_of(p, sizeof p, "x.idx");
+    t = zs_idx_load(p);
+    ZT_CHECK(t && zs_get(t, 5) == 35, "plain idx");
+    zs_release(t);
+    /* i32 big-endian */
+    unsigned char i32[4 + 4 + 8] = {0, 0, 0x0C, 1, 0, 0, 0, 2, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xfe};
+    write_bytes("i.idx", i32, sizeof i32);
+    path_of(p, sizeof p, "i.idx");
+    t = zs_idx_load(p);
+    ZT_CHECK(t && t->dtype == ZS_I32 && zs_get(t, 0) == 256 && zs_get(t, 1) == -2, "i32 idx");
+    zs_release(t);
+    write_bytes("x.idx", idx, sizeof idx - 5);
+    path_of(p, sizeof p, "x.idx");
+    ZT_EXPECT_ERROR(zs_idx_load(p) == NULL, "truncated");
+    unsigned char bad[8] = {1, 2, 3, 4};
+    write_bytes("x.idx", bad, 8);
+    ZT_EXPECT_ERROR(zs_idx_load(p) == NULL, "type code");
+    idx[2] = 0x08;
+    write_bytes("x.idx", idx, sizeof idx);
+    FILE *f = fopen(p, "ab");
+    fputc(1, f);
+    fclose(f);
+    ZT_EXPECT_ERROR(zs_idx_load(p) == NULL, "past the");
+    ZT_EXPECT_ERROR(zs_idx_load("/nonexistent/train-images-idx3-ubyte.gz") == NULL, "cannot open");
+    const char *fm = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+    if (access(fm, R_OK) == 0) {
+        t = zs_idx_load(fm);
+        ZT_CHECK(t && t->ndim == 1 && t->shape[0] == 10000, "fashion-mnist labels");
+        zs_release(t);
+    } else {
+        printf("skip fashion-mnist (not installed)\n");
+    }
+    zt_section("idx");
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/zs_test_io_%d", (int)getpid());
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    if (system(cmd) != 0)
+        return 1;
+    test_safetensors();
+    test_safetensors_corrupt();
+    test_idx();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        return 1;
+    return zt_done();
+}
