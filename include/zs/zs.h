@@ -9,6 +9,8 @@
 #include "autograd.h"
 #include "analyze.h"
 #include "io.h"
+#include "nn.h"
+#include "optim.h"
 
 #define ZS_VERSION "0.1.0"
 

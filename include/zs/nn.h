@@ -1,0 +1,125 @@
+/*
+ * zs/nn.h - neural-network modules.
+ *
+ * A zs_module is a node of a tree: it owns named parameters (leaf tensors
+ * that require grad), named buffers (state without gradients, such as batch
+ * norm's running statistics) and named children. forward takes a borrowed
+ * input and returns a new reference, like every operator.
+ *
+ * zs_module_flatten moves every parameter of a tree into one flat buffer
+ * (and every gradient into another), so that an optimizer step, a gradient
+ * all-reduce or a checkpoint is one call over contiguous memory, as in
+ * llm.c. Parameter tensors become views into the flat buffer.
+ */
+#ifndef ZS_NN_H
+#define ZS_NN_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zs_module zs_module;
+
+typedef struct zs_module_vtable {
+    const char *type;
+    zs_tensor *(*forward)(zs_module *m, zs_tensor *x);
+    void (*free_impl)(zs_module *m); /* frees m->impl; may be NULL */
+} zs_module_vtable;
+
+struct zs_module {
+    const zs_module_vtable *vt;
+    void *impl;
+    bool training;
+    int nparams, nbuffers, nchildren;
+    char **param_names, **buffer_names, **child_names;
+    zs_tensor **params;   /* owned references */
+    zs_tensor **buffers;  /* owned references */
+    zs_module **children; /* owned */
+};
+
+typedef enum zs_init {
+    ZS_INIT_DEFAULT = 0,  /* PyTorch's default: kaiming-uniform(a=sqrt 5) */
+    ZS_INIT_KAIMING_NORMAL,
+    ZS_INIT_KAIMING_UNIFORM,
+    ZS_INIT_XAVIER_NORMAL,
+    ZS_INIT_XAVIER_UNIFORM,
+    ZS_INIT_NORMAL_002,   /* N(0, 0.02), as GPT-2 */
+} zs_init;
+
+/* ---- construction (library and user modules) ------------------------ */
+
+/* A module with no parameters yet; vt is borrowed (static). */
+zs_module *zs_module_new(const zs_module_vtable *vt, void *impl);
+/* Adds a parameter (steals t; marks it requires_grad) / buffer (steals) /
+ * child (steals). Return the added object (borrowed) or NULL. */
+zs_tensor *zs_module_add_param(zs_module *m, const char *name, zs_tensor *t);
+zs_tensor *zs_module_add_buffer(zs_module *m, const char *name, zs_tensor *t);
+zs_module *zs_module_add_child(zs_module *m, const char *name, zs_module *c);
+void zs_module_free(zs_module *m);
+
+/* ---- use ------------------------------------------------------------- */
+
+zs_tensor *zs_module_forward(zs_module *m, zs_tensor *x);
+/* Sets training mode on the whole tree. */
+void zs_module_train(zs_module *m, bool training);
+
+/* Every parameter of the tree, depth first, with dotted names
+ * ("features.0.weight"). Arrays are malloc'd (free both and each name);
+ * tensors are borrowed. Returns the count or < 0. */
+int zs_module_parameters(zs_module *m, zs_tensor ***params, char ***names);
+/* Same for buffers. */
+int zs_module_buffers(zs_module *m, zs_tensor ***bufs, char ***names);
+void zs_names_free(int n, zs_tensor **ts, char **names);
+int64_t zs_module_num_params(zs_module *m);
+
+/* Moves parameters into one flat f32 buffer and gives each a gradient view
+ * into a second flat buffer (zeroed). Returns the two buffers (borrowed,
+ * owned by the root module) via out-params. */
+zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
+                            zs_tensor **flat_grads);
+/* Zeroes every parameter's gradient in place. */
+void zs_module_zero_grad(zs_module *m);
+
+/* ---- layers ------------------------------------------------------------ */
+
+/* x [..., in] -> [..., out]; weight [out, in], bias [out]. */
+zs_module *zs_linear_new(int64_t in, int64_t out, bool bias, zs_init init,
+                         uint64_t seed);
+zs_module *zs_conv2d_new(int64_t in_ch, int64_t out_ch, int kernel, int stride,
+                         int padding, int groups, bool bias, zs_init init,
+                         uint64_t seed);
+zs_module *zs_maxpool2d_new(int kernel, int stride);
+zs_module *zs_avgpool2d_new(int kernel, int stride);
+/* C features; affine weight/bias, running stats as buffers. */
+zs_module *zs_batchnorm_new(int64_t channels, double momentum, double eps);
+zs_module *zs_layernorm_new(int64_t dim, double eps);
+zs_module *zs_embedding_new(int64_t vocab, int64_t dim, uint64_t seed);
+zs_module *zs_dropout_new(double p);
+/* [N, ...] -> [N, prod(...)] */
+zs_module *zs_flatten_new(void);
+
+typedef enum zs_activation {
+    ZS_ACT_RELU, ZS_ACT_TANH, ZS_ACT_SIGMOID, ZS_ACT_GELU, ZS_ACT_GELU_TANH,
+    ZS_ACT_SILU,
+} zs_activation;
+zs_module *zs_activation_new(zs_activation a);
+
+/* Runs children in order; steals the n modules. */
+zs_module *zs_sequential_new(int n, zs_module **mods);
+
+/* ---- models ------------------------------------------------------------ */
+
+/* LeNet-5 for [N, 1, 28, 28] inputs, 10 classes (conv 6@5x5 pad 2, pool,
+ * conv 16@5x5, pool, fc 120, fc 84, fc 10; ReLU). */
+zs_module *zs_lenet5_new(uint64_t seed);
+/* A small ResNet for [N, 1, 28, 28]: stem conv 32, three stages of
+ * residual blocks (32, 64, 128 channels, stride 2 between stages) with
+ * batch norm, global average pooling, fc 10. */
+zs_module *zs_resnet_small_new(uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,67 @@
+/*
+ * zs/optim.h - optimizers, learning-rate schedules, gradient clipping.
+ *
+ * An optimizer updates a list of parameters (leaf f32 tensors with .grad)
+ * in place with one fused multithreaded loop per parameter. After
+ * zs_module_flatten, pass the single flat parameter tensor (its .grad is
+ * the flat gradient buffer) and a step is one loop over all the weights.
+ */
+#ifndef ZS_OPTIM_H
+#define ZS_OPTIM_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zs_optim_kind { ZS_SGD, ZS_ADAM, ZS_ADAMW } zs_optim_kind;
+
+typedef struct zs_optim_config {
+    zs_optim_kind kind;
+    double lr;
+    double momentum;      /* SGD */
+    bool nesterov;        /* SGD */
+    double weight_decay;  /* SGD, Adam: L2 added to the gradient; AdamW: decoupled */
+    double beta1, beta2, eps; /* Adam(W); 0 means the defaults 0.9, 0.999, 1e-8 */
+} zs_optim_config;
+
+typedef struct zs_optim zs_optim;
+
+/* params are retained. NULL + message on a bad config (lr < 0, betas
+ * outside [0, 1), non-f32 parameter, ...). */
+zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params);
+void zs_optim_free(zs_optim *o);
+/* One update with learning rate lr (from a schedule); parameters whose grad
+ * is NULL are skipped. */
+zs_status zs_optim_step(zs_optim *o, double lr);
+int64_t zs_optim_steps(const zs_optim *o);
+/* The state tensors (momentum / first and second moments), borrowed, and
+ * the step counter, for checkpoints: names "exp_avg.<i>", "exp_avg_sq.<i>",
+ * "momentum.<i>". Returns the count (<= max). */
+int zs_optim_state(zs_optim *o, int max, const char **names, zs_tensor **ts);
+void zs_optim_set_steps(zs_optim *o, int64_t steps);
+
+typedef enum zs_lr_kind { ZS_LR_CONSTANT, ZS_LR_STEP, ZS_LR_COSINE } zs_lr_kind;
+typedef struct zs_lr_schedule {
+    zs_lr_kind kind;
+    double base_lr;
+    int64_t warmup_steps;   /* linear warm-up from 0 (cosine and step) */
+    int64_t total_steps;    /* cosine: decays to min_lr at total_steps */
+    double min_lr;
+    int64_t step_size;      /* step: multiply by gamma every step_size */
+    double gamma;
+} zs_lr_schedule;
+
+/* Learning rate for step (0-based). */
+double zs_lr_at(const zs_lr_schedule *s, int64_t step);
+
+/* Scales all gradients so their global L2 norm is at most max_norm;
+ * returns the norm before clipping (NaN/Inf when a gradient is not finite:
+ * then nothing is scaled). */
+double zs_clip_grad_norm(int n, zs_tensor **params, double max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

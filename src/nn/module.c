@@ -1,0 +1,334 @@
+/*
+ * module.c - the module tree: parameters, buffers, children, traversal,
+ * training mode, and flattening parameters/gradients into flat buffers.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "zs/autograd.h"
+#include "zs/nn.h"
+#include "zs/ops.h"
+
+/* The root's flat buffers live in a hidden impl-independent slot: they are
+ * stored as buffers named "\x01flat_params" / "\x01flat_grads" would leak
+ * into state dicts, so keep them in a side table keyed by module. */
+typedef struct flat_entry {
+    zs_module *m;
+    zs_tensor *params, *grads;
+    struct flat_entry *next;
+} flat_entry;
+static flat_entry *flats;
+
+zs_module *zs_module_new(const zs_module_vtable *vt, void *impl)
+{
+    zs_module *m = calloc(1, sizeof *m);
+    if (!m) {
+        zs_set_error_code(ZS_ERR_NOMEM, "module: out of memory");
+        return NULL;
+    }
+    m->vt = vt;
+    m->impl = impl;
+    m->training = true;
+    return m;
+}
+
+static bool grow(void ***arr, char ***names, int n)
+{
+    void **a = realloc(*arr, (size_t)(n + 1) * sizeof **arr);
+    if (a)
+        *arr = a;
+    char **nm = realloc(*names, (size_t)(n + 1) * sizeof **names);
+    if (nm)
+        *names = nm;
+    return a && nm;
+}
+
+zs_tensor *zs_module_add_param(zs_module *m, const char *name, zs_tensor *t)
+{
+    if (!m || !t) {
+        zs_release(t);
+        return NULL;
+    }
+    zs_keep(t);
+    char *nm = strdup(name);
+    if (!nm || !grow((void ***)&m->params, &m->param_names, m->nparams)) {
+        free(nm);
+        zs_release(t);
+        zs_set_error_code(ZS_ERR_NOMEM, "module: out of memory");
+        return NULL;
+    }
+    zs_set_requires_grad(t, true);
+    m->params[m->nparams] = t;
+    m->param_names[m->nparams++] = nm;
+    return t;
+}
+
+zs_tensor *zs_module_add_buffer(zs_module *m, const char *name, zs_tensor *t)
+{
+    if (!m || !t) {
+        zs_release(t);
+        return NULL;
+    }
+    zs_keep(t);
+    char *nm = strdup(name);
+    if (!nm || !grow((void ***)&m->buffers, &m->buffer_names, m->nbuffers)) {
+        free(nm);
+        zs_release(t);
+        zs_set_error_code(ZS_ERR_NOMEM, "module: out of memory");
+        return NULL;
+    }
+    m->buffers[m->nbuffers] = t;
+    m->buffer_names[m->nbuffers++] = nm;
+    return t;
+}
+
+zs_module *zs_module_add_child(zs_module *m, const char *name, zs_module *c)
+{
+    if (!m || !c) {
+        zs_module_free(c);
+        return NULL;
+    }
+    char *nm = strdup(name);
+    if (!nm || !grow((void ***)&m->children, &m->child_names, m->nchildren)) {
+        free(nm);
+        zs_module_free(c);
+        zs_set_error_code(ZS_ERR_NOMEM, "module: out of memory");
+        return NULL;
+    }
+    m->children[m->nchildren] = c;
+    m->child_names[m->nchildren++] = nm;
+    return c;
+}
+
+void zs_module_free(zs_module *m)
+{
+    if (!m)
+        return;
+    for (flat_entry **p = &flats; *p; p = &(*p)->next) {
+        if ((*p)->m == m) {
+            flat_entry *e = *p;
+            *p = e->next;
+            zs_release(e->params);
+            zs_release(e->grads);
+            free(e);
+            break;
+        }
+    }
+    for (int i = 0; i < m->nchildren; i++) {
+        zs_module_free(m->children[i]);
+        free(m->child_names[i]);
+    }
+    for (int i = 0; i < m->nparams; i++) {
+        zs_release(m->params[i]);
+        free(m->param_names[i]);
+    }
+    for (int i = 0; i < m->nbuffers; i++) {
+        zs_release(m->buffers[i]);
+        free(m->buffer_names[i]);
+    }
+    free(m->children);
+    free(m->child_names);
+    free(m->params);
+    free(m->param_names);
+    free(m->buffers);
+    free(m->buffer_names);
+    if (m->vt && m->vt->free_impl)
+        m->vt->free_impl(m);
+    free(m);
+}
+
+zs_tensor *zs_module_forward(zs_module *m, zs_tensor *x)
+{
+    if (!m || !x)
+        return NULL;
+    return m->vt->forward(m, x);
+}
+
+void zs_module_train(zs_module *m, bool training)
+{
+    if (!m)
+        return;
+    m->training = training;
+    for (int i = 0; i < m->nchildren; i++)
+        zs_module_train(m->children[i], training);
+}
+
+typedef struct collector {
+    int n, cap;
+    zs_tensor **ts;
+    char **names;
+    bool failed;
+} collector;
+
+static void collect_push(collector *c, const char *prefix, const char *name,
+                         zs_tensor *t)
+{
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 32;
+        zs_tensor **ts = realloc(c->ts, (size_t)cap * sizeof *ts);
+        char **nm = realloc(c->names, (size_t)cap * sizeof *nm);
+        if (ts)
+            c->ts = ts;
+        if (nm)
+            c->names = nm;
+        if (!ts || !nm) {
+            c->failed = true;
+            return;
+        }
+        c->cap = cap;
+    }
+    size_t len = strlen(prefix) + strlen(name) + 2;
+    char *full = malloc(len);
+    if (!full) {
+        c->failed = true;
+        return;
+    }
+    snprintf(full, len, "%s%s%s", prefix, *prefix ? "." : "", name);
+    c->ts[c->n] = t;
+    c->names[c->n++] = full;
+}
+
+static void collect(zs_module *m, const char *prefix, collector *c, bool bufs)
+{
+    int n = bufs ? m->nbuffers : m->nparams;
+    for (int i = 0; i < n; i++)
+        collect_push(c, prefix, bufs ? m->buffer_names[i] : m->param_names[i],
+                     bufs ? m->buffers[i] : m->params[i]);
+    for (int i = 0; i < m->nchildren; i++) {
+        size_t len = strlen(prefix) + strlen(m->child_names[i]) + 2;
+        char *p = malloc(len);
+        if (!p) {
+            c->failed = true;
+            return;
+        }
+        snprintf(p, len, "%s%s%s", prefix, *prefix ? "." : "", m->child_names[i]);
+        collect(m->children[i], p, c, bufs);
+        free(p);
+    }
+}
+
+static int collect_all(zs_module *m, zs_tensor ***ts, char ***names, bool bufs)
+{
+    collector c = {0};
+    collect(m, "", &c, bufs);
+    if (c.failed) {
+        zs_names_free(c.n, c.ts, c.names);
+        zs_set_error_code(ZS_ERR_NOMEM, "module: out of memory");
+        return ZS_ERR_NOMEM;
+    }
+    *ts = c.ts;
+    *names = c.names;
+    return c.n;
+}
+
+int zs_module_parameters(zs_module *m, zs_tensor ***params, char ***names)
+{
+    return collect_all(m, params, names, false);
+}
+
+int zs_module_buffers(zs_module *m, zs_tensor ***bufs, char ***names)
+{
+    return collect_all(m, bufs, names, true);
+}
+
+void zs_names_free(int n, zs_tensor **ts, char **names)
+{
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+    free(ts);
+}
+
+int64_t zs_module_num_params(zs_module *m)
+{
+    zs_tensor **ps;
+    char **nm;
+    int n = zs_module_parameters(m, &ps, &nm);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += zs_numel(ps[i]);
+    zs_names_free(n, ps, nm);
+    return total;
+}
+
+/* Re-points parameter t at flat storage: t keeps its header (so modules
+ * holding it see the move) but now shares fp's storage at `offset`. */
+static void rehome(zs_tensor *t, zs_tensor *flat, int64_t offset)
+{
+    zs_tensor *src = zs_detach(t); /* keeps the old storage alive */
+    zs_storage *old = t->storage;
+    t->storage = flat->storage;
+    t->storage->refcount++;
+    t->offset = offset;
+    zsi_contig_strides(t->ndim, t->shape, t->strides);
+    zs_copy_(t, src);
+    zs_release(src);
+    if (--old->refcount == 0) { /* last user: the module held it */
+        if (!old->external)
+            zs_free(old->data);
+        free(old);
+    }
+}
+
+zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
+                            zs_tensor **flat_grads)
+{
+    zs_tensor **ps;
+    char **nm;
+    int n = zs_module_parameters(m, &ps, &nm);
+    if (n < 0)
+        return n;
+    int64_t total = 0;
+    zs_status st = ZS_OK;
+    for (int i = 0; i < n; i++) {
+        if (ps[i]->dtype != ZS_F32)
+            st = zs_set_error("flatten: parameter %s is %s, expected f32",
+                              nm[i], zs_dtype_name(ps[i]->dtype));
+        total += zs_numel(ps[i]);
+    }
+    flat_entry *e = st == ZS_OK ? calloc(1, sizeof *e) : NULL;
+    zsi_tracking_pause();
+    if (e) {
+        e->params = zs_zeros(ZS_F32, 1, &total);
+        e->grads = zs_zeros(ZS_F32, 1, &total);
+    }
+    zsi_tracking_resume();
+    if (st == ZS_OK && (!e || !e->params || !e->grads)) {
+        st = ZS_ERR_NOMEM;
+        if (e) {
+            zs_release(e->params);
+            zs_release(e->grads);
+        }
+        free(e);
+    }
+    if (st == ZS_OK) {
+        int64_t off = 0;
+        for (int i = 0; i < n; i++) {
+            rehome(ps[i], e->params, off);
+            zs_release(ps[i]->grad);
+            zsi_tracking_pause();
+            ps[i]->grad = zsi_new_view(e->grads, ps[i]->ndim, ps[i]->shape,
+                                       ps[i]->strides, off);
+            zsi_tracking_resume();
+            off += zs_numel(ps[i]);
+        }
+        e->m = m;
+        e->next = flats;
+        flats = e;
+        *flat_params = e->params;
+        *flat_grads = e->grads;
+    }
+    zs_names_free(n, ps, nm);
+    return st;
+}
+
+void zs_module_zero_grad(zs_module *m)
+{
+    zs_tensor **ps;
+    char **nm;
+    int n = zs_module_parameters(m, &ps, &nm);
+    for (int i = 0; i < n; i++)
+        zs_zero_grad(ps[i], false);
+    zs_names_free(n, ps, nm);
+}

@@ -1,0 +1,263 @@
+/*
+ * optim.c - SGD (momentum, Nesterov, weight decay), Adam and AdamW, as
+ * fused per-element loops over f32 parameters, split across the pool.
+ *
+ * Update rules (PyTorch's, so runs can be compared step for step):
+ *   SGD:   g += wd*p; b = mu*b + g (b = g at the first step);
+ *          d = nesterov ? g + mu*b : b; p -= lr*d
+ *   Adam:  g += wd*p; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+ *          p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+ *   AdamW: p *= 1 - lr*wd, then the Adam update without the L2 term.
+ * Moments are kept in f32 and accumulated in f32, as PyTorch does.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "zs/ops.h"
+#include "zs/optim.h"
+
+struct zs_optim {
+    zs_optim_config cfg;
+    int n;
+    zs_tensor **params;
+    zs_tensor **m, **v; /* momentum buffer (SGD) or moments (Adam) */
+    int64_t steps;
+};
+
+zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params)
+{
+    zs_optim_config c = *cfg;
+    if (c.beta1 == 0 && c.beta2 == 0) {
+        c.beta1 = 0.9;
+        c.beta2 = 0.999;
+    }
+    if (c.eps == 0)
+        c.eps = 1e-8;
+    if (!(c.lr >= 0) || !(c.momentum >= 0 && c.momentum < 1) ||
+        !(c.weight_decay >= 0) || !(c.beta1 >= 0 && c.beta1 < 1) ||
+        !(c.beta2 >= 0 && c.beta2 < 1) || !(c.eps > 0) ||
+        (unsigned)c.kind > ZS_ADAMW) {
+        zs_set_error("optim: bad config (lr %g, momentum %g, weight decay %g, "
+                     "betas %g %g, eps %g)", c.lr, c.momentum, c.weight_decay,
+                     c.beta1, c.beta2, c.eps);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!params[i] || params[i]->dtype != ZS_F32 || !zs_is_contiguous(params[i])) {
+            zs_set_error("optim: parameter %d is not a contiguous f32 tensor", i);
+            return NULL;
+        }
+    }
+    zs_optim *o = calloc(1, sizeof *o);
+    if (!o)
+        goto oom;
+    o->cfg = c;
+    o->params = calloc((size_t)n + 1, sizeof *o->params);
+    o->m = calloc((size_t)n + 1, sizeof *o->m);
+    o->v = calloc((size_t)n + 1, sizeof *o->v);
+    if (!o->params || !o->m || !o->v)
+        goto oom;
+    o->n = n;
+    zsi_tracking_pause();
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        o->params[i] = zs_retain(params[i]);
+        bool need_m = c.kind != ZS_SGD || c.momentum > 0;
+        if (need_m && !(o->m[i] = zs_zeros_like(params[i])))
+            ok = false;
+        if (c.kind != ZS_SGD && !(o->v[i] = zs_zeros_like(params[i])))
+            ok = false;
+    }
+    zsi_tracking_resume();
+    if (ok)
+        return o;
+oom:
+    zs_optim_free(o);
+    zs_set_error_code(ZS_ERR_NOMEM, "optim: out of memory");
+    return NULL;
+}
+
+void zs_optim_free(zs_optim *o)
+{
+    if (!o)
+        return;
+    for (int i = 0; i < o->n; i++) {
+        zs_release(o->params[i]);
+        zs_release(o->m[i]);
+        zs_release(o->v[i]);
+    }
+    free(o->params);
+    free(o->m);
+    free(o->v);
+    free(o);
+}
+
+typedef struct step_job {
+    const zs_optim_config *c;
+    float *p, *m, *v;
+    const float *g;
+    float lr, bc1, bc2; /* bias corrections 1 - beta^t */
+    bool first;
+} step_job;
+
+static void sgd_body(void *ctx, int64_t b, int64_t e)
+{
+    const step_job *j = ctx;
+    float wd = (float)j->c->weight_decay, mu = (float)j->c->momentum;
+    for (int64_t i = b; i < e; i++) {
+        float g = j->g[i] + wd * j->p[i];
+        if (j->m) {
+            float buf = j->first ? g : mu * j->m[i] + g;
+            j->m[i] = buf;
+            g = j->c->nesterov ? g + mu * buf : buf;
+        }
+        j->p[i] -= j->lr * g;
+    }
+}
+
+static void adam_body(void *ctx, int64_t b, int64_t e)
+{
+    const step_job *j = ctx;
+    float b1 = (float)j->c->beta1, b2 = (float)j->c->beta2, eps = (float)j->c->eps;
+    float wd = (float)j->c->weight_decay;
+    bool decoupled = j->c->kind == ZS_ADAMW;
+    float decay = decoupled ? 1.0f - j->lr * wd : 1.0f;
+    float step = j->lr / j->bc1, rbc2 = 1.0f / sqrtf(j->bc2);
+    for (int64_t i = b; i < e; i++) {
+        float p = j->p[i] * decay;
+        float g = decoupled ? j->g[i] : j->g[i] + wd * j->p[i];
+        float m = b1 * j->m[i] + (1 - b1) * g;
+        float v = b2 * j->v[i] + (1 - b2) * g * g;
+        j->m[i] = m;
+        j->v[i] = v;
+        j->p[i] = p - step * m / (sqrtf(v) * rbc2 + eps);
+    }
+}
+
+zs_status zs_optim_step(zs_optim *o, double lr)
+{
+    if (!o)
+        return ZS_ERR_ARG;
+    o->steps++;
+    const zs_optim_config *c = &o->cfg;
+    for (int i = 0; i < o->n; i++) {
+        zs_tensor *p = o->params[i], *g = p->grad;
+        if (!g)
+            continue;
+        if (g->dtype != ZS_F32 || !zs_is_contiguous(g) || zs_numel(g) != zs_numel(p))
+            return zs_set_error("optim: gradient of parameter %d is not a "
+                                "contiguous f32 tensor of its shape", i);
+        step_job j = {c, zs_data(p), o->m[i] ? zs_data(o->m[i]) : NULL,
+                      o->v[i] ? zs_data(o->v[i]) : NULL, zs_data(g), (float)lr,
+                      (float)(1 - pow(c->beta1, (double)o->steps)),
+                      (float)(1 - pow(c->beta2, (double)o->steps)), o->steps == 1};
+        zs_parallel_for(zs_numel(p), 16384, c->kind == ZS_SGD ? sgd_body : adam_body, &j);
+    }
+    return ZS_OK;
+}
+
+int64_t zs_optim_steps(const zs_optim *o) { return o ? o->steps : 0; }
+void zs_optim_set_steps(zs_optim *o, int64_t steps)
+{
+    if (o)
+        o->steps = steps;
+}
+
+int zs_optim_state(zs_optim *o, int max, const char **names, zs_tensor **ts)
+{
+    static _Thread_local char buf[64][32];
+    int k = 0;
+    for (int i = 0; i < o->n && k < max && k < 62; i++) {
+        if (o->m[i]) {
+            snprintf(buf[k], sizeof buf[k], "%s.%d",
+                     o->cfg.kind == ZS_SGD ? "momentum" : "exp_avg", i);
+            names[k] = buf[k];
+            ts[k++] = o->m[i];
+        }
+        if (o->v[i] && k < max) {
+            snprintf(buf[k], sizeof buf[k], "exp_avg_sq.%d", i);
+            names[k] = buf[k];
+            ts[k++] = o->v[i];
+        }
+    }
+    return k;
+}
+
+double zs_lr_at(const zs_lr_schedule *s, int64_t step)
+{
+    if (s->kind != ZS_LR_CONSTANT && step < s->warmup_steps)
+        return s->base_lr * (double)(step + 1) / (double)s->warmup_steps;
+    switch (s->kind) {
+    case ZS_LR_STEP:
+        return s->base_lr * pow(s->gamma, (double)((step - s->warmup_steps) /
+                                                   (s->step_size > 0 ? s->step_size : 1)));
+    case ZS_LR_COSINE: {
+        int64_t span = s->total_steps - s->warmup_steps;
+        double t = span > 0 ? (double)(step - s->warmup_steps) / (double)span : 1;
+        if (t > 1)
+            t = 1;
+        return s->min_lr + 0.5 * (s->base_lr - s->min_lr) * (1 + cos(M_PI * t));
+    }
+    default:
+        return s->base_lr;
+    }
+}
+
+typedef struct norm_job {
+    const float *g;
+    double partial[256];
+} norm_job;
+
+static void sumsq_body(void *ctx, int64_t b, int64_t e)
+{
+    norm_job *j = ctx;
+    double s = 0;
+    for (int64_t i = b; i < e; i++)
+        s += (double)j->g[i] * j->g[i];
+    j->partial[zs_thread_index() & 255] += s;
+}
+
+double zs_clip_grad_norm(int n, zs_tensor **params, double max_norm)
+{
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        zs_tensor *g = params[i] ? params[i]->grad : NULL;
+        if (!g)
+            continue;
+        if (g->dtype == ZS_F32 && zs_is_contiguous(g)) {
+            norm_job j = {zs_data(g), {0}};
+            zs_parallel_for(zs_numel(g), 65536, sumsq_body, &j);
+            for (int t = 0; t < 256; t++)
+                total += j.partial[t];
+        } else {
+            for (int64_t k = 0; k < zs_numel(g); k++) {
+                double v = zs_get(g, k);
+                total += v * v;
+            }
+        }
+    }
+    double norm = sqrt(total);
+    if (!isfinite(norm) || norm <= max_norm || max_norm <= 0)
+        return norm;
+    double scale = max_norm / (norm + 1e-6);
+    for (int i = 0; i < n; i++) {
+        zs_tensor *g = params[i] ? params[i]->grad : NULL;
+        if (!g)
+            continue;
+        if (g->dtype == ZS_F32 && zs_is_contiguous(g)) {
+            float *d = zs_data(g);
+            for (int64_t k = 0; k < zs_numel(g); k++)
+                d[k] *= (float)scale;
+        } else {
+            zsi_tracking_pause();
+            zs_tensor *t = zs_mul_scalar(g, scale);
+            if (t)
+                zs_copy_(g, t);
+            zs_release(t);
+            zsi_tracking_resume();
+        }
+    }
+    return norm;
+}
