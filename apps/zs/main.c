@@ -2,7 +2,9 @@
  * main.c - the `zs` command: dispatches to subcommands.
  *
  *   zs sysinfo        CPU features, threads, measured peak and bandwidth
- *   zs demo           a small autograd demo (the README's main job)
+ *   zs demo           a small autograd demo
+ *   zs train          train LeNet-5 / a small ResNet on Fashion-MNIST
+ *   zs eval           evaluate a checkpoint
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +18,8 @@ static const struct {
 } commands[] = {
     {"sysinfo", zs_cmd_sysinfo, "print CPU features, threads and measured peaks"},
     {"demo", zs_cmd_demo, "fit a tiny model with autograd and print the losses"},
+    {"train", zs_cmd_train, "train a model: zs train lenet|resnet [flags]"},
+    {"eval", zs_cmd_eval, "evaluate a CNN checkpoint: accuracy, confusion matrix"},
 };
 
 static void usage(FILE *f)

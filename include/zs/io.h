@@ -39,6 +39,56 @@ void zs_tensor_set_free(zs_tensor_set *s);
 /* Borrowed tensor by name, NULL if absent. */
 zs_tensor *zs_tensor_set_get(const zs_tensor_set *s, const char *name);
 
+/* ---- image classification data ------------------------------------- */
+
+typedef struct zs_image_data {
+    zs_tensor *images; /* u8 [N, H, W] */
+    zs_tensor *labels; /* u8 [N], values < 10 */
+} zs_image_data;
+
+/* Loads MNIST-format files from dir: {train,t10k}-images-idx3-ubyte[.gz]
+ * and the matching labels. Checks that counts agree and labels are < 10. */
+zs_status zs_mnist_load(const char *dir, bool train, zs_image_data *out);
+void zs_image_data_free(zs_image_data *d);
+/* The first n examples (views), for quick runs and tests. */
+zs_status zs_image_data_head(const zs_image_data *d, int64_t n,
+                             zs_image_data *out);
+
+/* Batches of (x f32 [B, 1, H, W] normalised as (pixel/255 - mean)/std,
+ * y i64 [B]). Epoch e visits a permutation that depends only on (seed, e),
+ * so a resumed run sees the same batches. A background thread prepares the
+ * next batch while the current one trains. */
+typedef struct zs_loader zs_loader;
+
+zs_loader *zs_loader_new(const zs_image_data *d, int64_t batch, bool shuffle,
+                         uint64_t seed, float mean, float std);
+void zs_loader_free(zs_loader *l);
+/* Positions the loader at batch `index` of epoch `epoch`. */
+void zs_loader_seek(zs_loader *l, int64_t epoch, int64_t index);
+/* Next batch of the current epoch: new references in *x, *y; returns 1 at
+ * the end of the epoch (then the loader moves to the next epoch), 0 with a
+ * batch, < 0 on error. The last batch of an epoch may be smaller. */
+int zs_loader_next(zs_loader *l, zs_tensor **x, zs_tensor **y);
+int64_t zs_loader_batches_per_epoch(const zs_loader *l);
+int64_t zs_loader_epoch(const zs_loader *l);
+int64_t zs_loader_index(const zs_loader *l);
+
+/* ---- plots --------------------------------------------------------------- */
+
+typedef struct zs_plot_series {
+    const char *name;
+    int panel;          /* which panel (0-based) it is drawn in */
+    int64_t n;
+    const double *x, *y;
+} zs_plot_series;
+
+/* Writes an SVG with npanels side-by-side line charts (titles given),
+ * axes scaled to the data, a legend per panel. Non-finite points are
+ * skipped. Written atomically (temporary file + rename). */
+zs_status zs_svg_plot(const char *path, const char *title, int npanels,
+                      const char *const *panel_titles, int nseries,
+                      const zs_plot_series *series);
+
 #ifdef __cplusplus
 }
 #endif

@@ -119,6 +119,22 @@ zs_module *zs_lenet5_new(uint64_t seed);
  * batch norm, global average pooling, fc 10. */
 zs_module *zs_resnet_small_new(uint64_t seed);
 
+/* ---- checkpoints -------------------------------------------------------- */
+
+struct zs_optim;
+
+/* Saves parameters and buffers under their dotted names, the optimizer's
+ * state (if o) under "optim.<name>" and metadata (a JSON object of string
+ * values, may be NULL) to a safetensors file, atomically. */
+zs_status zs_checkpoint_save(const char *path, zs_module *m, struct zs_optim *o,
+                             const char *metadata_json);
+/* Loads a checkpoint written by zs_checkpoint_save into m (and o): every
+ * parameter and buffer must be present with the same shape, or nothing is
+ * changed and the message names the first mismatch. *metadata_json (if
+ * not NULL) receives a malloc'd copy of the metadata. */
+zs_status zs_checkpoint_load(const char *path, zs_module *m, struct zs_optim *o,
+                             char **metadata_json);
+
 #ifdef __cplusplus
 }
 #endif

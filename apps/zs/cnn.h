@@ -1,0 +1,28 @@
+/*
+ * cnn.h - pieces shared by `zs train lenet|resnet` and `zs eval`.
+ */
+#ifndef ZS_APPS_CNN_H
+#define ZS_APPS_CNN_H
+
+#include "zs/zs.h"
+
+/* "lenet" or "resnet"; NULL + message for other names. */
+zs_module *zs_app_cnn_new(const char *name, uint64_t seed);
+
+typedef struct zs_eval_result {
+    double loss, accuracy;
+    int64_t n;
+    int64_t confusion[10][10]; /* [true][predicted] */
+} zs_eval_result;
+
+/* Mean cross-entropy and accuracy of m (put in eval mode for the call) on
+ * the whole data set, in batches of 1000 under no-grad. */
+zs_status zs_app_evaluate(zs_module *m, const zs_image_data *d,
+                          zs_eval_result *r);
+
+/* Normalisation of Fashion-MNIST pixels (mean, std of the training set). */
+#define ZS_FMNIST_MEAN 0.2860f
+#define ZS_FMNIST_STD 0.3530f
+#define ZS_FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+#endif

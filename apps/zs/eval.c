@@ -1,0 +1,150 @@
+/*
+ * eval.c - `zs eval --ckpt FILE`: accuracy and confusion matrix of a CNN
+ * checkpoint on the test set; and the evaluation loop `zs train` uses.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "apps/zs/cnn.h"
+#include "apps/zs/commands.h"
+
+zs_module *zs_app_cnn_new(const char *name, uint64_t seed)
+{
+    if (!strcmp(name, "lenet"))
+        return zs_lenet5_new(seed);
+    if (!strcmp(name, "resnet"))
+        return zs_resnet_small_new(seed);
+    zs_set_error("unknown model '%s' (known: lenet, resnet)", name);
+    return NULL;
+}
+
+zs_status zs_app_evaluate(zs_module *m, const zs_image_data *d,
+                          zs_eval_result *r)
+{
+    memset(r, 0, sizeof *r);
+    zs_loader *l = zs_loader_new(d, 1000, false, 0, ZS_FMNIST_MEAN, ZS_FMNIST_STD);
+    if (!l)
+        return ZS_ERR_ARG;
+    bool was_training = m->training;
+    zs_module_train(m, false);
+    zs_no_grad_push();
+    zs_status st = ZS_OK;
+    double loss_sum = 0;
+    int64_t correct = 0;
+    for (;;) {
+        zs_scope_push();
+        zs_tensor *x, *y;
+        int rc = zs_loader_next(l, &x, &y);
+        if (rc != 0) {
+            zs_scope_pop();
+            st = rc < 0 ? rc : ZS_OK;
+            break;
+        }
+        zs_tensor *logits = zs_module_forward(m, x);
+        zs_tensor *loss = zs_cross_entropy(logits, y, -100);
+        zs_tensor *pred = zs_argmax(logits, 1, false);
+        if (!loss || !pred) {
+            zs_scope_pop();
+            st = ZS_ERR_ARG;
+            break;
+        }
+        int64_t b = y->shape[0];
+        loss_sum += zs_item(loss) * (double)b;
+        const int64_t *yt = zs_data(y), *pt = zs_data(pred);
+        for (int64_t i = 0; i < b; i++) {
+            correct += yt[i] == pt[i];
+            r->confusion[yt[i]][pt[i]]++;
+        }
+        r->n += b;
+        zs_scope_pop();
+    }
+    zs_no_grad_pop();
+    zs_module_train(m, was_training);
+    zs_loader_free(l);
+    r->loss = r->n ? loss_sum / (double)r->n : 0;
+    r->accuracy = r->n ? (double)correct / (double)r->n : 0;
+    return st;
+}
+
+/* Reads "key":"value" from a flat JSON object of strings (our metadata). */
+static bool meta_get(const char *json, const char *key, char *out, size_t n)
+{
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = json ? strstr(json, pat) : NULL;
+    if (!p)
+        return false;
+    p += strlen(pat);
+    const char *e = strchr(p, '"');
+    if (!e || (size_t)(e - p) >= n)
+        return false;
+    memcpy(out, p, (size_t)(e - p));
+    out[e - p] = '\0';
+    return true;
+}
+
+int zs_cmd_eval(int argc, char **argv)
+{
+    const char *ckpt = NULL, *data = ZS_FMNIST_DIR;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--ckpt") && i + 1 < argc) {
+            ckpt = argv[++i];
+        } else if (!strcmp(argv[i], "--data") && i + 1 < argc) {
+            data = argv[++i];
+        } else if (!strcmp(argv[i], "--help")) {
+            printf("usage: zs eval --ckpt FILE [--data DIR]\n");
+            return 0;
+        } else {
+            fprintf(stderr, "zs eval: unknown flag '%s' (see zs eval --help)\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+    if (!ckpt) {
+        fprintf(stderr, "zs eval: --ckpt FILE is required\n");
+        return 2;
+    }
+    zs_tensor_set probe;
+    if (zs_safetensors_load(ckpt, &probe) != ZS_OK) {
+        fprintf(stderr, "zs eval: %s\n", zs_last_error());
+        return 2;
+    }
+    char model_name[32] = "";
+    bool known = meta_get(probe.metadata_json, "model", model_name, sizeof model_name);
+    zs_tensor_set_free(&probe);
+    zs_module *m = known ? zs_app_cnn_new(model_name, 0) : NULL;
+    if (!m) {
+        fprintf(stderr, "zs eval: %s: %s\n", ckpt,
+                known ? zs_last_error() : "no model name in its metadata");
+        return 2;
+    }
+    zs_image_data test;
+    if (zs_checkpoint_load(ckpt, m, NULL, NULL) != ZS_OK ||
+        zs_mnist_load(data, false, &test) != ZS_OK) {
+        fprintf(stderr, "zs eval: %s\n", zs_last_error());
+        zs_module_free(m);
+        return 2;
+    }
+    zs_eval_result r;
+    zs_status st = zs_app_evaluate(m, &test, &r);
+    if (st == ZS_OK) {
+        printf("model %s, %lld test images: accuracy %.2f%%, loss %.4f\n",
+               model_name, (long long)r.n, 100 * r.accuracy, r.loss);
+        printf("confusion matrix (rows: true class, columns: predicted)\n     ");
+        for (int j = 0; j < 10; j++)
+            printf("%6d", j);
+        printf("\n");
+        for (int i = 0; i < 10; i++) {
+            printf("%4d ", i);
+            for (int j = 0; j < 10; j++)
+                printf("%6lld", (long long)r.confusion[i][j]);
+            printf("\n");
+        }
+    } else {
+        fprintf(stderr, "zs eval: %s\n", zs_last_error());
+    }
+    zs_image_data_free(&test);
+    zs_module_free(m);
+    return st == ZS_OK ? 0 : 1;
+}
