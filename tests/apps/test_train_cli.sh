@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# zs train / zs eval end to end on a small synthetic MNIST-format set:
+# resume gives the same per-step losses as an uninterrupted run; bad input
+# (missing data, truncated IDX, corrupt or mismatched checkpoint, unknown
+# flag) gives one clear message and exit status 2; kill -9 during training
+# never leaves an unreadable checkpoint.
+set -uo pipefail
+zs="$ZS_BIN"
+src="$ZS_SOURCE_DIR"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { if eval "$2"; then echo "ok $1"; else echo "FAIL $1"; fail=1; fi; }
+expect2() { # name, command...: exit status 2 and a message on stderr
+  local name=$1; shift
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [ $rc -eq 2 ] && [ -s "$tmp/err" ] && [ "$(wc -l <"$tmp/err")" -le 3 ]; then
+    echo "ok $name: $(head -1 "$tmp/err")"
+  else
+    echo "FAIL $name: exit $rc, stderr: $(cat "$tmp/err")"; fail=1
+  fi
+}
+
+python3 "$src/tests/apps/make_fake_mnist.py" "$tmp/data" 320 100
+common=(--data "$tmp/data" --batch 32 --epochs 4 --seed 3 --threads 2 --optim sgd --lr 0.05)
+
+"$zs" train lenet "${common[@]}" --out "$tmp/full" >/dev/null 2>"$tmp/log" || { cat "$tmp/log"; exit 1; }
+"$zs" train lenet "${common[@]}" --out "$tmp/part" --stop-after 2 >/dev/null 2>&1 || exit 1
+"$zs" train lenet "${common[@]}" --out "$tmp/part" --resume >/dev/null 2>&1 || exit 1
+grep '"step"' "$tmp/full/metrics.jsonl" | grep -E '"epoch":(3|4),' > "$tmp/a"
+grep '"step"' "$tmp/part/metrics.jsonl" | grep -E '"epoch":(3|4),' > "$tmp/b"
+check "resume: epochs 3-4 losses identical ($(wc -l <"$tmp/a") steps)" \
+      '[ -s "$tmp/a" ] && cmp -s "$tmp/a" "$tmp/b"'
+check "metrics.jsonl has per-epoch accuracy" 'grep -q test_accuracy "$tmp/full/metrics.jsonl"'
+check "curves.svg written" 'grep -q "<svg" "$tmp/full/curves.svg"'
+acc=$(grep test_accuracy "$tmp/full/metrics.jsonl" | tail -1 | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
+check "learns the synthetic classes (accuracy $acc)" 'awk "BEGIN{exit !($acc > 0.9)}"'
+"$zs" eval --ckpt "$tmp/full/checkpoint.safetensors" --data "$tmp/data" > "$tmp/eval" 2>&1
+check "zs eval prints accuracy and confusion matrix" 'grep -q "accuracy" "$tmp/eval" && grep -q "confusion" "$tmp/eval"'
+
+expect2 "missing data dir" "$zs" train lenet --data "$tmp/nope" --out "$tmp/x"
+cp -r "$tmp/data" "$tmp/trunc"
+gzip -dc "$tmp/data/train-images-idx3-ubyte.gz" | head -c 5000 | gzip > "$tmp/trunc/train-images-idx3-ubyte.gz"
+expect2 "truncated IDX" "$zs" train lenet --data "$tmp/trunc" --out "$tmp/x"
+expect2 "unknown flag" "$zs" train lenet --frobnicate 3
+expect2 "bad number" "$zs" train lenet --epochs many
+expect2 "unknown model" "$zs" train alexnet
+head -c 300 "$tmp/full/checkpoint.safetensors" > "$tmp/bad.safetensors"
+expect2 "truncated checkpoint (eval)" "$zs" eval --ckpt "$tmp/bad.safetensors" --data "$tmp/data"
+cp "$tmp/bad.safetensors" "$tmp/part/checkpoint.safetensors"
+expect2 "corrupt checkpoint (resume)" "$zs" train lenet "${common[@]}" --out "$tmp/part" --resume
+"$zs" train resnet --data "$tmp/data" --epochs 1 --limit 64 --batch 32 --out "$tmp/res" >/dev/null 2>&1
+cp "$tmp/res/checkpoint.safetensors" "$tmp/full/checkpoint.safetensors.res"
+mkdir -p "$tmp/mis" && cp "$tmp/res/checkpoint.safetensors" "$tmp/mis/checkpoint.safetensors"
+expect2 "mismatched checkpoint (resnet into lenet)" "$zs" train lenet "${common[@]}" --out "$tmp/mis" --resume
+
+# kill -9 at several moments: the checkpoint on disk always loads.
+"$zs" train lenet "${common[@]}" --epochs 1 --out "$tmp/kill" >/dev/null 2>&1
+ok=1
+for delay in 0.3 0.7 1.1 1.6 2.2; do
+  "$zs" train lenet "${common[@]}" --epochs 30 --out "$tmp/kill" --resume >/dev/null 2>&1 &
+  pid=$!
+  sleep $delay
+  kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+  "$zs" eval --ckpt "$tmp/kill/checkpoint.safetensors" --data "$tmp/data" >/dev/null 2>&1 || ok=0
+done
+check "kill -9 during training leaves a readable checkpoint" '[ $ok -eq 1 ]'
+exit $fail

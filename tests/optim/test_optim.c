@@ -1,0 +1,126 @@
+/*
+ * test_optim.c - SGD (momentum, Nesterov, weight decay), Adam and AdamW
+ * against float64 re-implementations of PyTorch's update rules over
+ * several steps; learning-rate schedules; gradient clipping; bad configs.
+ */
+#include <stdlib.h>
+
+#include "testutil.h"
+
+#define N 1037 /* odd, spans several threads' chunks */
+
+typedef struct ref_state {
+    double p[N], m[N], v[N];
+} ref_state;
+
+static void ref_step(const zs_optim_config *c, ref_state *s, const double *g,
+                     int t, double lr)
+{
+    double b1 = c->beta1 ? c->beta1 : 0.9, b2 = c->beta2 ? c->beta2 : 0.999;
+    double eps = c->eps ? c->eps : 1e-8;
+    for (int i = 0; i < N; i++) {
+        double gi = g[i];
+        if (c->kind == ZS_SGD) {
+            gi += c->weight_decay * s->p[i];
+            if (c->momentum > 0) {
+                s->m[i] = t == 1 ? gi : c->momentum * s->m[i] + gi;
+                gi = c->nesterov ? gi + c->momentum * s->m[i] : s->m[i];
+            }
+            s->p[i] -= lr * gi;
+            continue;
+        }
+        if (c->kind == ZS_ADAMW)
+            s->p[i] *= 1 - lr * c->weight_decay;
+        else
+            gi += c->weight_decay * s->p[i];
+        s->m[i] = b1 * s->m[i] + (1 - b1) * gi;
+        s->v[i] = b2 * s->v[i] + (1 - b2) * gi * gi;
+        double mh = s->m[i] / (1 - pow(b1, t)), vh = s->v[i] / (1 - pow(b2, t));
+        s->p[i] -= lr * mh / (sqrt(vh) + eps);
+    }
+}
+
+static void run_case(const char *name, zs_optim_config c)
+{
+    zs_tensor *p = zt_rand(ZS_F32, ZS_SHAPE(N), 5);
+    zs_set_requires_grad(p, true);
+    ref_state *s = calloc(1, sizeof *s);
+    for (int i = 0; i < N; i++)
+        s->p[i] = zs_get(p, i);
+    zs_optim *o = zs_optim_new(&c, 1, &p);
+    ZT_CHECK(o != NULL, "%s: new", name);
+    double worst = 0;
+    for (int t = 1; t <= 5; t++) {
+        zs_tensor *g = zt_rand(ZS_F32, ZS_SHAPE(N), 100 + t);
+        double gd[N];
+        for (int i = 0; i < N; i++)
+            gd[i] = zs_get(g, i);
+        zs_release(p->grad);
+        p->grad = g;
+        double lr = c.lr * (1.0 - 0.1 * t);
+        zs_optim_step(o, lr);
+        ref_step(&c, s, gd, t, lr);
+        for (int i = 0; i < N; i++)
+            worst = fmax(worst, fabs(zs_get(p, i) - s->p[i]));
+    }
+    ZT_CHECK(worst < 2e-6, "%s: max |p - ref| = %g after 5 steps", name, worst);
+    ZT_CHECK(zs_optim_steps(o) == 5, "%s: step count", name);
+    zs_optim_free(o);
+    zs_release(p);
+    free(s);
+}
+
+static void test_rules(void)
+{
+    run_case("sgd", (zs_optim_config){ZS_SGD, 0.1, 0, false, 0, 0, 0, 0});
+    run_case("sgd momentum wd", (zs_optim_config){ZS_SGD, 0.1, 0.9, false, 1e-2, 0, 0, 0});
+    run_case("sgd nesterov", (zs_optim_config){ZS_SGD, 0.1, 0.9, true, 0, 0, 0, 0});
+    run_case("adam", (zs_optim_config){ZS_ADAM, 1e-2, 0, false, 0, 0, 0, 0});
+    run_case("adam l2", (zs_optim_config){ZS_ADAM, 1e-2, 0, false, 0.1, 0.8, 0.99, 1e-6});
+    run_case("adamw", (zs_optim_config){ZS_ADAMW, 1e-2, 0, false, 0.1, 0, 0, 0});
+    zt_section("update rules vs float64 reference");
+}
+
+static void test_schedules_and_clip(void)
+{
+    zs_lr_schedule cos = {ZS_LR_COSINE, 1.0, 10, 110, 0.1, 0, 0};
+    ZT_CHECK(fabs(zs_lr_at(&cos, 0) - 0.1) < 1e-12, "warm-up starts at base/warmup");
+    ZT_CHECK(fabs(zs_lr_at(&cos, 9) - 1.0) < 1e-12, "warm-up reaches base");
+    ZT_CHECK(fabs(zs_lr_at(&cos, 60) - 0.55) < 1e-12, "cosine midpoint %g", zs_lr_at(&cos, 60));
+    ZT_CHECK(fabs(zs_lr_at(&cos, 500) - 0.1) < 1e-12, "cosine floor");
+    zs_lr_schedule st = {ZS_LR_STEP, 1.0, 0, 0, 0, 30, 0.1};
+    ZT_CHECK(fabs(zs_lr_at(&st, 29) - 1.0) < 1e-12 && fabs(zs_lr_at(&st, 65) - 0.01) < 1e-12,
+             "step schedule");
+    zs_tensor *a = zs_ones(ZS_F32, ZS_SHAPE(3)), *b = zs_ones(ZS_F32, ZS_SHAPE(4, 4));
+    a->grad = zs_full(ZS_F32, ZS_SHAPE(3), 3.0);     /* |.|^2 = 27 */
+    b->grad = zs_full(ZS_F32, ZS_SHAPE(4, 4), 1.0);  /* 16 */
+    zs_tensor *ps[] = {a, b};
+    double n0 = zs_clip_grad_norm(2, ps, 1.0);
+    ZT_CHECK(fabs(n0 - sqrt(43.0)) < 1e-9, "norm before clipping %g", n0);
+    double n1 = zs_clip_grad_norm(2, ps, 100.0);
+    ZT_CHECK(fabs(n1 - 1.0) < 1e-5, "norm after clipping %g", n1);
+    zs_release(a);
+    zs_release(b);
+    zt_section("schedules and clipping");
+}
+
+static void test_errors(void)
+{
+    zs_tensor *p = zs_ones(ZS_F64, ZS_SHAPE(3));
+    zs_optim_config c = {ZS_ADAM, 1e-3, 0, false, 0, 0, 0, 0};
+    ZT_EXPECT_ERROR(zs_optim_new(&c, 1, &p) == NULL, "not a contiguous f32");
+    c.lr = -1;
+    ZT_EXPECT_ERROR(zs_optim_new(&c, 0, NULL) == NULL, "bad config");
+    c = (zs_optim_config){ZS_ADAM, 1e-3, 0, false, 0, 1.5, 0.9, 0};
+    ZT_EXPECT_ERROR(zs_optim_new(&c, 0, NULL) == NULL, "bad config");
+    zs_release(p);
+    zt_section("errors");
+}
+
+int main(void)
+{
+    test_rules();
+    test_schedules_and_clip();
+    test_errors();
+    return zt_done();
+}
