@@ -1,0 +1,431 @@
+/*
+ * conv.c - 2-D convolution forward and backward as im2col + GEMM
+ * (contracts and threading in conv.h).
+ *
+ * Per image n and group g, with K = Cg*KH*KW, P = OH*OW and a tile of
+ * output rows [oh0, oh1) (tP = (oh1-oh0)*OW columns):
+ *   forward   y_g[:, tile]  = w_g [Og, K] * col [K, tP]      (+ bias)
+ *   weight    gw_g         += gy_g[:, tile] [Og, tP] * col^T
+ *   input     gcol          = w_g^T [K, Og] * gy_g[:, tile]; col2im -> gx
+ * col row r = (c*KH + kh)*KW + kw holds x[c, oh*sh - ph + kh*dh,
+ * ow*sw - pw + kw*dw] (0 outside the image) for the tile's (oh, ow).
+ * A 1x1 kernel with stride 1 and no padding on a contiguous x uses x itself
+ * as the column matrix ("direct").
+ */
+#include <string.h>
+
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kernels.h"
+
+/* Per-image GEMM FLOPs below which images are spread over the threads
+ * (one serial GEMM each) instead of multithreading each GEMM. On 2 threads
+ * a LeNet-like layer (0.5 MFLOP per image) runs 1.4x faster forward this
+ * way; a ResNet-like one (58 MFLOP) runs equally fast either way. */
+#define BATCH_PAR_FLOPS (64.0 * 1024 * 1024)
+/* Column elements per im2col / col2im task when one image is split. */
+#define COL_GRAIN 16384
+
+typedef struct job {
+    zs_dtype dt;
+    size_t esz;
+    const zsk_conv2d_shape *s;
+    int64_t Cg, Og, K, P, rows; /* rows: output rows per tile */
+    bool direct, par_inner;     /* par_inner: im2col/col2im may use pool */
+    const char *x;
+    int64_t xs[4];
+    const char *w, *bias, *gy;
+    char *y, *gx, *gw, *gb;
+    char **col;   /* [nslices] column buffers (NULL when direct) */
+    char **gwacc; /* [nslices] weight-gradient accumulators; [0] = gw */
+    int64_t nslices;
+} job;
+
+/* One tile of im2col / col2im for an image and group. */
+typedef struct tile {
+    const job *j;
+    const char *x; /* image + group base of x (strides j->xs[1..3]) */
+    char *gx;      /* image + group base of gx, contiguous [Cg, H, W] */
+    char *col;     /* [K, tP] */
+    int64_t oh0, oh1;
+} tile;
+
+/* ow in [*lo, *hi) satisfy 0 <= ow*s + off < n, clamped to [0, out). */
+static void valid_range(int64_t off, int64_t s, int64_t n, int64_t out,
+                        int64_t *lo, int64_t *hi)
+{
+    int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t h = off > n - 1 ? 0 : (n - 1 - off) / s + 1;
+    h = h < out ? h : out;
+    *lo = l < h ? l : h;
+    *hi = h;
+}
+
+#define DEFINE_COLS(T, SUF)                                                   \
+    /* Column rows [r0, r1) of the tile. */                                   \
+    static void im2col_##SUF(void *ctx, int64_t r0, int64_t r1)               \
+    {                                                                         \
+        const tile *t = ctx;                                                  \
+        const zsk_conv2d_shape *s = t->j->s;                                  \
+        const T *x = (const T *)t->x;                                         \
+        int64_t xc = t->j->xs[1], xh = t->j->xs[2], xw = t->j->xs[3];         \
+        int64_t OW = s->OW, tP = (t->oh1 - t->oh0) * OW;                      \
+        for (int64_t r = r0; r < r1; r++) {                                   \
+            int64_t c = r / (s->KH * s->KW), kh = r / s->KW % s->KH;          \
+            int64_t iw0 = r % s->KW * s->dw - s->pw, lo, hi;                  \
+            valid_range(iw0, s->sw, s->W, OW, &lo, &hi);                      \
+            T *d = (T *)t->col + r * tP;                                      \
+            for (int64_t oh = t->oh0; oh < t->oh1; oh++, d += OW) {           \
+                int64_t ih = oh * s->sh - s->ph + kh * s->dh;                 \
+                if (ih < 0 || ih >= s->H) {                                   \
+                    memset(d, 0, (size_t)OW * sizeof(T));                     \
+                    continue;                                                 \
+                }                                                             \
+                const T *src = x + c * xc + ih * xh;                          \
+                memset(d, 0, (size_t)lo * sizeof(T));                         \
+                if (s->sw == 1 && xw == 1)                                    \
+                    memcpy(d + lo, src + lo + iw0, (size_t)(hi - lo) * sizeof(T)); \
+                else                                                          \
+                    for (int64_t ow = lo; ow < hi; ow++)                      \
+                        d[ow] = src[(ow * s->sw + iw0) * xw];                 \
+                memset(d + hi, 0, (size_t)(OW - hi) * sizeof(T));             \
+            }                                                                 \
+        }                                                                     \
+    }                                                                         \
+    /* Adds the tile's column rows of channels [c0, c1) into gx. */          \
+    static void col2im_##SUF(void *ctx, int64_t c0, int64_t c1)               \
+    {                                                                         \
+        const tile *t = ctx;                                                  \
+        const zsk_conv2d_shape *s = t->j->s;                                  \
+        int64_t OW = s->OW, tP = (t->oh1 - t->oh0) * OW;                      \
+        for (int64_t c = c0; c < c1; c++)                                     \
+            for (int64_t kh = 0; kh < s->KH; kh++)                            \
+                for (int64_t kw = 0; kw < s->KW; kw++) {                      \
+                    int64_t r = (c * s->KH + kh) * s->KW + kw;                \
+                    int64_t iw0 = kw * s->dw - s->pw, lo, hi;                 \
+                    valid_range(iw0, s->sw, s->W, OW, &lo, &hi);              \
+                    const T *src = (const T *)t->col + r * tP;                \
+                    for (int64_t oh = t->oh0; oh < t->oh1; oh++, src += OW) { \
+                        int64_t ih = oh * s->sh - s->ph + kh * s->dh;         \
+                        if (ih < 0 || ih >= s->H)                             \
+                            continue;                                         \
+                        T *g = (T *)t->gx + (c * s->H + ih) * s->W;           \
+                        for (int64_t ow = lo; ow < hi; ow++)                  \
+                            g[ow * s->sw + iw0] += src[ow];                   \
+                    }                                                         \
+                }                                                             \
+    }
+
+DEFINE_COLS(float, f32)
+DEFINE_COLS(double, f64)
+
+static void gemm(const job *j, bool ta, bool tb, int64_t M, int64_t N,
+                 int64_t K, const void *A, int64_t lda, const void *B,
+                 int64_t ldb, double beta, void *C, int64_t ldc)
+{
+    if (j->dt == ZS_F32)
+        zsk_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (float)beta, C, ldc);
+    else
+        zsk_dgemm(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void run(const job *j, int64_t n, int64_t grain, zs_range_fn fn,
+                void *ctx)
+{
+    if (j->par_inner)
+        zs_parallel_for(n, grain, fn, ctx);
+    else
+        fn(ctx, 0, n);
+}
+
+/* Fills the tile's column buffer; returns the column matrix and its row
+ * stride (x itself when direct). */
+static const char *columns(const job *j, const char *xg, int64_t oh0,
+                           int64_t oh1, char *col, int64_t *ld)
+{
+    if (j->direct) {
+        *ld = j->P;
+        return xg + (size_t)(oh0 * j->s->OW) * j->esz;
+    }
+    tile t = {j, xg, NULL, col, oh0, oh1};
+    int64_t tP = (oh1 - oh0) * j->s->OW;
+    run(j, j->K, 1 + COL_GRAIN / tP, j->dt == ZS_F32 ? im2col_f32 : im2col_f64,
+        &t);
+    *ld = tP;
+    return col;
+}
+
+static const char *x_image(const job *j, int64_t n, int64_t g)
+{
+    return j->x + (size_t)(n * j->xs[0] + g * j->Cg * j->xs[1]) * j->esz;
+}
+
+static void fill_bias(const job *j, char *yt, const char *b, int64_t tP)
+{
+    for (int64_t o = 0; o < j->Og; o++) {
+        char *row = yt + (size_t)(o * j->P) * j->esz;
+        if (j->dt == ZS_F32)
+            for (int64_t i = 0; i < tP; i++)
+                ((float *)row)[i] = ((const float *)b)[o];
+        else
+            for (int64_t i = 0; i < tP; i++)
+                ((double *)row)[i] = ((const double *)b)[o];
+    }
+}
+
+static void forward_image(const job *j, int64_t n, char *col)
+{
+    const zsk_conv2d_shape *s = j->s;
+    size_t e = j->esz;
+    for (int64_t g = 0; g < s->G; g++) {
+        const char *wg = j->w + (size_t)(g * j->Og * j->K) * e;
+        char *yg = j->y + (size_t)((n * s->O + g * j->Og) * j->P) * e;
+        for (int64_t oh0 = 0; oh0 < s->OH; oh0 += j->rows) {
+            int64_t oh1 = oh0 + j->rows < s->OH ? oh0 + j->rows : s->OH;
+            int64_t tP = (oh1 - oh0) * s->OW, ldb;
+            const char *B = columns(j, x_image(j, n, g), oh0, oh1, col, &ldb);
+            char *yt = yg + (size_t)(oh0 * s->OW) * e;
+            if (j->bias)
+                fill_bias(j, yt, j->bias + (size_t)(g * j->Og) * e, tP);
+            gemm(j, false, false, j->Og, tP, j->K, wg, j->K, B, ldb,
+                 j->bias ? 1.0 : 0.0, yt, j->P);
+        }
+    }
+}
+
+/* Weight and input gradients of image n; gw accumulates (beta 0 when
+ * first), gx of the image is overwritten. */
+static void backward_image(const job *j, int64_t n, char *col, char *gw,
+                           bool first)
+{
+    const zsk_conv2d_shape *s = j->s;
+    size_t e = j->esz;
+    int64_t HW = s->H * s->W;
+    if (j->gx && !j->direct)
+        memset(j->gx + (size_t)(n * s->C * HW) * e, 0, (size_t)(s->C * HW) * e);
+    for (int64_t g = 0; g < s->G; g++) {
+        const char *wg = j->w ? j->w + (size_t)(g * j->Og * j->K) * e : NULL;
+        const char *gyg = j->gy + (size_t)((n * s->O + g * j->Og) * j->P) * e;
+        char *gxg = j->gx ? j->gx + (size_t)((n * s->C + g * j->Cg) * HW) * e
+                          : NULL;
+        for (int64_t oh0 = 0; oh0 < s->OH; oh0 += j->rows) {
+            int64_t oh1 = oh0 + j->rows < s->OH ? oh0 + j->rows : s->OH;
+            int64_t tP = (oh1 - oh0) * s->OW, ldb;
+            const char *gyt = gyg + (size_t)(oh0 * s->OW) * e;
+            if (gw) {
+                const char *B = columns(j, x_image(j, n, g), oh0, oh1, col, &ldb);
+                gemm(j, false, true, j->Og, j->K, tP, gyt, j->P, B, ldb,
+                     first && oh0 == 0 ? 0.0 : 1.0,
+                     gw + (size_t)(g * j->Og * j->K) * e, j->K);
+            }
+            if (!gxg)
+                continue;
+            if (j->direct) {
+                gemm(j, true, false, j->Cg, tP, j->Og, wg, j->K, gyt, j->P, 0.0,
+                     gxg + (size_t)(oh0 * s->OW) * e, j->P);
+                continue;
+            }
+            gemm(j, true, false, j->K, tP, j->Og, wg, j->K, gyt, j->P, 0.0,
+                 col, tP);
+            tile t = {j, NULL, gxg, col, oh0, oh1};
+            run(j, j->Cg, 1 + COL_GRAIN / (tP * s->KH * s->KW),
+                j->dt == ZS_F32 ? col2im_f32 : col2im_f64, &t);
+        }
+    }
+}
+
+static void slice_range(const job *j, int64_t t, int64_t *n0, int64_t *n1)
+{
+    *n0 = j->s->N * t / j->nslices;
+    *n1 = j->s->N * (t + 1) / j->nslices;
+}
+
+static void forward_slices(void *ctx, int64_t b, int64_t e)
+{
+    const job *j = ctx;
+    for (int64_t t = b; t < e; t++) {
+        int64_t n0, n1;
+        slice_range(j, t, &n0, &n1);
+        for (int64_t n = n0; n < n1; n++)
+            forward_image(j, n, j->col ? j->col[t] : NULL);
+    }
+}
+
+static void backward_slices(void *ctx, int64_t b, int64_t e)
+{
+    const job *j = ctx;
+    for (int64_t t = b; t < e; t++) {
+        int64_t n0, n1;
+        slice_range(j, t, &n0, &n1);
+        for (int64_t n = n0; n < n1; n++)
+            backward_image(j, n, j->col ? j->col[t] : NULL,
+                           j->gwacc ? j->gwacc[t] : NULL, n == n0);
+    }
+}
+
+/* Chooses the threading mode and tile size, allocates the buffers (column
+ * buffers unless direct; weight-gradient accumulators for slices > 0 when
+ * need_gwacc). On failure the job is still safe to job_deinit. */
+static zs_status job_init(job *j, zs_dtype dt, const zsk_conv2d_shape *s,
+                          const void *x, const int64_t *xs, bool need_gwacc)
+{
+    memset(j, 0, sizeof *j);
+    j->dt = dt;
+    j->esz = dt == ZS_F32 ? 4 : 8;
+    j->s = s;
+    j->Cg = s->C / s->G;
+    j->Og = s->O / s->G;
+    j->K = j->Cg * s->KH * s->KW;
+    j->P = s->OH * s->OW;
+    j->x = x;
+    if (xs)
+        memcpy(j->xs, xs, sizeof j->xs);
+    j->direct = s->KH == 1 && s->KW == 1 && s->sh == 1 && s->sw == 1 &&
+                s->ph == 0 && s->pw == 0 && xs && xs[3] == 1 &&
+                xs[2] == s->W && xs[1] == s->H * s->W;
+    int64_t row_bytes = j->K * s->OW * (int64_t)j->esz;
+    j->rows = ZSK_CONV_COL_BYTES / (row_bytes > 0 ? row_bytes : 1);
+    j->rows = j->rows < 1 ? 1 : j->rows > s->OH ? s->OH : j->rows;
+    int T = zs_num_threads();
+    double flops = 2.0 * (double)s->O * (double)j->K * (double)j->P;
+    bool batch = T > 1 && s->N > 1 && flops < BATCH_PAR_FLOPS;
+    j->nslices = batch ? (s->N < T ? s->N : T) : 1;
+    j->par_inner = !batch;
+    size_t ns = (size_t)j->nslices;
+    size_t col_bytes = j->direct ? 0 : (size_t)(j->rows * s->OW * j->K) * j->esz;
+    size_t gw_bytes = need_gwacc ? (size_t)(s->O * j->K) * j->esz : 0;
+    if ((j->col = zs_alloc(ns * sizeof *j->col)))
+        memset(j->col, 0, ns * sizeof *j->col);
+    if ((j->gwacc = zs_alloc(ns * sizeof *j->gwacc)))
+        memset(j->gwacc, 0, ns * sizeof *j->gwacc);
+    if (!j->col || !j->gwacc)
+        return ZS_ERR_NOMEM;
+    for (size_t t = 0; t < ns; t++) {
+        j->col[t] = col_bytes ? zs_alloc(col_bytes) : NULL;
+        j->gwacc[t] = gw_bytes && t > 0 ? zs_alloc(gw_bytes) : NULL;
+        if ((col_bytes && !j->col[t]) || (gw_bytes && t > 0 && !j->gwacc[t]))
+            return ZS_ERR_NOMEM;
+    }
+    return ZS_OK;
+}
+
+static void job_deinit(job *j)
+{
+    for (int64_t t = 0; t < j->nslices; t++) {
+        if (j->col)
+            zs_free(j->col[t]);
+        if (j->gwacc && t > 0)
+            zs_free(j->gwacc[t]);
+    }
+    zs_free(j->col);
+    zs_free(j->gwacc);
+}
+
+zs_status zsk_conv2d_forward(zs_dtype dt, const zsk_conv2d_shape *s,
+                             const void *x, const int64_t *xs, const void *w,
+                             const void *bias, void *y)
+{
+    job j;
+    zs_status st = job_init(&j, dt, s, x, xs, false);
+    if (st == ZS_OK) {
+        j.w = w;
+        j.bias = bias;
+        j.y = y;
+        if (j.nslices > 1)
+            zs_parallel_for(j.nslices, 1, forward_slices, &j);
+        else
+            forward_slices(&j, 0, 1);
+    }
+    job_deinit(&j);
+    return st;
+}
+
+/* gb[o] = sum over n, p of gy[n, o, p], accumulated in double. */
+typedef struct bias_ctx {
+    zs_dtype dt;
+    const void *gy;
+    void *gb;
+    int64_t N, O, P;
+} bias_ctx;
+
+static void bias_grad(void *ctx, int64_t o0, int64_t o1)
+{
+    const bias_ctx *c = ctx;
+    for (int64_t o = o0; o < o1; o++) {
+        double acc = 0;
+        for (int64_t n = 0; n < c->N; n++) {
+            int64_t base = (n * c->O + o) * c->P;
+            if (c->dt == ZS_F32) {
+                const float *g = (const float *)c->gy + base;
+                float part = 0;
+                for (int64_t p = 0; p < c->P; p++)
+                    part += g[p];
+                acc += part;
+            } else {
+                const double *g = (const double *)c->gy + base;
+                for (int64_t p = 0; p < c->P; p++)
+                    acc += g[p];
+            }
+        }
+        if (c->dt == ZS_F32)
+            ((float *)c->gb)[o] = (float)acc;
+        else
+            ((double *)c->gb)[o] = acc;
+    }
+}
+
+/* gw = sum of the slices' accumulators, in slice order. */
+static void reduce_gw(const job *j)
+{
+    int64_t n = j->s->O * j->K;
+    for (int64_t t = 1; t < j->nslices; t++) {
+        if (j->dt == ZS_F32) {
+            float *d = (float *)j->gw;
+            const float *a = (const float *)j->gwacc[t];
+            for (int64_t i = 0; i < n; i++)
+                d[i] += a[i];
+        } else {
+            double *d = (double *)j->gw;
+            const double *a = (const double *)j->gwacc[t];
+            for (int64_t i = 0; i < n; i++)
+                d[i] += a[i];
+        }
+    }
+}
+
+zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
+                              const void *x, const int64_t *xs, const void *w,
+                              const void *gy, void *gx, void *gw, void *gb)
+{
+    if (gb) {
+        bias_ctx bc = {dt, gy, gb, s->N, s->O, s->OH * s->OW};
+        zs_parallel_for(s->O, 1 + ZSK_GRAIN / (s->N * s->OH * s->OW + 1),
+                        bias_grad, &bc);
+    }
+    if (!gx && !gw)
+        return ZS_OK;
+    if (s->N == 0) {
+        if (gw)
+            memset(gw, 0, (size_t)(s->O * (s->C / s->G) * s->KH * s->KW) *
+                              (dt == ZS_F32 ? 4 : 8));
+        return ZS_OK;
+    }
+    job j;
+    zs_status st = job_init(&j, dt, s, x, xs, gw != NULL);
+    if (st == ZS_OK) {
+        j.w = w;
+        j.gy = gy;
+        j.gx = gx;
+        j.gw = gw;
+        if (gw)
+            j.gwacc[0] = gw;
+        if (j.nslices > 1)
+            zs_parallel_for(j.nslices, 1, backward_slices, &j);
+        else
+            backward_slices(&j, 0, 1);
+        if (gw)
+            reduce_gw(&j);
+    }
+    job_deinit(&j);
+    return st;
+}

@@ -1,0 +1,57 @@
+/*
+ * kernels/cpu/conv.h - 2-D convolution (NCHW) on raw pointers, built on the
+ * GEMM kernel (gemm.h) with im2col / col2im.
+ *
+ * Shapes: x [N, C, H, W] (any element strides), w [O, C/G, KH, KW] and
+ * y, gy [N, O, OH, OW] contiguous, bias [O]. Per image and group the
+ * convolution is one GEMM: y_g [O/G, P] = w_g [O/G, K] * col [K, P] with
+ * K = (C/G)*KH*KW and P = OH*OW; the column buffer covers a tile of output
+ * rows so that it stays under ZSK_CONV_COL_BYTES.
+ *
+ * Threading: small GEMMs run one image per thread (serial GEMMs, private
+ * column buffers and weight-gradient accumulators summed in a fixed order,
+ * so results depend only on the thread count); large ones run image by
+ * image with the multithreaded GEMM.
+ */
+#ifndef ZS_KERNELS_CPU_CONV_H
+#define ZS_KERNELS_CPU_CONV_H
+
+#include <stdint.h>
+
+#include "zs/core.h"
+
+/* Bytes of one column buffer (per thread in batch-parallel mode). */
+#define ZSK_CONV_COL_BYTES (4 << 20)
+
+typedef struct zsk_conv2d_shape {
+    int64_t N, C, H, W;          /* input */
+    int64_t O, KH, KW, G;        /* output channels, kernel, groups */
+    int64_t OH, OW;              /* output */
+    int64_t sh, sw, ph, pw, dh, dw; /* stride, padding, dilation */
+} zsk_conv2d_shape;
+
+/* Output size along one axis, floor((n + 2p - d*(k-1) - 1)/s) + 1; may be
+ * <= 0 (the caller reports it). */
+static inline int64_t zsk_conv_out_size(int64_t n, int64_t k, int64_t s,
+                                        int64_t p, int64_t d)
+{
+    int64_t span = n + 2 * p - d * (k - 1) - 1;
+    return span < 0 ? 0 : span / s + 1;
+}
+
+/* y = conv(x, w) + bias. dt: ZS_F32 or ZS_F64. xs: x's element strides
+ * (N, C, H, W). bias may be NULL. Returns ZS_ERR_NOMEM (message set) when
+ * the column buffers cannot be allocated. */
+zs_status zsk_conv2d_forward(zs_dtype dt, const zsk_conv2d_shape *s,
+                             const void *x, const int64_t *xs, const void *w,
+                             const void *bias, void *y);
+
+/* Gradients from gy (contiguous [N, O, OH, OW]): gx [N, C, H, W]
+ * contiguous, gw [O, C/G, KH, KW], gb [O]; each output may be NULL (not
+ * wanted) and is overwritten, not accumulated into. x (strides xs) is
+ * needed only for gw, w only for gx. */
+zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
+                              const void *x, const int64_t *xs, const void *w,
+                              const void *gy, void *gx, void *gw, void *gb);
+
+#endif
