@@ -1,0 +1,196 @@
+/*
+ * embedding.c - zs_embedding: rows of weight [V, D] picked by an index
+ * tensor of any shape (i32/i64) -> [idx..., D].
+ *
+ * Every index is checked before anything is written: one outside [0, V)
+ * fails with a message naming the value and its position. The weight may
+ * have any strides (rows are copied, with a memcpy when a row is
+ * contiguous). Backward scatter-adds gout rows into a zero [V, D]
+ * gradient; the pool splits the vocabulary into ranges, each thread scans
+ * all indices and adds only those in its range, so no row is ever written
+ * by two threads and the order of additions per row is the index order
+ * (deterministic for any thread count).
+ *
+ * Saved: 0 the contiguous index tensor. Cost model: no FLOPs forward
+ * (n*D additions backward); bytes = indices + rows read, rows written.
+ */
+#include <string.h>
+
+#include "ops/internal.h"
+
+static zs_status embedding_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+
+static zsi_op OP_EMBEDDING = {.name = "embedding", .backward = embedding_bw};
+
+/* ---- kernels ----------------------------------------------------------- */
+
+static int64_t idx_get(zs_dtype dt, const void *idx, int64_t i)
+{
+    return dt == ZS_I64 ? ((const int64_t *)idx)[i]
+                        : (int64_t)((const int32_t *)idx)[i];
+}
+
+typedef struct emb_ctx {
+    zs_dtype idt;
+    const void *idx;
+    int64_t n, V, D;
+    size_t es;
+    const char *w;            /* weight base (first element) */
+    int64_t ws0, ws1;         /* weight strides, elements */
+    char *out;                /* [n, D] */
+    const char *g;            /* backward: gout [n, D] */
+    char *gw;                 /* backward: [V, D] */
+    bool f64;
+} emb_ctx;
+
+static void emb_fw_rows(void *p, int64_t i0, int64_t i1)
+{
+    const emb_ctx *c = p;
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t v = idx_get(c->idt, c->idx, i);
+        const char *src = c->w + (size_t)(v * c->ws0) * c->es;
+        char *dst = c->out + (size_t)(i * c->D) * c->es;
+        if (c->ws1 == 1) {
+            memcpy(dst, src, (size_t)c->D * c->es);
+            continue;
+        }
+        for (int64_t d = 0; d < c->D; d++)
+            memcpy(dst + (size_t)d * c->es, src + (size_t)(d * c->ws1) * c->es,
+                   c->es);
+    }
+}
+
+/* Vocabulary rows [v0, v1): adds every gout row whose index falls there. */
+static void emb_bw_vocab(void *p, int64_t v0, int64_t v1)
+{
+    const emb_ctx *c = p;
+    for (int64_t i = 0; i < c->n; i++) {
+        int64_t v = idx_get(c->idt, c->idx, i);
+        if (v < v0 || v >= v1)
+            continue;
+        if (c->f64) {
+            double *dst = (double *)c->gw + v * c->D;
+            const double *src = (const double *)c->g + i * c->D;
+            for (int64_t d = 0; d < c->D; d++)
+                dst[d] += src[d];
+        } else {
+            float *dst = (float *)c->gw + v * c->D;
+            const float *src = (const float *)c->g + i * c->D;
+            for (int64_t d = 0; d < c->D; d++)
+                dst[d] += src[d];
+        }
+    }
+}
+
+/* ---- operator ---------------------------------------------------------- */
+
+/* First index outside [0, V), reported with its coordinates in idx. */
+static zs_status check_indices(const zs_tensor *idx, const void *data,
+                               int64_t n, int64_t V)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = idx_get(idx->dtype, data, i);
+        if (v >= 0 && v < V)
+            continue;
+        char pos[160] = "[", *p = pos + 1;
+        int64_t rem = i, coord[ZS_MAX_DIMS];
+        for (int d = idx->ndim - 1; d >= 0; d--) {
+            coord[d] = idx->shape[d] ? rem % idx->shape[d] : 0;
+            rem = idx->shape[d] ? rem / idx->shape[d] : 0;
+        }
+        for (int d = 0; d < idx->ndim; d++)
+            p += snprintf(p, sizeof pos - (size_t)(p - pos), "%s%lld",
+                          d ? ", " : "", (long long)coord[d]);
+        snprintf(p, sizeof pos - (size_t)(p - pos), "]");
+        return zs_set_error("embedding: index %lld at position %s (flat %lld) "
+                            "is out of range [0, %lld)", (long long)v, pos,
+                            (long long)i, (long long)V);
+    }
+    return ZS_OK;
+}
+
+static zs_status embedding_check(const zs_tensor *w, const zs_tensor *idx)
+{
+    zs_status st = zsi_check_float("embedding", w);
+    if (st == ZS_OK)
+        st = zsi_check_index("embedding", idx);
+    if (st != ZS_OK)
+        return st;
+    char sw[96], si[96];
+    if (w->ndim != 2)
+        return zs_set_error("embedding: weight %s has %d dims, expected 2 "
+                            "[V, D]", zs_shape_str(w, sw, sizeof sw), w->ndim);
+    if (idx->ndim + 1 > ZS_MAX_DIMS)
+        return zs_set_error("embedding: idx %s has %d dims, expected at most "
+                            "%d", zs_shape_str(idx, si, sizeof si), idx->ndim,
+                            ZS_MAX_DIMS - 1);
+    return ZS_OK;
+}
+
+zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx)
+{
+    if (!weight || !idx)
+        return NULL;
+    double t0 = zsi_op_begin(&OP_EMBEDDING);
+    if (embedding_check(weight, idx) != ZS_OK)
+        return NULL;
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *ic = zs_contiguous(idx);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    if (!ic)
+        return NULL;
+    int64_t n = zs_numel(idx), V = weight->shape[0], D = weight->shape[1];
+    if (check_indices(idx, zs_data(ic), n, V) != ZS_OK) {
+        zs_release(ic);
+        return NULL;
+    }
+    int64_t shape[ZS_MAX_DIMS];
+    memcpy(shape, idx->shape, (size_t)idx->ndim * sizeof *shape);
+    shape[idx->ndim] = D;
+    zs_tensor *out = zsi_new_tensor(weight->dtype, idx->ndim + 1, shape);
+    if (!out) {
+        zs_release(ic);
+        return NULL;
+    }
+    emb_ctx c = {.idt = idx->dtype, .idx = zs_data(ic), .n = n, .V = V, .D = D,
+                 .es = zs_dtype_size(weight->dtype), .w = zs_data(weight),
+                 .ws0 = weight->strides[0], .ws1 = weight->strides[1],
+                 .out = zs_data(out)};
+    zs_parallel_for(n, ZSK_GRAIN / (D > 0 ? D : 1) + 1, emb_fw_rows, &c);
+    double rows = zsi_bytes(out);
+    zsi_node *node;
+    if (zsi_record(&OP_EMBEDDING, out, 1, &weight, &node) != ZS_OK) {
+        zs_release(out);
+        out = NULL;
+    }
+    if (node)
+        zsi_save(node, 0, ic);
+    zsi_op_end(&OP_EMBEDDING, t0, 0, zsi_bytes(idx) + rows, rows);
+    zs_release(ic);
+    return out;
+}
+
+static zs_status embedding_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    const zsi_meta *m = &n->in_meta[0];
+    zs_tensor *ic = n->saved[0];
+    zs_tensor *gc = zs_contiguous(g);
+    zs_tensor *gw = gc ? zs_zeros(m->dtype, 2, m->shape) : NULL;
+    if (!gw) {
+        zs_release(gc);
+        return ZS_ERR_NOMEM;
+    }
+    int64_t V = m->shape[0], D = m->shape[1], cnt = zs_numel(ic);
+    emb_ctx c = {.idt = ic->dtype, .idx = zs_data(ic), .n = cnt, .V = V,
+                 .D = D, .g = zs_data(gc), .gw = zs_data(gw),
+                 .f64 = m->dtype == ZS_F64};
+    /* Each range rescans all indices: split only when the rows to add
+     * outweigh that scan. */
+    int64_t grain = cnt * D >= ZSK_GRAIN ? 1 : V;
+    zs_parallel_for(V, grain, emb_bw_vocab, &c);
+    zs_release(gc);
+    gin[0] = gw;
+    return ZS_OK;
+}
