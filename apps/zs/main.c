@@ -20,6 +20,7 @@ static const struct {
     {"demo", zs_cmd_demo, "fit a tiny model with autograd and print the losses"},
     {"train", zs_cmd_train, "train a model: zs train lenet|resnet [flags]"},
     {"eval", zs_cmd_eval, "evaluate a CNN checkpoint: accuracy, confusion matrix"},
+    {"analyze", zs_cmd_analyze, "FLOPs, memory, communication, roofline of a large model"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,170 @@
+/*
+ * memory.c - training memory: model state (weights, gradients, optimizer
+ * states) per precision, split by tensor and pipeline parallelism and by
+ * ZeRO over data parallelism, optional CPU offload; activations per layer
+ * with and without recomputation; the smallest device count.
+ *
+ * Model state per parameter (the chapter's table; ZeRO paper, sec. 3.1):
+ *   fp32 AdamW:       weights 4 + gradients 4 + optimizer 12 = 20 bytes
+ *   mixed precision:  weights 2 + gradients 2 + optimizer 12 = 16 bytes
+ * (optimizer = fp32 master weights, momentum, variance). BLOOM-176B:
+ * 176.25e9 * 20 = 3525 GB, so ceil(3525 / 80) = 45 devices of 80 GB.
+ *
+ * ZeRO over dp ranks, per device: stage 1 divides the optimizer states,
+ * stage 2 also the gradients, stage 3 also the weights. Offload moves the
+ * optimizer states to the host, from stage 2 the gradients, at stage 3 the
+ * weights too.
+ *
+ * Activations (Korthikanti et al. 2022, sec. 4, 16-bit, a = heads, t =
+ * tensor-parallel size, no sequence parallelism), per layer per
+ * micro-batch of b sequences of length s:
+ *   kept on every TP rank: two norm inputs 4sbh, QKV input 2sbh, MLP input
+ *     2sbh, two dropout masks 2sbh                      = 10sbh
+ *   split over t: Q, K 4sbh, V 2sbh, out-proj input 2sbh, GeLU input and
+ *     output 16sbh                                      = 24sbh
+ *     softmax output 2as^2b, its dropout mask as^2b and output 2as^2b
+ *                                                       = 5as^2b
+ *   no recomputation:  sbh(10 + 24/t) + 5as^2b/t (34sbh + 5as^2b at t = 1)
+ *   selective:         sbh(10 + 24/t)  (drops the 5as^2b term: QK^T,
+ *                      softmax, dropout and P V are recomputed)
+ *   full:              2sbh (only each block's input is kept)
+ * The terms are computed from the saved tensors' widths, so grouped-query
+ * attention (narrower K, V) and SwiGLU (gate, up and product of width ff)
+ * change them accordingly.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "zs/analyze.h"
+
+void zs_state_bytes_full(double params, zs_precision p, zs_state_bytes *o)
+{
+    double w = p == ZS_PREC_FP32 ? 4 : 2;
+    o->weights = params * w;
+    o->grads = params * w;
+    o->optim = params * 12;
+    o->total = o->weights + o->grads + o->optim;
+}
+
+zs_status zs_parallel_check(const zs_model_config *c, const zs_parallel *p)
+{
+    if (p->batch <= 0 || p->micro_batch <= 0 || p->seq <= 0 || p->dp <= 0 ||
+        p->tp <= 0 || p->pp <= 0)
+        return zs_set_error("analyze: batch, micro-batch, seq, dp, tp and pp "
+                            "must be positive");
+    if (p->zero < 0 || p->zero > 3)
+        return zs_set_error("analyze: ZeRO stage must be 0..3, got %d", p->zero);
+    if (p->offload && p->zero < 1)
+        return zs_set_error("analyze: --offload needs ZeRO stage 1..3");
+    if (p->batch % (p->micro_batch * p->dp))
+        return zs_set_error("analyze: global batch %lld is not a multiple of "
+                            "micro-batch %lld x dp %lld", (long long)p->batch,
+                            (long long)p->micro_batch, (long long)p->dp);
+    if (p->pp > c->n_layer)
+        return zs_set_error("analyze: %lld layers cannot fill %lld pipeline "
+                            "stages", (long long)c->n_layer, (long long)p->pp);
+    if (c->n_kv_head % p->tp)
+        return zs_set_error("analyze: %lld %sheads do not split over tp %lld",
+                            (long long)c->n_kv_head,
+                            c->n_kv_head < c->n_head ? "K/V " : "",
+                            (long long)p->tp);
+    return ZS_OK;
+}
+
+int64_t zs_parallel_layers_per_stage(const zs_model_config *c,
+                                     const zs_parallel *p)
+{
+    return (c->n_layer + p->pp - 1) / p->pp;
+}
+
+int64_t zs_parallel_micro_batches(const zs_parallel *p)
+{
+    return p->batch / (p->micro_batch * p->dp);
+}
+
+double zs_activation_bytes_layer(const zs_model_config *c, int64_t b,
+                                 int64_t s, int64_t tp, zs_recompute rc)
+{
+    double sb = (double)s * (double)b, h = (double)c->d_model;
+    double qd = (double)(c->n_head * c->d_head);
+    double kvd = (double)(c->n_kv_head * c->d_head);
+    double ff = (double)c->d_ff, t = (double)tp;
+    if (rc == ZS_RECOMPUTE_FULL)
+        return 2 * sb * h;
+    double kept = 2 * sb * h * 2   /* norm inputs */
+                  + 2 * sb * h     /* QKV input */
+                  + 2 * sb * h     /* MLP input */
+                  + 2 * sb * h;    /* dropout masks, 1 byte each */
+    double split = 2 * sb * (qd + 2 * kvd)  /* Q, K, V */
+                   + 2 * sb * qd;           /* out-proj input */
+    split += c->mlp == ZS_MLP_GELU ? 2 * 2 * sb * ff : 3 * 2 * sb * ff;
+    double scores = 5 * (double)c->n_head * (double)s * sb; /* 5as^2b */
+    double total = kept + split / t;
+    if (rc == ZS_RECOMPUTE_NONE)
+        total += scores / t;
+    return total;
+}
+
+/* Per-device model state: split over tp*pp, ZeRO over dp, offload. */
+static void device_state(const zs_state_bytes *full, const zs_parallel *p,
+                         zs_state_bytes *dev, zs_state_bytes *host)
+{
+    double mp = (double)(p->tp * p->pp), dp = (double)p->dp;
+    dev->weights = full->weights / mp;
+    dev->grads = full->grads / mp;
+    dev->optim = full->optim / mp;
+    if (p->zero >= 1)
+        dev->optim /= dp;
+    if (p->zero >= 2)
+        dev->grads /= dp;
+    if (p->zero >= 3)
+        dev->weights /= dp;
+    memset(host, 0, sizeof *host);
+    if (p->offload) {
+        host->optim = dev->optim;
+        dev->optim = 0;
+        if (p->zero >= 2) {
+            host->grads = dev->grads;
+            dev->grads = 0;
+        }
+        if (p->zero >= 3) {
+            host->weights = dev->weights;
+            dev->weights = 0;
+        }
+    }
+    dev->total = dev->weights + dev->grads + dev->optim;
+    host->total = host->weights + host->grads + host->optim;
+}
+
+zs_status zs_memory_analyze(const zs_model_config *c, const zs_parallel *p,
+                            zs_memory_report *o)
+{
+    zs_status st = zs_parallel_check(c, p);
+    if (st != ZS_OK)
+        return st;
+    memset(o, 0, sizeof *o);
+    zs_param_count pc;
+    zs_model_params(c, &pc);
+    zs_state_bytes_full(pc.total, ZS_PREC_FP32, &o->fp32);
+    zs_state_bytes_full(pc.total, ZS_PREC_MIXED, &o->mixed);
+    device_state(p->precision == ZS_PREC_FP32 ? &o->fp32 : &o->mixed, p,
+                 &o->device, &o->host);
+    for (int r = 0; r < 3; r++)
+        o->act_layer[r] = zs_activation_bytes_layer(c, p->micro_batch, p->seq,
+                                                    p->tp, (zs_recompute)r);
+    int64_t m = zs_parallel_micro_batches(p);
+    o->layers_per_stage = zs_parallel_layers_per_stage(c, p);
+    o->micro_batches_in_flight = m < p->pp ? m : p->pp;
+    o->act_device = o->act_layer[p->recompute] * (double)o->layers_per_stage *
+                    (double)o->micro_batches_in_flight;
+    o->device_total = o->device.total + o->act_device;
+    return ZS_OK;
+}
+
+int64_t zs_min_devices(double total_bytes, double device_bytes)
+{
+    if (!(device_bytes > 0) || !(total_bytes >= 0))
+        return zs_set_error("analyze: min_devices: device memory must be > 0 "
+                            "and the total >= 0");
+    return (int64_t)ceil(total_bytes / device_bytes);
+}
