@@ -1,0 +1,300 @@
+/*
+ * matmul.c - matrix products with numpy semantics, on the GEMM kernels.
+ *
+ * zs_matmul_t(a, b, ta, tb): a [..., M, K] (or [..., K, M] when ta), b
+ * [..., K, N] (or [..., N, K] when tb) -> [..., M, N], batch dims broadcast.
+ * zs_matmul promotes 1-D operands ([K] -> [1, K] on the left, [K, 1] on the
+ * right) with differentiable views and squeezes the added dim from the
+ * result.
+ *
+ * No copies for transposed or strided views: when the last two dims of an
+ * operand have unit stride in either orientation, its row stride becomes
+ * the GEMM's leading dimension and the orientation its transpose flag; only
+ * other layouts are copied. A batched a [..., M, K] times a 2-D b folds the
+ * batch into M (one large GEMM). Other batches loop over the broadcast batch
+ * index, in parallel over the batch when each product is small.
+ *
+ * Backward (g: [..., M, N]): d op(a) = g op(b)^T, d op(b) = op(a)^T g,
+ * expressed as matmul_t calls with the flags folded in, then summed over
+ * broadcast batch dims (zsi_sum_to). Cost model: 2 M N K FLOPs per matrix.
+ */
+#include <stdlib.h>
+
+#include "kernels/cpu/gemm.h"
+#include "ops/internal.h"
+
+static zs_status matmul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+
+static zsi_op OP_MATMUL = {.name = "matmul", .backward = matmul_bw};
+
+/* FLOPs per product below which the batch loop runs in parallel (each
+ * product then runs on one thread). */
+#define SMALL_GEMM_FLOPS (2.0 * 96 * 96 * 96)
+
+/* An operand as the GEMM sees it: stored rows of length ld, transposed or
+ * not, and one element offset per output batch index. */
+typedef struct operand {
+    zs_tensor *t;     /* the tensor read (input, or a contiguous copy) */
+    int64_t ld;
+    bool trans;
+} operand;
+
+/* Finds (ld, trans) for x's last two dims (R x C, strides sr, sc) seen as
+ * op(x) with flag trans; false when neither orientation has unit stride. */
+static bool mat_layout(const zs_tensor *x, bool trans, int64_t *ld, bool *t)
+{
+    int nd = x->ndim;
+    int64_t R = x->shape[nd - 2], C = x->shape[nd - 1];
+    int64_t sr = x->strides[nd - 2], sc = x->strides[nd - 1];
+    int64_t wc = C > 1 ? C : 1, wr = R > 1 ? R : 1;
+    if ((C <= 1 || sc == 1) && (R <= 1 || sr >= wc)) {
+        *ld = R <= 1 ? wc : sr;
+        *t = trans;
+        return true;
+    }
+    if ((R <= 1 || sr == 1) && (C <= 1 || sc >= wr)) {
+        *ld = C <= 1 ? wr : sc;
+        *t = !trans;
+        return true;
+    }
+    return false;
+}
+
+/* Fills op with x or a contiguous copy of x (new reference either way). */
+static zs_status operand_init(operand *op, zs_tensor *x, bool trans)
+{
+    if (mat_layout(x, trans, &op->ld, &op->trans)) {
+        op->t = zs_retain(x);
+        return ZS_OK;
+    }
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *c = zs_clone(x);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    if (!c)
+        return ZS_ERR_NOMEM;
+    op->t = c;
+    mat_layout(c, trans, &op->ld, &op->trans);
+    return ZS_OK;
+}
+
+static void gemm(zs_dtype dt, const operand *a, const operand *b, int64_t M,
+                 int64_t N, int64_t K, const void *A, const void *B, void *C)
+{
+    if (dt == ZS_F32)
+        zsk_sgemm(a->trans, b->trans, M, N, K, 1.0f, A, a->ld, B, b->ld, 0.0f,
+                  C, N);
+    else
+        zsk_dgemm(a->trans, b->trans, M, N, K, 1.0, A, a->ld, B, b->ld, 0.0,
+                  C, N);
+}
+
+typedef struct batch_job {
+    zs_dtype dt;
+    const operand *a, *b;
+    int64_t M, N, K;
+    const int64_t *offa, *offb; /* element offsets per batch index */
+    const char *A, *B;
+    char *C;
+    size_t esz;
+} batch_job;
+
+static void batch_range(void *p, int64_t i0, int64_t i1)
+{
+    const batch_job *j = p;
+    for (int64_t i = i0; i < i1; i++)
+        gemm(j->dt, j->a, j->b, j->M, j->N, j->K,
+             j->A + (size_t)j->offa[i] * j->esz,
+             j->B + (size_t)j->offb[i] * j->esz,
+             j->C + (size_t)(i * j->M * j->N) * j->esz);
+}
+
+/* Offsets of x's matrices for every index of the broadcast batch shape. */
+static void batch_offsets(const zs_tensor *x, int nb, const int64_t *bshape,
+                          int64_t nbatch, int64_t *off)
+{
+    int64_t st[ZS_MAX_DIMS];
+    zsk_broadcast_strides(x->ndim - 2, x->shape, x->strides, nb, bshape, st);
+    for (int64_t i = 0; i < nbatch; i++) {
+        int64_t rem = i, o = 0;
+        for (int d = nb - 1; d >= 0; d--) {
+            o += (rem % bshape[d]) * st[d];
+            rem /= bshape[d];
+        }
+        off[i] = o;
+    }
+}
+
+/* Runs the products of out = op(a) op(b) over the batch. */
+static zs_status run_batched(zs_tensor *out, const operand *a,
+                             const operand *b, int nb, const int64_t *bshape,
+                             int64_t M, int64_t N, int64_t K)
+{
+    int64_t nbatch = zsi_shape_numel(nb, bshape);
+    if (nbatch == 0 || M == 0 || N == 0)
+        return ZS_OK;
+    /* a [..., M, K] contiguous by rows times a 2-D b: one GEMM of
+     * (nbatch * M) rows. */
+    if (b->t->ndim == 2 && !a->trans && zs_is_contiguous(a->t) &&
+        a->t->ndim - 2 == nb) {
+        gemm(out->dtype, a, b, nbatch * M, N, K, zs_data(a->t), zs_data(b->t),
+             zs_data(out));
+        return ZS_OK;
+    }
+    int64_t *off = malloc(2 * (size_t)nbatch * sizeof *off);
+    if (!off)
+        return zs_set_error_code(ZS_ERR_NOMEM, "matmul: out of memory");
+    batch_offsets(a->t, nb, bshape, nbatch, off);
+    batch_offsets(b->t, nb, bshape, nbatch, off + nbatch);
+    batch_job j = {out->dtype, a, b, M, N, K, off, off + nbatch,
+                   zs_data(a->t), zs_data(b->t), zs_data(out),
+                   zs_dtype_size(out->dtype)};
+    if (2.0 * (double)M * (double)N * (double)K < SMALL_GEMM_FLOPS)
+        zs_parallel_for(nbatch, 1, batch_range, &j);
+    else
+        batch_range(&j, 0, nbatch);
+    free(off);
+    return ZS_OK;
+}
+
+static zs_status check_shapes(const zs_tensor *a, const zs_tensor *b, bool ta,
+                              bool tb, int *nb, int64_t *bshape)
+{
+    char sa[96], sb[96];
+    if (a->ndim < 2 || b->ndim < 2)
+        return zs_set_error("matmul: operands %s and %s need at least 2 dims "
+                            "(matmul_t) or 1 (matmul)",
+                            zs_shape_str(a, sa, sizeof sa),
+                            zs_shape_str(b, sb, sizeof sb));
+    int64_t ka = a->shape[a->ndim - (ta ? 2 : 1)];
+    int64_t kb = b->shape[b->ndim - (tb ? 1 : 2)];
+    if (ka != kb)
+        return zs_set_error("matmul: shapes %s%s and %s%s do not match, "
+                            "inner dims %lld vs %lld",
+                            zs_shape_str(a, sa, sizeof sa), ta ? "^T" : "",
+                            zs_shape_str(b, sb, sizeof sb), tb ? "^T" : "",
+                            (long long)ka, (long long)kb);
+    int na = a->ndim - 2, nbb = b->ndim - 2, n = na > nbb ? na : nbb;
+    for (int d = 0; d < n; d++) {
+        int da = d - (n - na), db = d - (n - nbb);
+        int64_t x = da >= 0 ? a->shape[da] : 1, y = db >= 0 ? b->shape[db] : 1;
+        if (x != y && x != 1 && y != 1)
+            return zs_set_error("matmul: batch dims of %s and %s cannot be "
+                                "broadcast (%lld vs %lld)",
+                                zs_shape_str(a, sa, sizeof sa),
+                                zs_shape_str(b, sb, sizeof sb), (long long)x,
+                                (long long)y);
+        bshape[d] = x == 1 ? y : x;
+    }
+    *nb = n;
+    return ZS_OK;
+}
+
+zs_tensor *zs_matmul_t(zs_tensor *a, zs_tensor *b, bool trans_a, bool trans_b)
+{
+    if (!a || !b)
+        return NULL;
+    double t0 = zsi_op_begin(&OP_MATMUL);
+    int nb = 0;
+    int64_t shape[ZS_MAX_DIMS];
+    if (zsi_check_pair("matmul", a, b) != ZS_OK ||
+        check_shapes(a, b, trans_a, trans_b, &nb, shape) != ZS_OK)
+        return NULL;
+    int64_t M = a->shape[a->ndim - (trans_a ? 1 : 2)];
+    int64_t K = a->shape[a->ndim - (trans_a ? 2 : 1)];
+    int64_t N = b->shape[b->ndim - (trans_b ? 2 : 1)];
+    shape[nb] = M;
+    shape[nb + 1] = N;
+    operand oa = {0}, ob = {0};
+    zs_tensor *out = NULL;
+    if (operand_init(&oa, a, trans_a) != ZS_OK ||
+        operand_init(&ob, b, trans_b) != ZS_OK ||
+        !(out = zsi_new_tensor(a->dtype, nb + 2, shape)) ||
+        run_batched(out, &oa, &ob, nb, shape, M, N, K) != ZS_OK)
+        goto fail;
+    zs_release(oa.t);
+    zs_release(ob.t);
+    zsi_node *n;
+    if (zsi_record(&OP_MATMUL, out, 2, (zs_tensor *[]){a, b}, &n) != ZS_OK) {
+        zs_release(out);
+        return NULL;
+    }
+    if (n) {
+        zsi_save(n, 0, a);
+        zsi_save(n, 1, b);
+        n->p.i[0] = trans_a;
+        n->p.i[1] = trans_b;
+    }
+    double nmat = (double)zsi_shape_numel(nb, shape);
+    zsi_op_end(&OP_MATMUL, t0, 2.0 * nmat * (double)M * (double)N * (double)K,
+               zsi_bytes(a) + zsi_bytes(b), zsi_bytes(out));
+    return out;
+fail:
+    zs_release(oa.t);
+    zs_release(ob.t);
+    zs_release(out);
+    return NULL;
+}
+
+/* Promotes 1-D operands, multiplies, squeezes the promoted dims. Views are
+ * differentiable, so autograd flows through them. */
+zs_tensor *zs_matmul(zs_tensor *a, zs_tensor *b)
+{
+    if (!a || !b)
+        return NULL;
+    if (a->ndim >= 2 && b->ndim >= 2)
+        return zs_matmul_t(a, b, false, false);
+    char sa[96], sb[96];
+    if (a->ndim == 0 || b->ndim == 0) {
+        zs_set_error("matmul: 0-d operand (shapes %s and %s), expected at "
+                     "least 1 dim", zs_shape_str(a, sa, sizeof sa),
+                     zs_shape_str(b, sb, sizeof sb));
+        return NULL;
+    }
+    int64_t ka = a->shape[a->ndim - 1];
+    int64_t kb = b->shape[b->ndim == 1 ? 0 : b->ndim - 2];
+    if (ka != kb) {
+        zs_set_error("matmul: shapes %s and %s do not match, inner dims "
+                     "%lld vs %lld", zs_shape_str(a, sa, sizeof sa),
+                     zs_shape_str(b, sb, sizeof sb), (long long)ka,
+                     (long long)kb);
+        return NULL;
+    }
+    bool pa = a->ndim == 1, pb = b->ndim == 1;
+    zsi_tracking_pause();
+    zs_tensor *a2 = pa ? zs_unsqueeze(a, 0) : zs_retain(a);
+    zs_tensor *b2 = pb ? zs_unsqueeze(b, 1) : zs_retain(b);
+    zs_tensor *o = zs_matmul_t(a2, b2, false, false);
+    zs_tensor *o1 = pb && o ? zs_squeeze(o, -1) : zs_retain(o);
+    zs_tensor *o2 = pa && o1 ? zs_squeeze(o1, -2 + pb) : zs_retain(o1);
+    zs_release(a2);
+    zs_release(b2);
+    zs_release(o);
+    zs_release(o1);
+    zsi_tracking_resume();
+    return zsi_track(o2);
+}
+
+/* out = op(a) op(b):
+ *   d a = g op(b)^T          (!ta)   or  op(b) g^T  (ta)
+ *   d b = op(a)^T g          (!tb)   or  g^T op(a)  (tb) */
+static zs_status matmul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    zs_tensor *a = n->saved[0], *b = n->saved[1];
+    bool ta = n->p.i[0], tb = n->p.i[1];
+    for (int i = 0; i < 2; i++) {
+        if (!zsi_needs_grad(n, i))
+            continue;
+        zs_tensor *d;
+        if (i == 0)
+            d = ta ? zs_matmul_t(b, g, tb, true) : zs_matmul_t(g, b, false, !tb);
+        else
+            d = tb ? zs_matmul_t(g, a, true, ta) : zs_matmul_t(a, g, !ta, false);
+        gin[i] = d ? zsi_sum_to(d, &n->in_meta[i]) : NULL;
+        zs_release(d);
+        if (!gin[i])
+            return ZS_ERR_NOMEM;
+    }
+    return ZS_OK;
+}

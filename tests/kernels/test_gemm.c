@@ -1,0 +1,239 @@
+/*
+ * test_gemm.c - zsk_sgemm (every micro-kernel the CPU has, and the portable
+ * path) and zsk_dgemm against a float64 reference: odd shapes around the
+ * register and cache blocks, all four transposes, alpha and beta, leading
+ * dimensions padded past the row length (padding filled with NaN, which
+ * must neither be read into results nor overwritten), NaN in C with
+ * beta = 0, on 1 and 2 threads.
+ *
+ * Tolerance: |c - ref| <= 1e-5 * max(1, s) with s = |alpha| |a_i| |b_j| +
+ * |beta c0|, |a_i| and |b_j| the 2-norms of the row of op(A) and column of
+ * op(B) (s bounds |ref| by Cauchy-Schwarz): float rounding of a sum of K
+ * products grows with the size of its terms, not with |ref|, which can be
+ * near zero; uniform [-1, 1] inputs with K <= 700 give errors near
+ * sqrt(K) 2^-24 s, well inside the bound.
+ */
+#include <stdlib.h>
+
+#include "kernels/cpu/gemm.h"
+#include "testutil.h"
+
+static const int64_t sizes[] = {1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 65, 129, 257};
+#define NSIZES (int)(sizeof sizes / sizeof *sizes)
+
+static const float alphas[] = {1.0f, 0.5f, 1.0f, -1.5f, 0.0f};
+static const float betas[] = {0.0f, 0.0f, 1.0f, 0.25f, 2.0f};
+
+static uint64_t rng_state = 12345;
+
+static float urand(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng_state >> 40) / (double)(1ull << 23) - 1.0);
+}
+
+/* A rows x cols matrix with leading dimension ld >= cols; padding NaN. */
+typedef struct mat {
+    int64_t rows, cols, ld;
+    float *f;
+    double *d;
+} mat;
+
+static mat mat_new(int64_t rows, int64_t cols, int64_t pad, bool nan_body)
+{
+    mat m = {rows, cols, cols + pad, NULL, NULL};
+    size_t n = (size_t)(rows * m.ld + 1);
+    m.f = malloc(n * sizeof *m.f);
+    m.d = malloc(n * sizeof *m.d);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < m.ld; j++) {
+            float v = j < cols && !nan_body ? urand() : NAN;
+            m.f[i * m.ld + j] = v;
+            m.d[i * m.ld + j] = v;
+        }
+    return m;
+}
+
+static void mat_free(mat *m)
+{
+    free(m->f);
+    free(m->d);
+}
+
+typedef struct gemm_case {
+    bool ta, tb;
+    int64_t M, N, K, pad;
+    float alpha, beta;
+} gemm_case;
+
+/* ref = alpha op(A) op(B) + beta C (beta == 0: C ignored), in double. */
+/* ref[2 * (i * N + j)] is the value, ref[... + 1] its scale s. */
+static double *reference(const gemm_case *g, const mat *A, const mat *B,
+                         const mat *C)
+{
+    double *r = malloc((size_t)(2 * g->M * g->N + 1) * sizeof *r);
+    for (int64_t i = 0; i < g->M; i++)
+        for (int64_t j = 0; j < g->N; j++) {
+            double s = 0, na = 0, nb = 0;
+            for (int64_t k = 0; k < g->K; k++) {
+                double a = g->ta ? A->d[k * A->ld + i] : A->d[i * A->ld + k];
+                double b = g->tb ? B->d[j * B->ld + k] : B->d[k * B->ld + j];
+                s += a * b;
+                na += a * a;
+                nb += b * b;
+            }
+            double c0 = g->beta != 0 ? g->beta * C->d[i * C->ld + j] : 0.0;
+            r[2 * (i * g->N + j)] = g->alpha * s + c0;
+            r[2 * (i * g->N + j) + 1] =
+                fabs(g->alpha) * sqrt(na * nb) + fabs(c0);
+        }
+    return r;
+}
+
+/* Runs zsk_sgemm on a copy of C; returns the worst error, INFINITY when
+ * padding was written or a NaN appeared. */
+static double run_case(const gemm_case *g, const mat *A, const mat *B,
+                       const mat *C, const double *ref)
+{
+    size_t n = (size_t)(C->rows * C->ld + 1);
+    float *c = malloc(n * sizeof *c);
+    memcpy(c, C->f, n * sizeof *c);
+    zsk_sgemm(g->ta, g->tb, g->M, g->N, g->K, g->alpha, A->f, A->ld, B->f,
+              B->ld, g->beta, c, C->ld);
+    double worst = 0;
+    for (int64_t i = 0; i < g->M; i++)
+        for (int64_t j = 0; j < C->ld; j++) {
+            float v = c[i * C->ld + j];
+            if (j >= g->N) {
+                if (!isnan(v))
+                    worst = INFINITY; /* padding overwritten */
+                continue;
+            }
+            const double *r = ref + 2 * (i * g->N + j);
+            double e = fabs(v - r[0]) / fmax(1, r[1]);
+            if (!(e <= worst))
+                worst = isnan(e) ? INFINITY : e;
+        }
+    free(c);
+    return worst;
+}
+
+static const zsk_gemm_isa isas[] = {ZSK_GEMM_AVX512, ZSK_GEMM_AVX2, ZSK_GEMM_REF};
+
+/* One shape on every path and thread count. */
+static void check_case(const gemm_case *g)
+{
+    int64_t ar = g->ta ? g->K : g->M, ac = g->ta ? g->M : g->K;
+    int64_t br = g->tb ? g->N : g->K, bc = g->tb ? g->K : g->N;
+    mat A = mat_new(ar, ac, g->pad, false), B = mat_new(br, bc, g->pad + 1, false);
+    mat C = mat_new(g->M, g->N, g->pad + 2, g->beta == 0.0f);
+    double *ref = reference(g, &A, &B, &C);
+    for (int i = 0; i < 3; i++) {
+        if (!zsk_gemm_set_isa(isas[i]))
+            continue;
+        for (int t = 1; t <= 2; t++) {
+            zs_set_num_threads(t);
+            double e = run_case(g, &A, &B, &C, ref);
+            ZT_CHECK(e <= 1e-5, "sgemm %s, %d threads, ta=%d tb=%d M=%lld "
+                     "N=%lld K=%lld pad=%lld alpha=%g beta=%g: error %.3g",
+                     zsk_gemm_isa_name(), t, g->ta, g->tb, (long long)g->M,
+                     (long long)g->N, (long long)g->K, (long long)g->pad,
+                     g->alpha, g->beta, e);
+        }
+    }
+    zsk_gemm_set_isa(ZSK_GEMM_AUTO);
+    free(ref);
+    mat_free(&A);
+    mat_free(&B);
+    mat_free(&C);
+}
+
+static void test_odd_shapes(void)
+{
+    int c = 0;
+    for (int im = 0; im < NSIZES; im++)
+        for (int in = 0; in < NSIZES; in++, c++) {
+            gemm_case g = {c & 1, c & 2, sizes[im], sizes[in],
+                           sizes[(im + 2 * in) % NSIZES], (c / 4) % 3,
+                           alphas[c % 5], betas[(c / 5) % 5]};
+            check_case(&g);
+        }
+    zt_section("sgemm odd shapes, transposes, alpha/beta, padding");
+}
+
+/* Every transpose on shapes that cross the MC, KC and NC blocks and the
+ * thread split. */
+static void test_blocks(void)
+{
+    static const int64_t shapes[][3] = {
+        {200, 70, 600}, {20, 3100, 300}, {170, 513, 257}, {4, 1000, 97},
+        {1, 700, 300}, {700, 1, 300}, {2, 2, 700},
+    };
+    for (int s = 0; s < 7; s++)
+        for (int t = 0; t < 4; t++) {
+            gemm_case g = {t & 1, t & 2, shapes[s][0], shapes[s][1],
+                           shapes[s][2], t % 2 * 3, t == 3 ? -1.5f : 1.0f,
+                           t == 2 ? 0.5f : 0.0f};
+            check_case(&g);
+        }
+    zt_section("sgemm across cache blocks and thread splits");
+}
+
+static void test_degenerate(void)
+{
+    float c[4] = {NAN, NAN, NAN, NAN}, a = 1.0f, b = 2.0f;
+    zsk_sgemm(false, false, 2, 2, 0, 1.0f, &a, 1, &b, 2, 0.0f, c, 2);
+    ZT_CHECK(c[0] == 0 && c[3] == 0, "K = 0, beta = 0 zeroes C");
+    float d[2] = {1, 2};
+    zsk_sgemm(false, false, 1, 2, 1, 0.0f, &a, 1, d, 2, 3.0f, d, 2);
+    ZT_CHECK(d[0] == 3 && d[1] == 6, "alpha = 0 scales C by beta");
+    zsk_sgemm(false, false, 0, 5, 3, 1.0f, NULL, 3, NULL, 5, 0.0f, NULL, 5);
+    ZT_CHECK(true, "M = 0 touches nothing");
+    zt_section("sgemm degenerate sizes");
+}
+
+static void test_dgemm(void)
+{
+    for (int t = 0; t < 4; t++) {
+        int64_t M = 33, N = 17, K = 65;
+        bool ta = t & 1, tb = t & 2;
+        int64_t lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
+        double *A = malloc((size_t)((ta ? K : M) * lda) * sizeof *A);
+        double *B = malloc((size_t)((tb ? N : K) * ldb) * sizeof *B);
+        double *C = malloc((size_t)(M * ldc) * sizeof *C);
+        for (int64_t i = 0; i < (ta ? K : M) * lda; i++)
+            A[i] = urand();
+        for (int64_t i = 0; i < (tb ? N : K) * ldb; i++)
+            B[i] = urand();
+        for (int64_t i = 0; i < M * ldc; i++)
+            C[i] = NAN;
+        zsk_dgemm(ta, tb, M, N, K, 2.0, A, lda, B, ldb, 0.0, C, ldc);
+        double worst = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++)
+                    s += (ta ? A[k * lda + i] : A[i * lda + k]) *
+                         (tb ? B[j * ldb + k] : B[k * ldb + j]);
+                double e = fabs(C[i * ldc + j] - 2.0 * s);
+                worst = isnan(e) || e > worst ? (isnan(e) ? INFINITY : e) : worst;
+            }
+        ZT_CHECK(worst <= 1e-12, "dgemm ta=%d tb=%d: error %.3g", ta, tb, worst);
+        free(A);
+        free(B);
+        free(C);
+    }
+    zt_section("dgemm transposes, padding, NaN in C");
+}
+
+int main(void)
+{
+    int threads = zs_num_threads();
+    printf("best path: %s\n", zsk_gemm_isa_name());
+    test_odd_shapes();
+    test_blocks();
+    test_degenerate();
+    test_dgemm();
+    zs_set_num_threads(threads);
+    return zt_done();
+}
