@@ -16,11 +16,6 @@
 #define ZSK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define ZSK_CLONES
-/* Reductions over a contiguous [O, R, K] array into out [O, K].
- * sum accumulates in double (f32 input: blocked float lanes, then double). */
-void zsk_reduce_sum(zs_dtype dt, const void *x, int64_t O, int64_t R,
-                    int64_t K, void *out);
-
 #endif
 
 /* Elements per chunk below which a kernel runs on one thread. */

@@ -1,0 +1,45 @@
+/*
+ * kernels/cpu/attention.h - flash-attention forward and backward on raw
+ * pointers (see attention.c for the tiling).
+ *
+ * q [B, H, Tq, D], k and v [B, H, Tk, D] are addressed through element
+ * strides of their b, h and t dims; the d dim must have stride 1. Outputs
+ * (o, dq, dk, dv) and the logsumexp lse [B, H, Tq] are contiguous. All
+ * arrays have dtype dt (ZS_F32 or ZS_F64); slopes are double.
+ */
+#ifndef ZS_KERNELS_CPU_ATTENTION_H
+#define ZS_KERNELS_CPU_ATTENTION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "zs/core.h"
+
+typedef struct zsk_attn {
+    zs_dtype dt;
+    int64_t B, H, Tq, Tk, D;
+    const void *q, *k, *v;       /* first elements */
+    int64_t sq[3], sk[3], sv[3]; /* strides of b, h, t in elements */
+    double scale;                /* multiplies q . k */
+    bool causal;                 /* key j visible to row i: j <= q_offset+i */
+    int64_t q_offset;            /* absolute position of query row 0 */
+    const double *slopes;        /* [H] ALiBi slopes, or NULL for no bias */
+} zsk_attn;
+
+/* o = softmax(q k^T * scale + bias + mask) v, and lse[b,h,i] = the
+ * natural log of the row's sum of exp (max included), when lse is not NULL.
+ * Rows without a visible key (impossible when the op's checks hold) get
+ * o = 0 and lse = -inf. Parallel over (b, h, query block). Fails only when
+ * scratch memory cannot be allocated (message set). */
+zs_status zsk_attention_forward(const zsk_attn *a, void *o, void *lse);
+
+/* From the forward's o and lse and the output gradient dout (strides sd of
+ * b, h, t; d stride 1): dq, dk, dv (contiguous, fully written). Parallel
+ * over (b, h); each task owns its rows of dq, dk and dv. Fails only when
+ * scratch memory cannot be allocated (message set). */
+zs_status zsk_attention_backward(const zsk_attn *a, const void *o,
+                                 const void *lse, const void *dout,
+                                 const int64_t sd[3], void *dq, void *dk,
+                                 void *dv);
+
+#endif
