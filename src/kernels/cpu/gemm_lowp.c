@@ -10,7 +10,9 @@
  * by the allocator, so repeated calls do not fault pages in). The portable
  * scheme packs to f32 with scalar conversions and runs a plain-C 4 x 16
  * kernel that the compiler vectorises; should a buffer allocation fail, a
- * direct triple loop computes the same result.
+ * direct triple loop computes the same result. M <= ZSK_LOWP_SMALL_M goes
+ * to the scheme's skinny kernel (op(A) copied densely, op(B) read in place,
+ * threads split N in runs of SMALL_COLS columns).
  */
 #include "kernels/cpu/gemm_lowp.h"
 
