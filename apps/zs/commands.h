@@ -9,6 +9,7 @@ int zs_cmd_sysinfo(int argc, char **argv);
 int zs_cmd_demo(int argc, char **argv);
 int zs_cmd_train(int argc, char **argv);
 int zs_cmd_eval(int argc, char **argv);
+int zs_cmd_generate(int argc, char **argv);
 int zs_cmd_analyze(int argc, char **argv);
 
 #endif

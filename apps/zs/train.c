@@ -15,6 +15,7 @@
 
 #include "apps/zs/cnn.h"
 #include "apps/zs/commands.h"
+#include "apps/zs/gpt_common.h"
 
 typedef struct train_cfg {
     const char *model, *data, *out, *optim;
@@ -42,7 +43,7 @@ static double now(void)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: zs train lenet|resnet [flags]\n"
+            "usage: zs train lenet|resnet [flags]   (zs train gpt --help for GPTs)\n"
             "  --epochs N        epochs (default 5)\n"
             "  --batch N         batch size (default 64)\n"
             "  --optim NAME      sgd | adam | adamw (default adam)\n"
@@ -355,12 +356,14 @@ fail:
 
 int zs_cmd_train(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "gpt"))
+        return zs_cmd_train_gpt(argc, argv);
     train_cfg c;
     int p = parse_args(argc, argv, &c);
     if (p != 0)
         return p > 0 ? 0 : 2;
     if (strcmp(c.model, "lenet") && strcmp(c.model, "resnet")) {
-        fprintf(stderr, "zs train: unknown model '%s' (known: lenet, resnet)\n",
+        fprintf(stderr, "zs train: unknown model '%s' (known: lenet, resnet, gpt)\n",
                 c.model);
         return 2;
     }

@@ -79,6 +79,10 @@ int64_t zs_module_num_params(zs_module *m);
  * owned by the root module) via out-params. */
 zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
                             zs_tensor **flat_grads);
+/* Converts every parameter and buffer of the tree to dtype dt in place
+ * (the tensor objects stay, so modules keep their pointers); gradients are
+ * dropped. For float64 gradient checks of whole models. Not after flatten. */
+zs_status zs_module_to_dtype(zs_module *m, zs_dtype dt);
 /* Zeroes every parameter's gradient in place. */
 void zs_module_zero_grad(zs_module *m);
 
@@ -118,6 +122,53 @@ zs_module *zs_lenet5_new(uint64_t seed);
  * residual blocks (32, 64, 128 channels, stride 2 between stages) with
  * batch norm, global average pooling, fc 10. */
 zs_module *zs_resnet_small_new(uint64_t seed);
+
+/* ---- GPT ------------------------------------------------------------------ */
+
+typedef enum zs_gpt_arch { ZS_GPT2 = 0, ZS_BLOOM = 1 } zs_gpt_arch;
+
+typedef struct zs_gpt_config {
+    zs_gpt_arch arch;
+    int64_t vocab;     /* tokenizer vocabulary size */
+    int64_t ctx;       /* maximum sequence length */
+    int64_t layers, heads, width;
+} zs_gpt_config;
+
+/* Presets: "tiny" (2 layers, 64 wide, 4 heads, ctx 128), "small" (6, 384,
+ * 6, ctx 256), "gpt2" (12, 768, 12, ctx 1024). vocab is left to the
+ * caller (the tokenizer's size). Returns 0 or < 0 for an unknown name. */
+int zs_gpt_preset(const char *name, zs_gpt_config *c);
+/* Parameter count by formula: V*C (+ ctx*C for GPT-2 positions, + 2C for
+ * BLOOM's embedding LayerNorm) + L*(12C^2 + 13C) + 2C (final LayerNorm);
+ * the output projection is tied to the token embedding. */
+int64_t zs_gpt_param_count(const zs_gpt_config *c);
+
+/* GPT-2 (pre-LayerNorm, learned positions, causal multi-head attention,
+ * 4x MLP with tanh-GeLU, tied embeddings, N(0, 0.02) init with residual
+ * projections scaled by 1/sqrt(2L)) or BLOOM (ALiBi instead of positions,
+ * LayerNorm after the embedding). Parameters named as in GPT-2:
+ * wte, wpe, h.<i>.ln_1, h.<i>.attn.c_attn, h.<i>.attn.c_proj, h.<i>.ln_2,
+ * h.<i>.mlp.c_fc, h.<i>.mlp.c_proj, ln_f. */
+zs_module *zs_gpt_new(const zs_gpt_config *c, uint64_t seed);
+const zs_gpt_config *zs_gpt_config_of(const zs_module *gpt);
+
+/* Logits [B, T, V] for token ids idx [B, T] (i64), T <= ctx. */
+zs_tensor *zs_gpt_logits(zs_module *gpt, zs_tensor *idx);
+/* Mean cross-entropy of next-token prediction: targets [B, T] (i64,
+ * -1 = ignore). */
+zs_tensor *zs_gpt_loss(zs_module *gpt, zs_tensor *idx, zs_tensor *targets);
+
+/* Incremental decoding with a KV cache of up to `max_len` positions for
+ * `batch` sequences. */
+typedef struct zs_kv_cache zs_kv_cache;
+zs_kv_cache *zs_kv_cache_new(zs_module *gpt, int64_t batch, int64_t max_len);
+void zs_kv_cache_free(zs_kv_cache *kv);
+int64_t zs_kv_cache_len(const zs_kv_cache *kv);
+/* Feeds idx [B, n] (the next n tokens of each sequence), appends their
+ * keys and values to the cache and returns the logits [B, n, V]. Runs
+ * under no-grad. Fails when the cache would exceed max_len. */
+zs_tensor *zs_gpt_forward_cached(zs_module *gpt, zs_kv_cache *kv,
+                                 zs_tensor *idx);
 
 /* ---- checkpoints -------------------------------------------------------- */
 

@@ -8,9 +8,12 @@
 #include "ops.h"
 #include "autograd.h"
 #include "analyze.h"
+#include "attention.h"
 #include "io.h"
+#include "text.h"
 #include "nn.h"
 #include "optim.h"
+#include "infer.h"
 
 #define ZS_VERSION "0.1.0"
 

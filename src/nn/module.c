@@ -323,6 +323,50 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
     return st;
 }
 
+/* Gives t new storage of dtype dt holding its converted values. */
+static zs_status convert(zs_tensor *t, zs_dtype dt)
+{
+    zsi_tracking_pause();
+    zs_tensor *c = zs_empty(dt, t->ndim, t->shape);
+    zs_status st = c ? zs_copy_(c, t) : ZS_ERR_NOMEM;
+    if (st == ZS_OK) {
+        zs_storage *old = t->storage;
+        t->storage = c->storage;
+        t->storage->refcount++;
+        t->dtype = dt;
+        t->offset = 0;
+        memcpy(t->strides, c->strides, sizeof t->strides);
+        if (--old->refcount == 0) {
+            if (!old->external)
+                zs_free(old->data);
+            free(old);
+        }
+        zs_zero_grad(t, true);
+    }
+    zs_release(c);
+    zsi_tracking_resume();
+    return st;
+}
+
+zs_status zs_module_to_dtype(zs_module *m, zs_dtype dt)
+{
+    if (!zs_dtype_is_float(dt))
+        return zs_set_error("module_to_dtype: %s is not a float dtype",
+                            zs_dtype_name(dt));
+    zs_tensor **ts;
+    char **nm;
+    zs_status st = ZS_OK;
+    for (int pass = 0; pass < 2 && st == ZS_OK; pass++) {
+        int n = pass ? zs_module_buffers(m, &ts, &nm) : zs_module_parameters(m, &ts, &nm);
+        if (n < 0)
+            return n;
+        for (int i = 0; i < n && st == ZS_OK; i++)
+            st = convert(ts[i], dt);
+        zs_names_free(n, ts, nm);
+    }
+    return st;
+}
+
 void zs_module_zero_grad(zs_module *m)
 {
     zs_tensor **ps;

@@ -6,6 +6,7 @@ Class k images are a noisy bright bar at row 2k+4, so a CNN can learn them;
 deterministic (fixed LCG), standard library only.
 """
 import gzip
+import os
 import struct
 import sys
 
@@ -43,5 +44,6 @@ def make(dirname, prefix, n, seed):
 
 if __name__ == "__main__":
     d, ntr, nte = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    os.makedirs(d, exist_ok=True)
     make(d, "train", ntr, 1)
     make(d, "t10k", nte, 2)

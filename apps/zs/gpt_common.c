@@ -1,0 +1,155 @@
+/*
+ * gpt_common.c - corpus reading, metadata, progress and loss history for
+ * the GPT commands.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "apps/zs/gpt_common.h"
+
+static char *slurp(FILE *f, size_t *n)
+{
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+        if (len == cap) {
+            char *b = realloc(buf, 2 * cap + 1);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+    }
+    if (buf)
+        buf[len] = '\0';
+    *n = len;
+    return buf;
+}
+
+char *zs_app_read_corpus(const char *path, size_t *n)
+{
+    FILE *f;
+    bool pipe = !path;
+    if (pipe)
+        f = popen("bible -f 'Gen1:1-Rev22:21' 2>/dev/null", "r");
+    else
+        f = fopen(path, "rb");
+    if (!f) {
+        zs_set_error_code(ZS_ERR_IO, "cannot read corpus %s",
+                          path ? path : "(bible)");
+        return NULL;
+    }
+    char *text = slurp(f, n);
+    int status = pipe ? pclose(f) : (fclose(f), 0);
+    if (!text) {
+        zs_set_error_code(ZS_ERR_NOMEM, "out of memory reading the corpus");
+        return NULL;
+    }
+    if (*n == 0) {
+        free(text);
+        zs_set_error_code(ZS_ERR_FORMAT, "%s",
+                          pipe ? (status ? "the default corpus needs the `bible` "
+                                           "command (Debian package bible-kjv)"
+                                         : "the bible command printed nothing")
+                               : "corpus file is empty");
+        return NULL;
+    }
+    if (memchr(text, '\0', *n)) {
+        free(text);
+        zs_set_error_code(ZS_ERR_FORMAT, "corpus %s looks binary (it contains "
+                          "NUL bytes); give a text file", path ? path : "");
+        return NULL;
+    }
+    return text;
+}
+
+bool zs_app_meta_str(const char *json, const char *key, char *out, size_t n)
+{
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = json ? strstr(json, pat) : NULL;
+    if (!p)
+        return false;
+    p += strlen(pat);
+    const char *e = strchr(p, '"');
+    if (!e || (size_t)(e - p) >= n)
+        return false;
+    memcpy(out, p, (size_t)(e - p));
+    out[e - p] = '\0';
+    return true;
+}
+
+int64_t zs_app_meta_int(const char *json, const char *key, int64_t dflt)
+{
+    char buf[32];
+    if (!zs_app_meta_str(json, key, buf, sizeof buf))
+        return dflt;
+    char *end;
+    long long v = strtoll(buf, &end, 10);
+    return *end == '\0' ? (int64_t)v : dflt;
+}
+
+void zs_app_progress(bool tty, int64_t step, int64_t steps, double loss,
+                     double tokens_per_s, double mfu, double eta_s)
+{
+    int eta = eta_s > 0 ? (int)eta_s : 0;
+    if (tty) {
+        int w = 20, done = (int)(w * (step + 1) / (steps ? steps : 1));
+        fprintf(stderr, "\rstep %lld/%lld [", (long long)step + 1, (long long)steps);
+        for (int k = 0; k < w; k++)
+            fputc(k < done ? '=' : k == done ? '>' : ' ', stderr);
+        fprintf(stderr, "] loss %.4f %.0f tok/s MFU %.1f%% ETA %d:%02d   ", loss,
+                tokens_per_s, 100 * mfu, eta / 60, eta % 60);
+    } else if ((step + 1) % 10 == 0) {
+        fprintf(stderr, "step %lld/%lld loss %.4f %.0f tok/s MFU %.1f%% ETA %d:%02d\n",
+                (long long)step + 1, (long long)steps, loss, tokens_per_s, 100 * mfu,
+                eta / 60, eta % 60);
+    }
+}
+
+void zs_gpt_history_push(zs_gpt_history *h, double step, double train, double val)
+{
+    if (h->n == h->cap) {
+        int64_t cap = h->cap ? 2 * h->cap : 1024;
+        double *a = realloc(h->step, (size_t)cap * sizeof *a);
+        if (a)
+            h->step = a;
+        double *b = realloc(h->train, (size_t)cap * sizeof *b);
+        if (b)
+            h->train = b;
+        double *c = realloc(h->val, (size_t)cap * sizeof *c);
+        if (c)
+            h->val = c;
+        if (!a || !b || !c)
+            return;
+        h->cap = cap;
+    }
+    h->step[h->n] = step;
+    h->train[h->n] = train;
+    h->val[h->n++] = val;
+}
+
+void zs_gpt_history_plot(const zs_gpt_history *h, const char *path)
+{
+    const char *titles[] = {"loss (nats/token)"};
+    zs_plot_series s[] = {
+        {"train", 0, h->n, h->step, h->train},
+        {"validation", 0, h->n, h->step, h->val},
+    };
+    if (zs_svg_plot(path, "GPT training", 1, titles, 2, s) != ZS_OK)
+        fprintf(stderr, "warning: %s\n", zs_last_error());
+}
+
+void zs_gpt_history_free(zs_gpt_history *h)
+{
+    free(h->step);
+    free(h->train);
+    free(h->val);
+}

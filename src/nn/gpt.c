@@ -1,0 +1,414 @@
+/*
+ * gpt.c - decoder-only transformers: GPT-2 and the BLOOM variant, for
+ * training (full sequences) and generation (incremental, KV cache).
+ *
+ * x [B, T, C] flows through L pre-LayerNorm blocks:
+ *   x += proj(attention(split_heads(c_attn(ln_1(x)))))
+ *   x += c_proj(gelu_tanh(c_fc(ln_2(x))))
+ * then ln_f and the tied output projection logits = x @ wte^T. Attention is
+ * the fused causal kernel (zs_attention: no T x T buffer). Weights follow
+ * the [out, in] convention of zs_linear, so y = x @ W^T + b.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "zs/attention.h"
+#include "zs/autograd.h"
+#include "zs/nn.h"
+#include "zs/ops.h"
+
+typedef struct block_params {
+    zs_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+    zs_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+} block_params;
+
+typedef struct gpt_impl {
+    zs_gpt_config c;
+    zs_tensor *wte, *wpe, *emb_ln_w, *emb_ln_b, *lnf_w, *lnf_b;
+    block_params *blocks;
+} gpt_impl;
+
+struct zs_kv_cache {
+    zs_module *gpt;
+    int64_t batch, max_len, len;
+    zs_tensor **k, **v; /* per layer [B, H, max_len, D] */
+};
+
+int zs_gpt_preset(const char *name, zs_gpt_config *c)
+{
+    static const struct {
+        const char *name;
+        int64_t ctx, layers, heads, width;
+    } presets[] = {
+        {"tiny", 128, 2, 4, 64},
+        {"small", 256, 6, 6, 384},
+        {"gpt2", 1024, 12, 12, 768},
+    };
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        if (!strcmp(name, presets[i].name)) {
+            c->ctx = presets[i].ctx;
+            c->layers = presets[i].layers;
+            c->heads = presets[i].heads;
+            c->width = presets[i].width;
+            return 0;
+        }
+    }
+    zs_set_error("gpt: unknown preset '%s' (known: tiny, small, gpt2)", name);
+    return -1;
+}
+
+int64_t zs_gpt_param_count(const zs_gpt_config *c)
+{
+    int64_t C = c->width;
+    int64_t n = c->vocab * C + c->layers * (12 * C * C + 13 * C) + 2 * C;
+    return n + (c->arch == ZS_BLOOM ? 2 * C : c->ctx * C);
+}
+
+static const zs_module_vtable gpt_vt;
+
+static gpt_impl *impl_of(const zs_module *m)
+{
+    return m && m->vt == &gpt_vt ? m->impl : NULL;
+}
+
+const zs_gpt_config *zs_gpt_config_of(const zs_module *gpt)
+{
+    gpt_impl *g = impl_of(gpt);
+    return g ? &g->c : NULL;
+}
+
+static zs_tensor *normal(int ndim, const int64_t *shape, double std,
+                         uint64_t seed)
+{
+    return zs_normal(ZS_F32, ndim, shape, 0.0, std, seed);
+}
+
+/* Adds a parameter named "<prefix><name>" and returns it (borrowed). */
+static zs_tensor *add(zs_module *m, const char *prefix, const char *name,
+                      zs_tensor *t)
+{
+    char full[96];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    return zs_module_add_param(m, full, t);
+}
+
+static bool add_block(zs_module *m, block_params *b, int64_t i,
+                      const zs_gpt_config *c, uint64_t seed)
+{
+    int64_t C = c->width;
+    char p[32];
+    snprintf(p, sizeof p, "h.%lld.", (long long)i);
+    double std = 0.02, res_std = 0.02 / sqrt(2.0 * (double)c->layers);
+    uint64_t s = seed + 100 * (uint64_t)(i + 1);
+    b->ln1_w = add(m, p, "ln_1.weight", zs_ones(ZS_F32, 1, &C));
+    b->ln1_b = add(m, p, "ln_1.bias", zs_zeros(ZS_F32, 1, &C));
+    b->attn_w = add(m, p, "attn.c_attn.weight", normal(2, (int64_t[]){3 * C, C}, std, s + 1));
+    b->attn_b = add(m, p, "attn.c_attn.bias", zs_zeros(ZS_F32, 1, (int64_t[]){3 * C}));
+    b->proj_w = add(m, p, "attn.c_proj.weight", normal(2, (int64_t[]){C, C}, res_std, s + 2));
+    b->proj_b = add(m, p, "attn.c_proj.bias", zs_zeros(ZS_F32, 1, &C));
+    b->ln2_w = add(m, p, "ln_2.weight", zs_ones(ZS_F32, 1, &C));
+    b->ln2_b = add(m, p, "ln_2.bias", zs_zeros(ZS_F32, 1, &C));
+    b->fc_w = add(m, p, "mlp.c_fc.weight", normal(2, (int64_t[]){4 * C, C}, std, s + 3));
+    b->fc_b = add(m, p, "mlp.c_fc.bias", zs_zeros(ZS_F32, 1, (int64_t[]){4 * C}));
+    b->fcproj_w = add(m, p, "mlp.c_proj.weight", normal(2, (int64_t[]){C, 4 * C}, res_std, s + 4));
+    b->fcproj_b = add(m, p, "mlp.c_proj.bias", zs_zeros(ZS_F32, 1, &C));
+    return b->ln1_w && b->ln1_b && b->attn_w && b->attn_b && b->proj_w &&
+           b->proj_b && b->ln2_w && b->ln2_b && b->fc_w && b->fc_b &&
+           b->fcproj_w && b->fcproj_b;
+}
+
+static void gpt_free_impl(zs_module *m)
+{
+    gpt_impl *g = m->impl;
+    if (g)
+        free(g->blocks);
+    free(g);
+}
+
+static zs_tensor *gpt_forward(zs_module *m, zs_tensor *idx)
+{
+    return zs_gpt_logits(m, idx);
+}
+
+static const zs_module_vtable gpt_vt = {"GPT", gpt_forward, gpt_free_impl};
+
+zs_module *zs_gpt_new(const zs_gpt_config *c, uint64_t seed)
+{
+    if (c->vocab <= 0 || c->ctx <= 0 || c->layers <= 0 || c->heads <= 0 ||
+        c->width <= 0 || c->width % c->heads != 0) {
+        zs_set_error("gpt: vocab %lld, ctx %lld, %lld layers, width %lld, %lld "
+                     "heads: expected positive sizes with width divisible by "
+                     "heads", (long long)c->vocab, (long long)c->ctx,
+                     (long long)c->layers, (long long)c->width,
+                     (long long)c->heads);
+        return NULL;
+    }
+    gpt_impl *g = calloc(1, sizeof *g);
+    if (g)
+        g->blocks = calloc((size_t)c->layers, sizeof *g->blocks);
+    zs_module *m = g && g->blocks ? zs_module_new(&gpt_vt, g) : NULL;
+    if (!m) {
+        if (g)
+            free(g->blocks);
+        free(g);
+        zs_set_error_code(ZS_ERR_NOMEM, "gpt: out of memory");
+        return NULL;
+    }
+    g->c = *c;
+    int64_t C = c->width;
+    bool ok = (g->wte = add(m, "", "wte.weight", normal(2, (int64_t[]){c->vocab, C}, 0.02, seed)));
+    if (ok && c->arch == ZS_GPT2)
+        ok = (g->wpe = add(m, "", "wpe.weight", normal(2, (int64_t[]){c->ctx, C}, 0.01, seed + 1)));
+    if (ok && c->arch == ZS_BLOOM)
+        ok = (g->emb_ln_w = add(m, "", "emb_ln.weight", zs_ones(ZS_F32, 1, &C))) &&
+             (g->emb_ln_b = add(m, "", "emb_ln.bias", zs_zeros(ZS_F32, 1, &C)));
+    for (int64_t i = 0; ok && i < c->layers; i++)
+        ok = add_block(m, &g->blocks[i], i, c, seed);
+    ok = ok && (g->lnf_w = add(m, "", "ln_f.weight", zs_ones(ZS_F32, 1, &C))) &&
+         (g->lnf_b = add(m, "", "ln_f.bias", zs_zeros(ZS_F32, 1, &C)));
+    if (!ok) {
+        zs_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* ---- forward ----------------------------------------------------------- */
+
+/* y = x @ w^T + b; x [..., in], w [out, in]. Borrowed inputs, new ref. */
+static zs_tensor *linear(zs_tensor *x, zs_tensor *w, zs_tensor *b)
+{
+    zs_tensor *y = zs_matmul_t(x, w, false, true);
+    zs_tensor *out = zs_add(y, b);
+    zs_release(y);
+    return out;
+}
+
+/* Token (+ position) embedding of idx [B, n] at positions pos..pos+n-1. */
+static zs_tensor *embed(gpt_impl *g, zs_tensor *idx, int64_t pos)
+{
+    zs_tensor *tok = zs_embedding(g->wte, idx);
+    if (g->c.arch == ZS_BLOOM) {
+        zs_tensor *x = zs_layer_norm(tok, g->emb_ln_w, g->emb_ln_b, 1e-5);
+        zs_release(tok);
+        return x;
+    }
+    zs_tensor *wpe = zs_narrow(g->wpe, 0, pos, idx->shape[1]);
+    zs_tensor *x = zs_add(tok, wpe); /* [B, n, C] + [n, C] */
+    zs_release(tok);
+    zs_release(wpe);
+    return x;
+}
+
+/* One attention sub-block on h = ln_1(x) [B, n, C]; with kv, appends keys
+ * and values at kv->len and attends over the whole cache. */
+static zs_tensor *attention_block(gpt_impl *g, const block_params *b,
+                                  zs_tensor *h, zs_kv_cache *kv, int64_t layer)
+{
+    int64_t B = h->shape[0], n = h->shape[1], C = g->c.width, H = g->c.heads;
+    int64_t D = C / H;
+    zs_tensor *qkv = linear(h, b->attn_w, b->attn_b);              /* [B,n,3C] */
+    zs_tensor *r = zs_reshape(qkv, 5, (int64_t[]){B, n, 3, H, D});
+    zs_tensor *p = zs_permute(r, (int[]){2, 0, 3, 1, 4});          /* [3,B,H,n,D] */
+    zs_tensor *parts[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        zs_tensor *s = zs_narrow(p, 0, i, 1);
+        parts[i] = zs_squeeze(s, 0);
+        zs_release(s);
+    }
+    zs_attention_params ap = {.causal = true, .alibi = g->c.arch == ZS_BLOOM};
+    zs_tensor *k = zs_retain(parts[1]), *v = zs_retain(parts[2]);
+    if (kv && parts[1]) {
+        zs_tensor *kd = zs_narrow(kv->k[layer], 2, kv->len, n);
+        zs_tensor *vd = zs_narrow(kv->v[layer], 2, kv->len, n);
+        zs_copy_(kd, parts[1]);
+        zs_copy_(vd, parts[2]);
+        zs_release(kd);
+        zs_release(vd);
+        zs_release(k);
+        zs_release(v);
+        k = zs_narrow(kv->k[layer], 2, 0, kv->len + n);
+        v = zs_narrow(kv->v[layer], 2, 0, kv->len + n);
+        ap.q_offset = kv->len;
+    }
+    zs_tensor *a = zs_attention(parts[0], k, v, &ap);               /* [B,H,n,D] */
+    zs_tensor *at = zs_permute(a, (int[]){0, 2, 1, 3});             /* [B,n,H,D] */
+    zs_tensor *merged = zs_reshape(at, 3, (int64_t[]){B, n, C});
+    zs_tensor *out = linear(merged, b->proj_w, b->proj_b);
+    zs_tensor *tmp[] = {qkv, r, p, parts[0], parts[1], parts[2], k, v, a, at, merged};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+        zs_release(tmp[i]);
+    return out;
+}
+
+static zs_tensor *mlp_block(const block_params *b, zs_tensor *h)
+{
+    zs_tensor *f = linear(h, b->fc_w, b->fc_b);
+    zs_tensor *a = zs_gelu(f, ZS_GELU_TANH);
+    zs_tensor *out = linear(a, b->fcproj_w, b->fcproj_b);
+    zs_release(f);
+    zs_release(a);
+    return out;
+}
+
+/* Final hidden states ln_f(x) [B, n, C]. */
+static zs_tensor *hidden(gpt_impl *g, zs_tensor *idx, zs_kv_cache *kv)
+{
+    int64_t pos = kv ? kv->len : 0;
+    zs_tensor *x = embed(g, idx, pos);
+    for (int64_t l = 0; x && l < g->c.layers; l++) {
+        const block_params *b = &g->blocks[l];
+        zs_tensor *h = zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5);
+        zs_tensor *a = h ? attention_block(g, b, h, kv, l) : NULL;
+        zs_tensor *x2 = zs_add(x, a);
+        zs_tensor *h2 = zs_layer_norm(x2, b->ln2_w, b->ln2_b, 1e-5);
+        zs_tensor *mo = h2 ? mlp_block(b, h2) : NULL;
+        zs_tensor *x3 = zs_add(x2, mo);
+        zs_tensor *tmp[] = {x, h, a, x2, h2, mo};
+        for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+            zs_release(tmp[i]);
+        x = x3;
+    }
+    zs_tensor *out = zs_layer_norm(x, g->lnf_w, g->lnf_b, 1e-5);
+    zs_release(x);
+    return out;
+}
+
+static zs_status check_idx(const gpt_impl *g, const zs_tensor *idx, int64_t pos)
+{
+    if (!idx)
+        return ZS_ERR_ARG;
+    if (idx->ndim != 2 || idx->dtype != ZS_I64) {
+        char s[96];
+        return zs_set_error("gpt: token ids %s %s, expected i64 [B, T]",
+                            zs_shape_str(idx, s, sizeof s), zs_dtype_name(idx->dtype));
+    }
+    if (pos + idx->shape[1] > g->c.ctx || idx->shape[1] == 0)
+        return zs_set_error("gpt: sequence of %lld tokens at position %lld "
+                            "exceeds the model's context of %lld",
+                            (long long)idx->shape[1], (long long)pos,
+                            (long long)g->c.ctx);
+    return ZS_OK;
+}
+
+zs_tensor *zs_gpt_logits(zs_module *gpt, zs_tensor *idx)
+{
+    gpt_impl *g = impl_of(gpt);
+    if (!g) {
+        zs_set_error("gpt_logits: module is not a GPT");
+        return NULL;
+    }
+    if (check_idx(g, idx, 0) != ZS_OK)
+        return NULL;
+    zs_tensor *x = hidden(g, idx, NULL);
+    zs_tensor *logits = zs_matmul_t(x, g->wte, false, true);
+    zs_release(x);
+    return logits;
+}
+
+zs_tensor *zs_gpt_loss(zs_module *gpt, zs_tensor *idx, zs_tensor *targets)
+{
+    if (!targets)
+        return NULL;
+    if (idx && (targets->ndim != 2 || !zs_same_shape(idx, targets))) {
+        char a[96], b[96];
+        zs_set_error("gpt_loss: targets %s do not match ids %s",
+                     zs_shape_str(targets, a, sizeof a), zs_shape_str(idx, b, sizeof b));
+        return NULL;
+    }
+    zs_tensor *logits = zs_gpt_logits(gpt, idx);
+    if (!logits)
+        return NULL;
+    int64_t V = logits->shape[2];
+    zs_tensor *flat = zs_reshape(logits, 2, (int64_t[]){-1, V});
+    zs_tensor *tf = zs_reshape(targets, 1, (int64_t[]){-1});
+    zs_tensor *loss = zs_cross_entropy(flat, tf, -1);
+    zs_release(logits);
+    zs_release(flat);
+    zs_release(tf);
+    return loss;
+}
+
+/* ---- KV cache ------------------------------------------------------------ */
+
+zs_kv_cache *zs_kv_cache_new(zs_module *gpt, int64_t batch, int64_t max_len)
+{
+    gpt_impl *g = impl_of(gpt);
+    if (!g || batch <= 0 || max_len <= 0 || max_len > g->c.ctx) {
+        zs_set_error("kv_cache: batch %lld, length %lld: expected a GPT, batch "
+                     "> 0 and 0 < length <= context", (long long)batch,
+                     (long long)max_len);
+        return NULL;
+    }
+    zs_kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv)
+        goto oom;
+    kv->k = calloc((size_t)g->c.layers, sizeof *kv->k);
+    kv->v = calloc((size_t)g->c.layers, sizeof *kv->v);
+    if (!kv->k || !kv->v)
+        goto oom;
+    kv->gpt = gpt;
+    kv->batch = batch;
+    kv->max_len = max_len;
+    int64_t shape[4] = {batch, g->c.heads, max_len, g->c.width / g->c.heads};
+    zsi_tracking_pause();
+    bool ok = true;
+    for (int64_t l = 0; l < g->c.layers; l++) {
+        kv->k[l] = zs_zeros(ZS_F32, 4, shape);
+        kv->v[l] = zs_zeros(ZS_F32, 4, shape);
+        ok = ok && kv->k[l] && kv->v[l];
+    }
+    zsi_tracking_resume();
+    if (ok)
+        return kv;
+oom:
+    zs_kv_cache_free(kv);
+    zs_set_error_code(ZS_ERR_NOMEM, "kv_cache: out of memory");
+    return NULL;
+}
+
+void zs_kv_cache_free(zs_kv_cache *kv)
+{
+    if (!kv)
+        return;
+    gpt_impl *g = impl_of(kv->gpt);
+    for (int64_t l = 0; g && kv->k && l < g->c.layers; l++) {
+        zs_release(kv->k[l]);
+        if (kv->v)
+            zs_release(kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+int64_t zs_kv_cache_len(const zs_kv_cache *kv) { return kv ? kv->len : 0; }
+
+zs_tensor *zs_gpt_forward_cached(zs_module *gpt, zs_kv_cache *kv, zs_tensor *idx)
+{
+    gpt_impl *g = impl_of(gpt);
+    if (!g || !kv || kv->gpt != gpt) {
+        zs_set_error("gpt_forward_cached: cache does not belong to this GPT");
+        return NULL;
+    }
+    if (check_idx(g, idx, kv->len) != ZS_OK)
+        return NULL;
+    if (idx->shape[0] != kv->batch || kv->len + idx->shape[1] > kv->max_len) {
+        zs_set_error("gpt_forward_cached: %lld x %lld tokens do not fit the "
+                     "cache (batch %lld, %lld of %lld positions used)",
+                     (long long)idx->shape[0], (long long)idx->shape[1],
+                     (long long)kv->batch, (long long)kv->len,
+                     (long long)kv->max_len);
+        return NULL;
+    }
+    zs_no_grad_push();
+    zs_tensor *x = hidden(g, idx, kv);
+    zs_tensor *logits = zs_matmul_t(x, g->wte, false, true);
+    zs_release(x);
+    zs_no_grad_pop();
+    if (logits)
+        kv->len += idx->shape[1];
+    return logits;
+}

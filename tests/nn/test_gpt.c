@@ -1,0 +1,178 @@
+/*
+ * test_gpt.c - the GPT model: parameter counts equal the formula for every
+ * preset and both architectures; gradients of a tiny GPT (2 layers, 32
+ * wide, vocab 64) in float64 equal central differences on 300 randomly
+ * chosen parameters; generation with the KV cache gives the same logits as
+ * recomputing the whole sequence; error paths.
+ */
+#include <stdlib.h>
+
+#include "testutil.h"
+
+static zs_module *tiny(zs_gpt_arch arch, zs_dtype dt)
+{
+    zs_gpt_config c = {arch, 64, 16, 2, 4, 32};
+    zs_module *m = zs_gpt_new(&c, 11);
+    if (m && dt != ZS_F32)
+        zs_module_to_dtype(m, dt);
+    return m;
+}
+
+static zs_tensor *ids(int64_t B, int64_t T, int64_t V, uint64_t seed)
+{
+    zs_tensor *t = zs_empty(ZS_I64, 2, (int64_t[]){B, T});
+    int64_t *d = zs_data(t);
+    for (int64_t i = 0; i < B * T; i++) {
+        uint32_t w[4];
+        zs_philox(seed, (uint64_t)i, w);
+        d[i] = w[0] % V;
+    }
+    return t;
+}
+
+static void test_counts(void)
+{
+    const char *presets[] = {"tiny", "small", "gpt2"};
+    for (int a = 0; a < 2; a++)
+        for (int p = 0; p < 3; p++) {
+            zs_gpt_config c = {.arch = a, .vocab = 1000};
+            ZT_CHECK(zs_gpt_preset(presets[p], &c) == 0, "preset");
+            if (p == 2 && a == 1)
+                continue; /* keep the test light */
+            zs_module *m = zs_gpt_new(&c, 1);
+            ZT_CHECK(m && zs_module_num_params(m) == zs_gpt_param_count(&c),
+                     "%s/%d: %lld parameters, formula %lld", presets[p], a,
+                     m ? (long long)zs_module_num_params(m) : -1LL,
+                     (long long)zs_gpt_param_count(&c));
+            zs_module_free(m);
+        }
+    zs_gpt_config g = {.arch = ZS_GPT2, .vocab = 50257};
+    zs_gpt_preset("gpt2", &g);
+    ZT_CHECK(zs_gpt_param_count(&g) == 124439808, "GPT-2 124M: %lld",
+             (long long)zs_gpt_param_count(&g));
+    zt_section("parameter counts");
+}
+
+static double loss_value(zs_module *m, zs_tensor *x, zs_tensor *y)
+{
+    zs_no_grad_push();
+    zs_tensor *l = zs_gpt_loss(m, x, y);
+    double v = l ? zs_item(l) : NAN;
+    zs_release(l);
+    zs_no_grad_pop();
+    return v;
+}
+
+static void test_grad(zs_gpt_arch arch)
+{
+    zs_module *m = tiny(arch, ZS_F64);
+    zs_tensor *x = ids(2, 9, 64, 3), *y = ids(2, 9, 64, 4);
+    ((int64_t *)zs_data(y))[5] = -1; /* an ignored target */
+    zs_tensor *l = zs_gpt_loss(m, x, y);
+    ZT_CHECK(l && zs_backward(l, NULL, false) == ZS_OK, "backward");
+    zs_tensor **ps;
+    char **names;
+    int n = zs_module_parameters(m, &ps, &names);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int k = 0; k < 300; k++) {
+        uint32_t w[4];
+        zs_philox(99, (uint64_t)k, w);
+        zs_tensor *p = ps[w[0] % (uint32_t)n];
+        int64_t i = w[1] % (uint64_t)zs_numel(p);
+        double *v = (double *)zs_data(p) + i, v0 = *v, eps = 1e-5;
+        *v = v0 + eps;
+        double lp = loss_value(m, x, y);
+        *v = v0 - eps;
+        double lm = loss_value(m, x, y);
+        *v = v0;
+        double num = (lp - lm) / (2 * eps), ana = p->grad ? zs_get(p->grad, i) : 0;
+        double err = fabs(num - ana) / fmax(1e-3, fabs(num));
+        if (err > worst) {
+            worst = err;
+            worst_name = names[w[0] % (uint32_t)n];
+        }
+    }
+    ZT_CHECK(worst < 1e-5, "%s: worst relative gradient error %g (%s)",
+             arch == ZS_BLOOM ? "bloom" : "gpt2", worst, worst_name);
+    zs_names_free(n, ps, names);
+    zs_release(l);
+    zs_release(x);
+    zs_release(y);
+    zs_module_free(m);
+}
+
+static void test_kv_cache(zs_gpt_arch arch)
+{
+    zs_module *m = tiny(arch, ZS_F32);
+    zs_tensor *x = ids(2, 12, 64, 5);
+    zs_no_grad_push();
+    zs_tensor *full = zs_gpt_logits(m, x);
+    zs_no_grad_pop();
+    zs_kv_cache *kv = zs_kv_cache_new(m, 2, 12);
+    double worst = 0;
+    int64_t pos = 0;
+    int64_t steps[] = {5, 1, 1, 3, 1, 1}; /* a prompt, then single tokens */
+    for (size_t s = 0; s < sizeof steps / sizeof *steps; s++) {
+        zs_tensor *part = zs_narrow(x, 1, pos, steps[s]);
+        zs_tensor *pc = zs_contiguous(part);
+        zs_tensor *lg = zs_gpt_forward_cached(m, kv, pc);
+        for (int64_t b = 0; lg && b < 2; b++)
+            for (int64_t t = 0; t < steps[s]; t++)
+                for (int64_t v = 0; v < 64; v++) {
+                    double a = zs_get(lg, (b * steps[s] + t) * 64 + v);
+                    double r = zs_get(full, (b * 12 + pos + t) * 64 + v);
+                    worst = fmax(worst, fabs(a - r) / fmax(1.0, fabs(r)));
+                }
+        ZT_CHECK(lg != NULL, "cached step %zu", s);
+        pos += steps[s];
+        zs_release(part);
+        zs_release(pc);
+        zs_release(lg);
+    }
+    ZT_CHECK(worst < 1e-5, "%s: KV-cache logits differ by %g",
+             arch == ZS_BLOOM ? "bloom" : "gpt2", worst);
+    zs_tensor *more = ids(2, 1, 64, 6);
+    ZT_EXPECT_ERROR(zs_gpt_forward_cached(m, kv, more) == NULL, "do not fit");
+    zs_release(more);
+    zs_kv_cache_free(kv);
+    zs_release(full);
+    zs_release(x);
+    zs_module_free(m);
+}
+
+static void test_errors(void)
+{
+    zs_module *m = tiny(ZS_GPT2, ZS_F32);
+    zs_tensor *long_x = ids(1, 17, 64, 1);
+    ZT_EXPECT_ERROR(zs_gpt_logits(m, long_x) == NULL, "exceeds the model's context");
+    zs_tensor *bad = zs_zeros(ZS_F32, ZS_SHAPE(1, 4));
+    ZT_EXPECT_ERROR(zs_gpt_logits(m, bad) == NULL, "expected i64");
+    zs_tensor *x = ids(1, 4, 64, 2), *y = ids(1, 5, 64, 2);
+    ZT_EXPECT_ERROR(zs_gpt_loss(m, x, y) == NULL, "do not match");
+    zs_tensor *oob = ids(1, 4, 64, 3);
+    ((int64_t *)zs_data(oob))[2] = 64;
+    ZT_EXPECT_ERROR(zs_gpt_logits(m, oob) == NULL, "out of range");
+    zs_gpt_config c = {ZS_GPT2, 64, 16, 2, 3, 32};
+    ZT_EXPECT_ERROR(zs_gpt_new(&c, 1) == NULL, "divisible by heads");
+    zs_gpt_config p;
+    ZT_EXPECT_ERROR(zs_gpt_preset("huge", &p) < 0, "unknown preset");
+    zs_tensor *all[] = {long_x, bad, x, y, oob};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        zs_release(all[i]);
+    zs_module_free(m);
+    zt_section("errors");
+}
+
+int main(void)
+{
+    test_counts();
+    test_grad(ZS_GPT2);
+    test_grad(ZS_BLOOM);
+    zt_section("gradients vs central differences (float64)");
+    test_kv_cache(ZS_GPT2);
+    test_kv_cache(ZS_BLOOM);
+    zt_section("KV cache equals full recomputation");
+    test_errors();
+    return zt_done();
+}
