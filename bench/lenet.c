@@ -1,0 +1,329 @@
+/*
+ * lenet.c - bench/lenet: seconds per epoch of LeNet-5 training on
+ * Fashion-MNIST, Zhisuan beside PyTorch (bench/lenet_torch.py run by
+ * /usr/bin/python3 in the same run, same architecture, Adam lr 1e-3,
+ * batch 64, same normalisation, data pre-loaded into a tensor).
+ *
+ * The Zhisuan step mirrors apps/zs/train.c: scope per step, loader batch
+ * (prefetched by its background thread), forward, cross-entropy, backward,
+ * Adam step on the flat parameter buffer, zeroing of the flat gradient,
+ * zs_item of the loss. Both sides run --warmup untimed steps, then time
+ * --steps steps (default: one epoch, 938 batches of 64) and extrapolate to
+ * seconds per epoch = time / steps * batches per epoch. Each side also
+ * reports its fastest block of 50 consecutive steps, extrapolated the same
+ * way, since other load on a shared machine inflates the mean.
+ *
+ * --profile adds the mean time per step of each phase (loader, forward,
+ * loss, backward, optimizer, zero-grad) over the timed steps and the
+ * per-operator table (zs_profile_print) of one extra step (K extra steps,
+ * summed, with --profile-steps K).
+ *
+ * The last line reads `lenet epoch seconds zhisuan/pytorch = R` (R < 1:
+ * Zhisuan is faster), or `pytorch: not available`.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../apps/zs/cnn.h" /* ZS_FMNIST_MEAN, ZS_FMNIST_STD, ZS_FMNIST_DIR */
+#include "zs/zs.h"
+
+/* The PyTorch peer's environment (its best settings on this machine). */
+#define PEER_ENV                                                             \
+    "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE "                      \
+    "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:"                                \
+    "glibc.malloc.trim_threshold=68719476736 "
+#define PEER_PYTHON "/usr/bin/python3"
+#define BATCH 64
+#define SEED 1
+#define BLOCK 50 /* steps per block for the best-block figure */
+
+enum { PH_LOAD, PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_OPTIM, PH_ZERO, PH_COUNT };
+static const char *PHASE_NAMES[PH_COUNT] = {"loader", "forward", "loss",
+                                            "backward", "optimizer", "zero grad"};
+
+typedef struct config {
+    int64_t steps;   /* 0: one epoch */
+    int warmup, threads;
+    int profile;     /* steps to profile per operator (0: none) */
+    const char *data;
+    char script[4096];
+} config;
+
+typedef struct trainer {
+    zs_image_data train;
+    zs_module *m;
+    zs_optim *o;
+    zs_loader *l;
+    zs_tensor *fg;       /* flat gradient, borrowed from m */
+    double phase[PH_COUNT];
+} trainer;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: lenet [--steps N] [--warmup N] [--quick] [--threads N] "
+               "[--profile] [--profile-steps K] [--data DIR] [--script PATH]\n"
+               "  --steps N   time N training steps and extrapolate to one epoch "
+               "(default: one epoch)\n"
+               "  --quick     --steps 100 --warmup 5\n"
+               "  --profile   phase times, and operator table of 1 extra step\n"
+               "  --profile-steps K   operator table summed over K extra steps\n");
+}
+
+static int parse_args(int argc, char **argv, config *c)
+{
+    *c = (config){0, 10, 0, 0, ZS_FMNIST_DIR, ""};
+    const char *slash = strrchr(__FILE__, '/');
+    snprintf(c->script, sizeof c->script, "%.*s/lenet_torch.py",
+             slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "--quick")) {
+            c->steps = 100;
+            c->warmup = 5;
+        } else if (!strcmp(f, "--profile")) {
+            c->profile = c->profile ? c->profile : 1;
+        } else if (v && !strcmp(f, "--profile-steps")) {
+            c->profile = atoi(v), i++;
+        } else if (!strcmp(f, "--help")) {
+            usage(stdout);
+            exit(0);
+        } else if (v && !strcmp(f, "--steps")) {
+            c->steps = atoll(v), i++;
+        } else if (v && !strcmp(f, "--warmup")) {
+            c->warmup = atoi(v), i++;
+        } else if (v && !strcmp(f, "--threads")) {
+            c->threads = atoi(v), i++;
+        } else if (v && !strcmp(f, "--data")) {
+            c->data = v, i++;
+        } else if (v && !strcmp(f, "--script")) {
+            snprintf(c->script, sizeof c->script, "%s", v), i++;
+        } else {
+            fprintf(stderr, "lenet: unknown flag or missing value '%s'\n", f);
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (c->steps < 0 || c->warmup < 0 || c->threads < 0 || c->profile < 0) {
+        fprintf(stderr, "lenet: --steps, --warmup, --threads and --profile-steps "
+                        "must be >= 0\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void trainer_free(trainer *t)
+{
+    zs_loader_free(t->l);
+    zs_optim_free(t->o);
+    zs_module_free(t->m);
+    zs_image_data_free(&t->train);
+}
+
+/* Loads the training set and builds LeNet-5 + Adam as `zs train lenet`. */
+static zs_status trainer_init(trainer *t, const char *data)
+{
+    *t = (trainer){0};
+    zs_tensor *fp;
+    if (zs_mnist_load(data, true, &t->train) != ZS_OK ||
+        !(t->m = zs_lenet5_new(SEED)) ||
+        zs_module_flatten(t->m, &fp, &t->fg) != ZS_OK)
+        return ZS_ERR_ARG;
+    fp->grad = zs_retain(t->fg);
+    zs_optim_config oc = {ZS_ADAM, 1e-3, 0, false, 0, 0, 0, 0};
+    if (!(t->o = zs_optim_new(&oc, 1, &fp)) ||
+        !(t->l = zs_loader_new(&t->train, BATCH, true, SEED, ZS_FMNIST_MEAN,
+                               ZS_FMNIST_STD)))
+        return ZS_ERR_ARG;
+    zs_manual_seed(SEED);
+    zs_module_train(t->m, true);
+    return ZS_OK;
+}
+
+/* Next batch, moving on to the next epoch at the end of one. */
+static int next_batch(zs_loader *l, zs_tensor **x, zs_tensor **y)
+{
+    int r = zs_loader_next(l, x, y);
+    return r == 1 ? zs_loader_next(l, x, y) : r;
+}
+
+/* One training step; adds each phase's seconds to t->phase. */
+static zs_status train_step(trainer *t, double *loss_out)
+{
+    double ts[PH_COUNT + 1];
+    zs_status st = ZS_ERR_ARG;
+    zs_scope_push();
+    zs_tensor *x, *y;
+    ts[0] = now();
+    if (next_batch(t->l, &x, &y) != 0)
+        goto out;
+    ts[1] = now();
+    zs_tensor *logits = zs_module_forward(t->m, x);
+    ts[2] = now();
+    zs_tensor *loss = zs_cross_entropy(logits, y, -100);
+    ts[3] = now();
+    if (!loss || zs_backward(loss, NULL, false) != ZS_OK)
+        goto out;
+    ts[4] = now();
+    if (zs_optim_step(t->o, 1e-3) != ZS_OK)
+        goto out;
+    ts[5] = now();
+    zs_fill_(t->fg, 0.0);
+    *loss_out = zs_item(loss);
+    ts[6] = now();
+    for (int p = 0; p < PH_COUNT; p++)
+        t->phase[p] += ts[p + 1] - ts[p];
+    st = ZS_OK;
+out:
+    zs_scope_pop();
+    return st;
+}
+
+/* Timings of one side: whole timed run, and the fastest block of BLOCK
+ * consecutive steps (a figure less disturbed by other load on the machine). */
+typedef struct run_result {
+    double seconds, best_block_step, loss; /* seconds, seconds per step, last loss */
+} run_result;
+
+/* Runs warm-up then `steps` timed steps. */
+static zs_status bench_zs(trainer *t, const config *c, int64_t steps,
+                          run_result *r)
+{
+    *r = (run_result){0, INFINITY, 0};
+    for (int i = 0; i < c->warmup; i++)
+        if (train_step(t, &r->loss) != ZS_OK)
+            return ZS_ERR_ARG;
+    memset(t->phase, 0, sizeof t->phase);
+    int64_t block = steps < BLOCK ? steps : BLOCK;
+    double t0 = now(), tb = t0;
+    for (int64_t i = 0; i < steps; i++) {
+        if (train_step(t, &r->loss) != ZS_OK)
+            return ZS_ERR_ARG;
+        if ((i + 1) % block == 0) {
+            double tn = now();
+            if ((tn - tb) / (double)block < r->best_block_step)
+                r->best_block_step = (tn - tb) / (double)block;
+            tb = tn;
+        }
+    }
+    r->seconds = now() - t0;
+    return ZS_OK;
+}
+
+static void print_profile(trainer *t, int64_t steps, int nprof)
+{
+    double total = 0, loss;
+    for (int p = 0; p < PH_COUNT; p++)
+        total += t->phase[p];
+    printf("\nzhisuan time per step by phase (mean of %lld timed steps):\n",
+           (long long)steps);
+    for (int p = 0; p < PH_COUNT; p++)
+        printf("  %-10s %8.3f ms %5.1f%%\n", PHASE_NAMES[p],
+               1e3 * t->phase[p] / (double)steps, 100 * t->phase[p] / total);
+    zs_profile_reset();
+    zs_profile_enable(true);
+    zs_status st = ZS_OK;
+    for (int i = 0; st == ZS_OK && i < nprof; i++)
+        st = train_step(t, &loss);
+    zs_profile_enable(false);
+    if (st != ZS_OK) {
+        fprintf(stderr, "lenet: profiled step: %s\n", zs_last_error());
+        return;
+    }
+    printf("\nzhisuan operators in %d training step%s (batch %d, totals):\n",
+           nprof, nprof > 1 ? "s" : "", BATCH);
+    zs_profile_print(stdout);
+}
+
+/* Runs the PyTorch peer; false when it is not available. */
+static bool bench_torch(const config *c, int threads, int64_t steps,
+                        run_result *r)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, PEER_ENV PEER_PYTHON " '%s' --data '%s' --threads %d "
+             "--steps %lld --warmup %d --batch %d --block %d --mean %.9g --std %.9g",
+             c->script, c->data, threads, (long long)steps, c->warmup, BATCH, BLOCK,
+             (double)ZS_FMNIST_MEAN, (double)ZS_FMNIST_STD);
+    fflush(stdout);
+    FILE *pf = popen(cmd, "r");
+    if (!pf)
+        return false;
+    char line[512];
+    bool got = false;
+    while (fgets(line, sizeof line, pf)) {
+        long long n;
+        run_result x;
+        if (sscanf(line, "zsbench lenet %lld %lf %lf %lf", &n, &x.seconds,
+                   &x.best_block_step, &x.loss) == 4 &&
+            n == steps && x.seconds > 0 && x.best_block_step > 0) {
+            *r = x;
+            got = true;
+        } else if (strncmp(line, "zsbench", 7) != 0) {
+            fputs(line, stdout); /* the peer's own messages */
+        }
+    }
+    pclose(pf);
+    return got;
+}
+
+static void print_row(const char *name, const run_result *r, int64_t steps,
+                      int64_t nb)
+{
+    double step = r->seconds / (double)steps;
+    printf("%-10s %9.3f %9.2f %9.0f %14.2f %10.4f\n", name, 1e3 * step,
+           step * (double)nb, BATCH / step, r->best_block_step * (double)nb, r->loss);
+}
+
+int main(int argc, char **argv)
+{
+    config c;
+    if (parse_args(argc, argv, &c) != 0)
+        return 2;
+    if (c.threads > 0)
+        zs_set_num_threads(c.threads);
+    int threads = zs_num_threads();
+    trainer t;
+    if (trainer_init(&t, c.data) != ZS_OK) {
+        fprintf(stderr, "lenet: %s\n", zs_last_error());
+        trainer_free(&t);
+        return 2;
+    }
+    int64_t nb = zs_loader_batches_per_epoch(t.l);
+    int64_t steps = c.steps > 0 ? c.steps : nb;
+    printf("LeNet-5 on Fashion-MNIST (%lld images, %lld batches of %d per epoch), "
+           "Adam lr 1e-3; %d warm-up + %lld timed steps; %d threads\n",
+           (long long)t.train.images->shape[0], (long long)nb, BATCH, c.warmup,
+           (long long)steps, threads);
+    run_result zr, pr;
+    if (bench_zs(&t, &c, steps, &zr) != ZS_OK) {
+        fprintf(stderr, "lenet: %s\n", zs_last_error());
+        trainer_free(&t);
+        return 1;
+    }
+    if (c.profile)
+        print_profile(&t, steps, c.profile);
+    trainer_free(&t);
+    bool have_torch = bench_torch(&c, threads, steps, &pr);
+    printf("\n%-10s %9s %9s %9s %14s %10s\n", "", "ms/step", "s/epoch", "images/s",
+           "s/epoch best", "last loss");
+    printf("%-10s %9s %9s %9s %14s %10s\n", "", "", "(mean)", "", "block", "");
+    print_row("zhisuan", &zr, steps, nb);
+    if (!have_torch) {
+        printf("pytorch: not available\n");
+        return 0;
+    }
+    print_row("pytorch", &pr, steps, nb);
+    printf("best-block ratio zhisuan/pytorch = %.3f\n",
+           zr.best_block_step / pr.best_block_step);
+    printf("lenet epoch seconds zhisuan/pytorch = %.3f\n", zr.seconds / pr.seconds);
+    return 0;
+}
