@@ -8,6 +8,7 @@
 
 #include "apps/zs/cnn.h"
 #include "apps/zs/commands.h"
+#include "apps/zs/common.h"
 
 zs_module *zs_app_cnn_new(const char *name, uint64_t seed)
 {
@@ -67,23 +68,6 @@ zs_status zs_app_evaluate(zs_module *m, const zs_image_data *d,
     return st;
 }
 
-/* Reads "key":"value" from a flat JSON object of strings (our metadata). */
-static bool meta_get(const char *json, const char *key, char *out, size_t n)
-{
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\":\"", key);
-    const char *p = json ? strstr(json, pat) : NULL;
-    if (!p)
-        return false;
-    p += strlen(pat);
-    const char *e = strchr(p, '"');
-    if (!e || (size_t)(e - p) >= n)
-        return false;
-    memcpy(out, p, (size_t)(e - p));
-    out[e - p] = '\0';
-    return true;
-}
-
 int zs_cmd_eval(int argc, char **argv)
 {
     const char *ckpt = NULL, *data = ZS_FMNIST_DIR;
@@ -111,7 +95,7 @@ int zs_cmd_eval(int argc, char **argv)
         return 2;
     }
     char model_name[32] = "";
-    bool known = meta_get(probe.metadata_json, "model", model_name, sizeof model_name);
+    bool known = zs_app_meta_str(probe.metadata_json, "model", model_name, sizeof model_name);
     zs_tensor_set_free(&probe);
     zs_module *m = known ? zs_app_cnn_new(model_name, 0) : NULL;
     if (!m) {

@@ -9,14 +9,7 @@
 #include <time.h>
 
 #include "apps/zs/commands.h"
-#include "apps/zs/gpt_common.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "apps/zs/common.h"
 
 typedef struct gen_cfg {
     const char *ckpt, *prompt;
@@ -155,7 +148,7 @@ int zs_cmd_generate(int argc, char **argv)
         logits = zs_gpt_forward_cached(m, kv, x);
         zs_release(x);
     }
-    double t0 = now();
+    double t0 = zs_app_now();
     int64_t produced = 0;
     for (int64_t t = 0; logits && t < c.max_new; t++) {
         int64_t V = logits->shape[2], last = logits->shape[1] - 1;
@@ -174,7 +167,7 @@ int zs_cmd_generate(int argc, char **argv)
         zs_release(x);
     }
     zs_release(logits);
-    double dt = now() - t0;
+    double dt = zs_app_now() - t0;
     fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s]\n", (long long)produced,
             dt, dt > 0 ? (double)produced / dt : 0);
 out:

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "apps/zs/commands.h"
-#include "apps/zs/gpt_common.h"
+#include "apps/zs/common.h"
 
 typedef struct gpt_cfg {
     const char *preset, *data, *out;
@@ -28,13 +28,6 @@ typedef struct gpt_cfg {
     int threads;
     bool resume;
 } gpt_cfg;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void usage(FILE *f)
 {
@@ -185,9 +178,9 @@ static int prepare_data(const gpt_cfg *c, run_state *s)
         char *text = zs_app_read_corpus(c->data, &n);
         if (!text)
             return 2;
-        double t0 = now();
+        double t0 = zs_app_now();
         s->bpe = zs_bpe_train(text, n, (int32_t)c->vocab);
-        double t1 = now();
+        double t1 = zs_app_now();
         int32_t *ids = NULL;
         size_t nid = 0;
         if (!s->bpe || zs_bpe_encode(s->bpe, text, n, 0, &ids, &nid) != ZS_OK) {
@@ -196,7 +189,7 @@ static int prepare_data(const gpt_cfg *c, run_state *s)
         }
         fprintf(stderr, "corpus %zu bytes: BPE vocabulary %d trained in %.1f s, "
                 "%zu tokens encoded in %.2f s (%.2f bytes/token)\n", n,
-                zs_bpe_vocab_size(s->bpe), t1 - t0, nid, now() - t1,
+                zs_bpe_vocab_size(s->bpe), t1 - t0, nid, zs_app_now() - t1,
                 (double)n / (double)(nid ? nid : 1));
         free(text);
         zs_status st = zs_bpe_save(s->bpe, tpath);
@@ -351,11 +344,11 @@ int zs_cmd_train_gpt(int argc, char **argv)
     zs_lr_schedule sched = {ZS_LR_COSINE, c.lr, c.warmup, c.steps, c.min_lr, 0, 0};
     zs_gpt_history h = {0};
     bool tty = isatty(2);
-    double t0 = now(), last_val = NAN;
+    double t0 = zs_app_now(), last_val = NAN;
     int64_t tokens_step = c.batch * c.seq * c.accum, step;
     rc = 0;
     for (step = s.step0; step < c.steps; step++) {
-        double ts = now(), gnorm = 0;
+        double ts = zs_app_now(), gnorm = 0;
         double loss = train_step(&c, &s, step, &sched, &gnorm);
         if (isnan(loss)) {
             fprintf(stderr, "\nzs train gpt: step %lld failed: %s\n", (long long)step,
@@ -363,7 +356,7 @@ int zs_cmd_train_gpt(int argc, char **argv)
             rc = 1;
             break;
         }
-        double dt = now() - ts, elapsed = now() - t0;
+        double dt = zs_app_now() - ts, elapsed = zs_app_now() - t0;
         double tps = (double)tokens_step / dt, mfu = flops_tok * tps / peak;
         int64_t done = step + 1 - s.step0;
         double eta = elapsed / (double)done * (double)(c.steps - step - 1);
@@ -399,7 +392,7 @@ int zs_cmd_train_gpt(int argc, char **argv)
     }
     if (!rc)
         fprintf(stderr, "trained %lld steps in %.1f s; last val loss %.4f; files in %s\n",
-                (long long)(step + 1 - s.step0), now() - t0, last_val, c.out);
+                (long long)(step + 1 - s.step0), zs_app_now() - t0, last_val, c.out);
     zs_gpt_history_free(&h);
     run_free(&s);
     return rc;

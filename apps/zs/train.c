@@ -15,7 +15,7 @@
 
 #include "apps/zs/cnn.h"
 #include "apps/zs/commands.h"
-#include "apps/zs/gpt_common.h"
+#include "apps/zs/common.h"
 
 typedef struct train_cfg {
     const char *model, *data, *out, *optim;
@@ -32,13 +32,6 @@ typedef struct history {
     int ne;
     double ep[256], test_loss[256], test_acc[256], train_loss[256];
 } history;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void usage(FILE *f)
 {
@@ -178,15 +171,6 @@ static void write_plot(const train_cfg *c, const history *h)
         fprintf(stderr, "zs train: warning: %s\n", zs_last_error());
 }
 
-/* Reads `"key":"<integer>"` from our metadata JSON. */
-static int64_t meta_int(const char *json, const char *key, int64_t dflt)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":\"", key);
-    const char *p = json ? strstr(json, pat) : NULL;
-    return p ? strtoll(p + strlen(pat), NULL, 10) : dflt;
-}
-
 static int run(train_cfg *c)
 {
     int rc = 2;
@@ -234,10 +218,10 @@ static int run(train_cfg *c)
         char *meta = NULL;
         if (zs_checkpoint_load(path, m, o, &meta) != ZS_OK)
             goto fail;
-        start_epoch = (int)meta_int(meta, "epoch", 0);
-        zs_optim_set_steps(o, meta_int(meta, "optim_steps", 0));
-        zs_rng_set_state((uint64_t)meta_int(meta, "rng_seed", 0),
-                         (uint64_t)meta_int(meta, "rng_offset", 0));
+        start_epoch = (int)zs_app_meta_int(meta, "epoch", 0);
+        zs_optim_set_steps(o, zs_app_meta_int(meta, "optim_steps", 0));
+        zs_rng_set_state((uint64_t)zs_app_meta_int(meta, "rng_seed", 0),
+                         (uint64_t)zs_app_meta_int(meta, "rng_offset", 0));
         char want[64];
         snprintf(want, sizeof want, "\"model\":\"%s\"", c->model);
         bool same = meta && strstr(meta, want);
@@ -266,12 +250,12 @@ static int run(train_cfg *c)
     bool tty = isatty(2);
     int64_t nb = zs_loader_batches_per_epoch(l);
     zs_lr_schedule sched = {ZS_LR_CONSTANT, c->lr, 0, 0, 0, 0, 0};
-    double t_start = now();
+    double t_start = zs_app_now();
     int last = c->stop_after > 0 && c->stop_after < c->epochs ? c->stop_after : c->epochs;
     for (int ep = start_epoch; ep < last; ep++) {
         zs_loader_seek(l, ep, 0);
         zs_module_train(m, true);
-        double t0 = now(), loss_sum = 0;
+        double t0 = zs_app_now(), loss_sum = 0;
         int64_t seen = 0;
         for (int64_t i = 0; i < nb; i++) {
             zs_scope_push();
@@ -297,14 +281,14 @@ static int run(train_cfg *c)
             fprintf(metrics, "{\"epoch\":%d,\"step\":%lld,\"loss\":%.9g}\n", ep + 1,
                     (long long)step, lv);
             history_push(&h, (double)step / (double)nb, lv);
-            double dt = now() - t0, ips = (double)seen / (dt > 0 ? dt : 1e-9);
+            double dt = zs_app_now() - t0, ips = (double)seen / (dt > 0 ? dt : 1e-9);
             double eta = (double)(nb - i - 1) * dt / (double)(i + 1) +
                          (double)(last - ep - 1) * dt * (double)nb / (double)(i + 1);
             progress(tty, ep, c->epochs, i, nb, loss_sum / (double)seen, ips, eta);
         }
         if (tty)
             fputc('\n', stderr);
-        double epoch_s = now() - t0;
+        double epoch_s = zs_app_now() - t0;
         zs_eval_result r;
         if (zs_app_evaluate(m, &test, &r) != ZS_OK)
             goto fail;
@@ -336,7 +320,7 @@ static int run(train_cfg *c)
         write_plot(c, &h);
     }
     fprintf(stderr, "done in %.1f s; checkpoint, metrics.jsonl and curves.svg in %s\n",
-            now() - t_start, c->out);
+            zs_app_now() - t_start, c->out);
     rc = 0;
 fail:
     if (rc)

@@ -1,11 +1,19 @@
 /*
- * gpt_common.c - corpus reading, metadata, progress and loss history for
- * the GPT commands.
+ * common.c - corpus reading, metadata, timing, progress and loss history
+ * shared by the zs subcommands.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "apps/zs/gpt_common.h"
+#include "apps/zs/common.h"
+
+double zs_app_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static char *slurp(FILE *f, size_t *n)
 {

@@ -1,8 +1,9 @@
 /*
- * gpt_common.h - helpers shared by `zs train gpt` and `zs generate`.
+ * common.h - helpers shared by the zs subcommands (metadata, timing,
+ * corpus reading, progress lines, loss history).
  */
-#ifndef ZS_APPS_GPT_COMMON_H
-#define ZS_APPS_GPT_COMMON_H
+#ifndef ZS_APPS_COMMON_H
+#define ZS_APPS_COMMON_H
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,6 +14,8 @@
  * "Gen1:1-Rev22:21"`) when path is NULL. Rejects empty and binary (NUL
  * bytes) input. Returns a malloc'd buffer or NULL + message. */
 char *zs_app_read_corpus(const char *path, size_t *n);
+/* Monotonic wall-clock seconds. */
+double zs_app_now(void);
 /* "key":"<integer>" from a flat metadata JSON object, or dflt. */
 int64_t zs_app_meta_int(const char *json, const char *key, int64_t dflt);
 /* "key":"<string>" into out; false when absent. */
