@@ -22,7 +22,7 @@
 typedef struct gpt_cfg {
     const char *preset, *data, *out;
     zs_gpt_arch arch;
-    int64_t vocab, batch, seq, steps, warmup, accum, eval_every, eval_batches;
+    int64_t vocab, batch, seq, steps, warmup, accum, eval_every, eval_batches, stop_after;
     double lr, min_lr, wd, clip, minutes;
     uint64_t seed;
     int threads;
@@ -50,7 +50,8 @@ static void usage(FILE *f)
             "  --seed N          seed (default 1)\n"
             "  --threads N       worker threads\n"
             "  --out DIR         output directory (default runs/gpt)\n"
-            "  --resume          continue from DIR/checkpoint.safetensors\n");
+            "  --resume          continue from DIR/checkpoint.safetensors\n"
+            "  --stop-after N    stop after step N, keeping the schedule of --steps\n");
 }
 
 static int num(const char *flag, const char *s, double lo, double hi, double *out)
@@ -69,7 +70,7 @@ static int num(const char *flag, const char *s, double lo, double hi, double *ou
 static int parse(int argc, char **argv, gpt_cfg *c)
 {
     *c = (gpt_cfg){"small", NULL, "runs/gpt", ZS_GPT2, 4096, 8, 0, 2000, 100,
-                   1, 100, 20, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, false};
+                   1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, false};
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
@@ -105,6 +106,7 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         NUM("--accum", 1, 1024, accum, int64_t)
         NUM("--steps", 1, 1e9, steps, int64_t)
         NUM("--minutes", 0, 1e6, minutes, double)
+        NUM("--stop-after", 1, 1e9, stop_after, int64_t)
         NUM("--lr", 0, 10, lr, double)
         NUM("--warmup", 0, 1e9, warmup, int64_t)
         NUM("--wd", 0, 10, wd, double)
@@ -317,6 +319,14 @@ int zs_cmd_train_gpt(int argc, char **argv)
     if (c.threads > 0)
         zs_set_num_threads(c.threads);
     run_state s = {0};
+    zs_gpt_config probe = {0};
+    if (zs_gpt_preset(c.preset, &probe) != 0 || c.seq > probe.ctx) {
+        if (c.seq > probe.ctx && probe.ctx > 0)
+            zs_set_error("--seq %lld is longer than the %s model's context of %lld",
+                         (long long)c.seq, c.preset, (long long)probe.ctx);
+        fprintf(stderr, "zs train gpt: %s\n", zs_last_error());
+        return 2;
+    }
     mkdir("runs", 0755);
     mkdir(c.out, 0755);
     int rc = prepare_data(&c, &s);
@@ -367,7 +377,8 @@ int zs_cmd_train_gpt(int argc, char **argv)
                 zs_lr_at(&sched, step), gnorm, tps, mfu);
         zs_gpt_history_push(&h, (double)step, loss, NAN);
         zs_app_progress(tty, step, c.steps, loss, tps, mfu, eta);
-        bool last = step + 1 == c.steps || (c.minutes > 0 && elapsed >= c.minutes * 60);
+        bool last = step + 1 == c.steps || step + 1 == c.stop_after ||
+                    (c.minutes > 0 && elapsed >= c.minutes * 60);
         if ((step + 1) % c.eval_every == 0 || last) {
             last_val = validate(s.m, &s.val, &c);
             if (tty)
