@@ -6,6 +6,7 @@
 
 #include "core.h"
 #include "ops.h"
+#include "linear.h"
 #include "autograd.h"
 #include "analyze.h"
 #include "attention.h"

@@ -1,0 +1,354 @@
+/*
+ * linear.c - zs_linear, zs_linear_gelu, zs_linear_residual (zs/linear.h):
+ * x [..., K] w^T [K, N] + b [N], then GeLU or + r [..., N].
+ *
+ * f32: one zsk_sgemm_ex call with x seen as an [M, K] matrix (M = product
+ * of the leading dims) and w as op(B) = w^T; the bias, GeLU (storing the
+ * pre-activation h when autograd records) and residual run in the GEMM's
+ * epilogue, so the output is written once. Operands whose rows are not
+ * unit-stride are copied first; a transposed 2-D x or w is read in place.
+ * f64 composes matmul, add and gelu (same math, used by gradient checks);
+ * either way one node is recorded with the backward rule below.
+ *
+ * Backward (g: [..., N]): gh = g gelu'(h) (GeLU) or g; dx = gh w,
+ * dw = gh^T x (over the flattened [M, N] and [M, K]), db = sum of gh over
+ * rows, dr = g. Saved: x, w, and h for GeLU.
+ * Cost model: 2 M N K FLOPs plus M N per bias and residual add and 30 per
+ * GeLU (unary.c's count); bytes: inputs read, output (and h) written.
+ */
+#include <string.h>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/unary.h"
+#include "ops/internal.h"
+
+typedef enum lin_kind { LIN_PLAIN, LIN_GELU, LIN_RESIDUAL } lin_kind;
+
+static zs_status linear_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+
+static zsi_op OP_LINEAR = {.name = "linear", .backward = linear_bw};
+static zsi_op OP_LINEAR_GELU = {.name = "linear_gelu", .backward = linear_bw};
+static zsi_op OP_LINEAR_RES = {.name = "linear_residual",
+                               .backward = linear_bw};
+
+#define GELU_FLOPS 30.0
+
+/* Node parameters (n->p.i): kind, input index of b and of r (-1: none). */
+enum { P_KIND, P_BIAS, P_RES };
+
+/* ---- checks ------------------------------------------------------------ */
+
+static zs_status check_inputs(const char *op, const zs_tensor *x,
+                              const zs_tensor *w, const zs_tensor *b,
+                              const zs_tensor *r)
+{
+    char s1[96], s2[96];
+    if (zsi_check_pair(op, x, w) != ZS_OK ||
+        (b && zsi_check_pair(op, x, b) != ZS_OK) ||
+        (r && zsi_check_pair(op, x, r) != ZS_OK))
+        return ZS_ERR_ARG;
+    if (x->ndim < 1)
+        return zs_set_error("%s: input %s needs at least 1 dim [..., K]", op,
+                            zs_shape_str(x, s1, sizeof s1));
+    if (w->ndim != 2)
+        return zs_set_error("%s: weight %s must be 2-D [N, K]", op,
+                            zs_shape_str(w, s1, sizeof s1));
+    int64_t K = x->shape[x->ndim - 1], N = w->shape[0];
+    if (w->shape[1] != K)
+        return zs_set_error("%s: input %s and weight %s do not match: "
+                            "expected weight [%lld, %lld] (the input's last "
+                            "dim is %lld)", op, zs_shape_str(x, s1, sizeof s1),
+                            zs_shape_str(w, s2, sizeof s2), (long long)N,
+                            (long long)K, (long long)K);
+    if (b && (b->ndim != 1 || b->shape[0] != N))
+        return zs_set_error("%s: bias %s does not match weight %s, expected "
+                            "[%lld]", op, zs_shape_str(b, s1, sizeof s1),
+                            zs_shape_str(w, s2, sizeof s2), (long long)N);
+    if (r) {
+        bool ok = r->ndim == x->ndim && r->shape[r->ndim - 1] == N;
+        for (int d = 0; ok && d < x->ndim - 1; d++)
+            ok = r->shape[d] == x->shape[d];
+        if (!ok) {
+            int64_t os[ZS_MAX_DIMS];
+            memcpy(os, x->shape, sizeof os);
+            os[x->ndim - 1] = N;
+            char s3[96], s4[96];
+            return zs_set_error("%s: residual %s does not match the output "
+                                "%s (input %s, weight %s)", op,
+                                zs_shape_str(r, s1, sizeof s1),
+                                zsi_shape_fmt(x->ndim, os, s3, sizeof s3),
+                                zs_shape_str(x, s2, sizeof s2),
+                                zs_shape_str(w, s4, sizeof s4));
+        }
+    }
+    return ZS_OK;
+}
+
+/* ---- f32: one fused GEMM ----------------------------------------------- */
+
+/* A [rows, cols] matrix as the GEMM reads it: stored rows of length ld,
+ * transposed or not; hold is a new reference to the tensor read. */
+typedef struct mat {
+    zs_tensor *hold;
+    const float *p;
+    int64_t ld;
+    bool trans;
+} mat;
+
+/* t seen as [rows, cols]: 2-D views with a unit stride are read in place
+ * (transposed when allow_trans), other layouts are made contiguous. */
+static zs_status mat_init(mat *m, zs_tensor *t, int64_t rows, int64_t cols,
+                          bool allow_trans)
+{
+    m->trans = false;
+    m->ld = cols > 1 ? cols : 1;
+    if (t->ndim == 2) {
+        int64_t sr = t->strides[0], sc = t->strides[1];
+        if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= cols)) {
+            m->ld = rows <= 1 ? m->ld : sr;
+            m->hold = zs_retain(t);
+            m->p = zs_data(t);
+            return ZS_OK;
+        }
+        if (allow_trans && (rows <= 1 || sr == 1) && (cols <= 1 || sc >= rows)) {
+            m->trans = true;
+            m->ld = cols <= 1 ? (rows > 1 ? rows : 1) : sc;
+            m->hold = zs_retain(t);
+            m->p = zs_data(t);
+            return ZS_OK;
+        }
+    }
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    m->hold = zs_contiguous(t);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    if (!m->hold)
+        return ZS_ERR_NOMEM;
+    m->p = zs_data(m->hold);
+    return ZS_OK;
+}
+
+static void mats_release(mat *m, int n)
+{
+    for (int i = 0; i < n; i++)
+        zs_release(m[i].hold);
+}
+
+/* out = epilogue(x w^T) for f32, h (may be NULL) receiving the
+ * pre-activation. */
+static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
+                         zs_tensor *b, zs_tensor *r, zs_tensor *out,
+                         zs_tensor *h)
+{
+    int64_t K = w->shape[1], N = w->shape[0];
+    int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
+    mat m[4] = {{0}};
+    zs_status st = mat_init(&m[0], x, M, K, true);
+    if (st == ZS_OK)
+        st = mat_init(&m[1], w, N, K, true);
+    if (st == ZS_OK && b)
+        st = mat_init(&m[2], b, 1, N, false);
+    if (st == ZS_OK && r)
+        st = mat_init(&m[3], r, M, N, false);
+    if (st == ZS_OK) {
+        zsk_epilogue ep = {b ? m[2].p : NULL, kind == LIN_GELU,
+                           h ? zs_data(h) : NULL, N, r ? m[3].p : NULL,
+                           m[3].ld};
+        /* op(B) = w^T: w's rows (length K) read transposed */
+        zsk_sgemm_ex(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld,
+                     m[1].p, m[1].ld, 0.0f, zs_data(out), N, &ep);
+    }
+    mats_release(m, 4);
+    return st;
+}
+
+/* ---- f64: composed from operators --------------------------------------- */
+
+/* Sets *out (and *h for GeLU when want_h) to new references; runs with
+ * grad off and tracking paused. */
+static zs_status run_f64(lin_kind kind, zs_tensor *x, zs_tensor *w,
+                         zs_tensor *b, zs_tensor *r, bool want_h,
+                         zs_tensor **out, zs_tensor **h)
+{
+    zs_tensor *wt = zs_transpose(w, 0, 1);
+    zs_tensor *y = wt ? zs_matmul(x, wt) : NULL;
+    zs_tensor *v = y && b ? zs_add(y, b) : zs_retain(y);
+    zs_tensor *o = NULL;
+    if (v && kind == LIN_GELU)
+        o = zs_gelu(v, ZS_GELU_TANH);
+    else if (v && kind == LIN_RESIDUAL)
+        o = zs_add(v, r);
+    else
+        o = zs_retain(v);
+    *out = o;
+    *h = o && want_h && kind == LIN_GELU ? zs_retain(v) : NULL;
+    zs_release(wt);
+    zs_release(y);
+    zs_release(v);
+    return o ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+static bool any_requires_grad(zs_tensor *x, zs_tensor *w, zs_tensor *b,
+                              zs_tensor *r)
+{
+    return zs_grad_enabled() &&
+           (zs_requires_grad(x) || zs_requires_grad(w) ||
+            (b && zs_requires_grad(b)) || (r && zs_requires_grad(r)));
+}
+
+/* Computes out (and h, the pre-activation, when GeLU needs it saved) as new
+ * untracked references. */
+static zs_status compute(lin_kind kind, zs_tensor *x, zs_tensor *w,
+                         zs_tensor *b, zs_tensor *r, bool want_h,
+                         zs_tensor **out, zs_tensor **h)
+{
+    *out = *h = NULL;
+    int64_t shape[ZS_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = w->shape[0];
+    zs_status st = ZS_OK;
+    zsi_tracking_pause();
+    if (x->dtype == ZS_F32) {
+        *out = zsi_new_tensor(ZS_F32, x->ndim, shape);
+        if (want_h && kind == LIN_GELU)
+            *h = zsi_new_tensor(ZS_F32, x->ndim, shape);
+        st = !*out || (want_h && kind == LIN_GELU && !*h)
+                 ? ZS_ERR_NOMEM
+                 : run_f32(kind, x, w, b, r, *out, *h);
+    } else {
+        zs_no_grad_push();
+        st = run_f64(kind, x, w, b, r, want_h, out, h);
+        zs_no_grad_pop();
+    }
+    zsi_tracking_resume();
+    if (st != ZS_OK) {
+        zs_release(*out);
+        zs_release(*h);
+        *out = *h = NULL;
+    }
+    return st;
+}
+
+static zs_tensor *linear_op(zsi_op *op, lin_kind kind, zs_tensor *x,
+                            zs_tensor *w, zs_tensor *b, zs_tensor *r)
+{
+    double t0 = zsi_op_begin(op);
+    if (check_inputs(op->name, x, w, b, r) != ZS_OK)
+        return NULL;
+    bool want_h = kind == LIN_GELU && any_requires_grad(x, w, b, r);
+    zs_tensor *out, *h;
+    if (compute(kind, x, w, b, r, want_h, &out, &h) != ZS_OK)
+        return NULL;
+    zsi_track(out);
+    zs_tensor *in[4] = {x, w};
+    int nin = 2, ib = -1, ir = -1;
+    if (b)
+        in[ib = nin++] = b;
+    if (r)
+        in[ir = nin++] = r;
+    zsi_node *n;
+    if (zsi_record(op, out, nin, in, &n) != ZS_OK) {
+        zs_release(out);
+        zs_release(h);
+        return NULL;
+    }
+    if (n) {
+        zsi_save(n, 0, x);
+        zsi_save(n, 1, w);
+        zsi_save(n, 2, h);
+        n->p.i[P_KIND] = kind;
+        n->p.i[P_BIAS] = ib;
+        n->p.i[P_RES] = ir;
+    }
+    double mn = (double)zs_numel(out);
+    double flops = 2.0 * mn * (double)w->shape[1] + (b ? mn : 0) +
+                   (kind == LIN_GELU ? GELU_FLOPS * mn : 0) + (r ? mn : 0);
+    double rd = zsi_bytes(x) + zsi_bytes(w) + (b ? zsi_bytes(b) : 0) +
+                (r ? zsi_bytes(r) : 0);
+    zsi_op_end(op, t0, flops, rd, zsi_bytes(out) + (h ? zsi_bytes(h) : 0));
+    zs_release(h);
+    return out;
+}
+
+zs_tensor *zs_linear(zs_tensor *x, zs_tensor *w, zs_tensor *b)
+{
+    if (!x || !w)
+        return NULL;
+    return linear_op(&OP_LINEAR, LIN_PLAIN, x, w, b, NULL);
+}
+
+zs_tensor *zs_linear_gelu(zs_tensor *x, zs_tensor *w, zs_tensor *b)
+{
+    if (!x || !w)
+        return NULL;
+    return linear_op(&OP_LINEAR_GELU, LIN_GELU, x, w, b, NULL);
+}
+
+zs_tensor *zs_linear_residual(zs_tensor *x, zs_tensor *w, zs_tensor *b,
+                              zs_tensor *r)
+{
+    if (!x || !w || !r)
+        return NULL;
+    return linear_op(&OP_LINEAR_RES, LIN_RESIDUAL, x, w, b, r);
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+/* g * gelu_tanh'(h), a new reference. */
+static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
+{
+    zs_tensor *d = zsi_new_tensor(h->dtype, h->ndim, h->shape);
+    if (!d)
+        return NULL;
+    zsk_iter it;
+    zsk_iter_init(&it, h->ndim, h->shape, 2,
+                  (const int64_t *[]){NULL, h->strides});
+    zsk_unary(h->dtype, ZSK_GELU_TANH_GRAD, &it, zs_data(d), zs_data(h), 0, 0);
+    zs_tensor *gh = zs_mul(g, d);
+    zs_release(d);
+    return gh;
+}
+
+/* dw = gh^T x and db = column sums of gh, over the flattened rows. */
+static zs_status weight_grads(zsi_node *n, zs_tensor *gh, zs_tensor **gin)
+{
+    zs_tensor *x = n->saved[0], *w = n->saved[1];
+    int ib = (int)n->p.i[P_BIAS];
+    int64_t N = w->shape[0], K = w->shape[1];
+    zs_tensor *g2 = zs_reshape(gh, 2, (int64_t[]){-1, N});
+    if (!g2)
+        return ZS_ERR_NOMEM;
+    if (zsi_needs_grad(n, 1)) {
+        zs_tensor *x2 = zs_reshape(x, 2, (int64_t[]){-1, K});
+        gin[1] = x2 ? zs_matmul_t(g2, x2, true, false) : NULL;
+        zs_release(x2);
+    }
+    if (ib >= 0 && zsi_needs_grad(n, ib))
+        gin[ib] = zs_sum(g2, 1, (int[]){0}, false);
+    zs_release(g2);
+    if ((zsi_needs_grad(n, 1) && !gin[1]) ||
+        (ib >= 0 && zsi_needs_grad(n, ib) && !gin[ib]))
+        return ZS_ERR_NOMEM;
+    return ZS_OK;
+}
+
+static zs_status linear_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    zs_tensor *w = n->saved[1], *h = n->saved[2];
+    int ir = (int)n->p.i[P_RES];
+    if (ir >= 0 && zsi_needs_grad(n, ir) && !(gin[ir] = zs_retain(g)))
+        return ZS_ERR_NOMEM;
+    zs_tensor *gh = h ? gelu_grad(g, h) : zs_retain(g);
+    if (!gh)
+        return ZS_ERR_NOMEM;
+    zs_status st = ZS_OK;
+    if (zsi_needs_grad(n, 0) && !(gin[0] = zs_matmul(gh, w)))
+        st = ZS_ERR_NOMEM;
+    if (st == ZS_OK)
+        st = weight_grads(n, gh, gin);
+    zs_release(gh);
+    return st;
+}
