@@ -16,6 +16,7 @@
 #include "core/internal.h"
 #include "zs/attention.h"
 #include "zs/autograd.h"
+#include "zs/linear.h"
 #include "zs/nn.h"
 #include "zs/ops.h"
 
@@ -177,14 +178,6 @@ zs_module *zs_gpt_new(const zs_gpt_config *c, uint64_t seed)
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* y = x @ w^T + b; x [..., in], w [out, in]. Borrowed inputs, new ref. */
-static zs_tensor *linear(zs_tensor *x, zs_tensor *w, zs_tensor *b)
-{
-    zs_tensor *y = zs_matmul_t(x, w, false, true);
-    zs_tensor *out = zs_add(y, b);
-    zs_release(y);
-    return out;
-}
 
 /* Token (+ position) embedding of idx [B, n] at positions pos..pos+n-1. */
 static zs_tensor *embed(gpt_impl *g, zs_tensor *idx, int64_t pos)
@@ -202,14 +195,15 @@ static zs_tensor *embed(gpt_impl *g, zs_tensor *idx, int64_t pos)
     return x;
 }
 
-/* One attention sub-block on h = ln_1(x) [B, n, C]; with kv, appends keys
+/* x + proj(attention(h)) for h = ln_1(x) [B, n, C]; with kv, appends keys
  * and values at kv->len and attends over the whole cache. */
 static zs_tensor *attention_block(gpt_impl *g, const block_params *b,
-                                  zs_tensor *h, zs_kv_cache *kv, int64_t layer)
+                                  zs_tensor *x, zs_tensor *h, zs_kv_cache *kv,
+                                  int64_t layer)
 {
     int64_t B = h->shape[0], n = h->shape[1], C = g->c.width, H = g->c.heads;
     int64_t D = C / H;
-    zs_tensor *qkv = linear(h, b->attn_w, b->attn_b);              /* [B,n,3C] */
+    zs_tensor *qkv = zs_linear(h, b->attn_w, b->attn_b);           /* [B,n,3C] */
     zs_tensor *r = zs_reshape(qkv, 5, (int64_t[]){B, n, 3, H, D});
     zs_tensor *p = zs_permute(r, (int[]){2, 0, 3, 1, 4});          /* [3,B,H,n,D] */
     zs_tensor *parts[3] = {NULL, NULL, NULL};
@@ -236,19 +230,19 @@ static zs_tensor *attention_block(gpt_impl *g, const block_params *b,
     zs_tensor *a = zs_attention(parts[0], k, v, &ap);               /* [B,H,n,D] */
     zs_tensor *at = zs_permute(a, (int[]){0, 2, 1, 3});             /* [B,n,H,D] */
     zs_tensor *merged = zs_reshape(at, 3, (int64_t[]){B, n, C});
-    zs_tensor *out = linear(merged, b->proj_w, b->proj_b);
+    zs_tensor *out = zs_linear_residual(merged, b->proj_w, b->proj_b, x);
     zs_tensor *tmp[] = {qkv, r, p, parts[0], parts[1], parts[2], k, v, a, at, merged};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
         zs_release(tmp[i]);
     return out;
 }
 
-static zs_tensor *mlp_block(const block_params *b, zs_tensor *h)
+/* x + c_proj(gelu(c_fc(h))) for h = ln_2(x), with the bias, GeLU and
+ * residual fused into the GEMMs' epilogues. */
+static zs_tensor *mlp_block(const block_params *b, zs_tensor *x, zs_tensor *h)
 {
-    zs_tensor *f = linear(h, b->fc_w, b->fc_b);
-    zs_tensor *a = zs_gelu(f, ZS_GELU_TANH);
-    zs_tensor *out = linear(a, b->fcproj_w, b->fcproj_b);
-    zs_release(f);
+    zs_tensor *a = zs_linear_gelu(h, b->fc_w, b->fc_b);
+    zs_tensor *out = zs_linear_residual(a, b->fcproj_w, b->fcproj_b, x);
     zs_release(a);
     return out;
 }
@@ -261,12 +255,10 @@ static zs_tensor *hidden(gpt_impl *g, zs_tensor *idx, zs_kv_cache *kv)
     for (int64_t l = 0; x && l < g->c.layers; l++) {
         const block_params *b = &g->blocks[l];
         zs_tensor *h = zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5);
-        zs_tensor *a = h ? attention_block(g, b, h, kv, l) : NULL;
-        zs_tensor *x2 = zs_add(x, a);
+        zs_tensor *x2 = h ? attention_block(g, b, x, h, kv, l) : NULL;
         zs_tensor *h2 = zs_layer_norm(x2, b->ln2_w, b->ln2_b, 1e-5);
-        zs_tensor *mo = h2 ? mlp_block(b, h2) : NULL;
-        zs_tensor *x3 = zs_add(x2, mo);
-        zs_tensor *tmp[] = {x, h, a, x2, h2, mo};
+        zs_tensor *x3 = h2 ? mlp_block(b, x2, h2) : NULL;
+        zs_tensor *tmp[] = {x, h, x2, h2};
         for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
             zs_release(tmp[i]);
         x = x3;

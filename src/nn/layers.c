@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "zs/linear.h"
 #include "zs/nn.h"
 #include "zs/ops.h"
 
@@ -115,13 +116,7 @@ static zs_module *built(zs_module *m, bool ok)
 
 static zs_tensor *linear_fwd(zs_module *m, zs_tensor *x)
 {
-    zs_tensor *w = param(m, "weight"), *b = param(m, "bias");
-    zs_tensor *y = zs_matmul_t(x, w, false, true);
-    if (!b || !y)
-        return y;
-    zs_tensor *out = zs_add(y, b);
-    zs_release(y);
-    return out;
+    return zs_linear(x, param(m, "weight"), param(m, "bias"));
 }
 
 static const zs_module_vtable linear_vt = {"Linear", linear_fwd, free_impl};

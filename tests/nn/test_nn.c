@@ -31,7 +31,7 @@ static void test_linear(void)
     ZT_CHECK(wmax <= bound && wmax > bound / 2, "default init bound %g (max %g)", bound, wmax);
     ZT_EXPECT_ERROR(zs_linear_new(0, 3, true, ZS_INIT_DEFAULT, 1) == NULL, "expected positive");
     zs_tensor *bad = zs_ones(ZS_F32, ZS_SHAPE(2, 6));
-    ZT_EXPECT_ERROR(zs_module_forward(lin, bad) == NULL, "matmul");
+    ZT_EXPECT_ERROR(zs_module_forward(lin, bad) == NULL, "do not match");
     zs_release(bad);
     zs_release(x);
     zs_release(y);
