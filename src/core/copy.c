@@ -137,21 +137,40 @@ static void copy_rows(void *ctx, int64_t b, int64_t e)
 }
 
 /* dst contiguous [.., R, C] from src whose last two dims are swapped in
- * memory (src stride 1 along dim -2): copied in 32 x 32 tiles so both
- * sides touch whole cache lines (element-wise it reads a new line, often a
- * new page, per element: 3% of the memory bandwidth in bench/bandwidth). */
+ * memory (src stride 1 along dim -2): copied in 256 x 256 tiles (so the
+ * pages of both sides stay in the TLB) of line-sized blocks (so both sides
+ * move whole cache lines). Element by element it reached 3% of the memory
+ * bandwidth in bench/bandwidth. */
 typedef struct tr_job {
     char *d;
     const char *s;
     int64_t R, C, sr, sc; /* src strides of the two dims (sr == 1) */
     size_t es;
     const zs_tensor *src;
-    int64_t outer, rblocks;
+    int64_t outer, rblocks, cblocks;
 } tr_job;
 
-#define TILE 32
+#define TILE 256 /* pages per tile stay in the TLB: 256 source + 256 dest */
 
-static void tr_tile(const tr_job *j, int64_t o, int64_t rb)
+/* One B x B block (B = elements per 64-byte line): each source line is read
+ * whole into a local buffer and each destination line written whole, so a
+ * power-of-two row stride (all lines in one cache set) costs nothing. */
+#define DEFINE_BLOCK(T, B, NAME)                                              \
+    static void NAME(T *d, int64_t ldd, const T *s, int64_t lds, int64_t nr,  \
+                     int64_t nc)                                              \
+    {                                                                         \
+        T buf[B][B];                                                          \
+        for (int64_t c = 0; c < nc; c++)                                      \
+            for (int64_t r = 0; r < nr; r++)                                  \
+                buf[c][r] = s[c * lds + r];                                   \
+        for (int64_t r = 0; r < nr; r++)                                      \
+            for (int64_t c = 0; c < nc; c++)                                  \
+                d[r * ldd + c] = buf[c][r];                                   \
+    }
+DEFINE_BLOCK(uint32_t, 16, block32)
+DEFINE_BLOCK(uint64_t, 8, block64)
+
+static void tr_tile(const tr_job *j, int64_t o, int64_t rb, int64_t cb)
 {
     /* offset of outer index o in src (dims before the last two) */
     const zs_tensor *t = j->src;
@@ -161,21 +180,19 @@ static void tr_tile(const tr_job *j, int64_t o, int64_t rb)
         rem /= t->shape[d];
     }
     int64_t r0 = rb * TILE, r1 = r0 + TILE < j->R ? r0 + TILE : j->R;
+    int64_t cs = cb * TILE, ce = cs + TILE < j->C ? cs + TILE : j->C;
+    int64_t B = j->es == 4 ? 16 : 8;
     char *dbase = j->d + (size_t)(o * j->R * j->C) * j->es;
-    for (int64_t c0 = 0; c0 < j->C; c0 += TILE) {
-        int64_t c1 = c0 + TILE < j->C ? c0 + TILE : j->C;
-        if (j->es == 4) {
-            const uint32_t *s = (const uint32_t *)j->s + soff;
-            uint32_t *d = (uint32_t *)dbase;
-            for (int64_t c = c0; c < c1; c++)
-                for (int64_t r = r0; r < r1; r++)
-                    d[r * j->C + c] = s[r + c * j->sc];
-        } else {
-            const uint64_t *s = (const uint64_t *)j->s + soff;
-            uint64_t *d = (uint64_t *)dbase;
-            for (int64_t c = c0; c < c1; c++)
-                for (int64_t r = r0; r < r1; r++)
-                    d[r * j->C + c] = s[r + c * j->sc];
+    for (int64_t c0 = cs; c0 < ce; c0 += B) {
+        int64_t nc = ce - c0 < B ? ce - c0 : B;
+        for (int64_t rr = r0; rr < r1; rr += B) {
+            int64_t nr = r1 - rr < B ? r1 - rr : B;
+            if (j->es == 4)
+                block32((uint32_t *)dbase + rr * j->C + c0, j->C,
+                        (const uint32_t *)j->s + soff + rr + c0 * j->sc, j->sc, nr, nc);
+            else
+                block64((uint64_t *)dbase + rr * j->C + c0, j->C,
+                        (const uint64_t *)j->s + soff + rr + c0 * j->sc, j->sc, nr, nc);
         }
     }
 }
@@ -183,8 +200,10 @@ static void tr_tile(const tr_job *j, int64_t o, int64_t rb)
 static void tr_body(void *ctx, int64_t b, int64_t e)
 {
     const tr_job *j = ctx;
-    for (int64_t t = b; t < e; t++)
-        tr_tile(j, t / j->rblocks, t % j->rblocks);
+    for (int64_t t = b; t < e; t++) {
+        int64_t per = j->rblocks * j->cblocks, in = t % per;
+        tr_tile(j, t / per, in / j->cblocks, in % j->cblocks);
+    }
 }
 
 static bool try_transpose_copy(zs_tensor *dst, const zs_tensor *src)
@@ -196,11 +215,12 @@ static bool try_transpose_copy(zs_tensor *dst, const zs_tensor *src)
         src->strides[n - 1] == 1 || src->shape[n - 1] < 2 || src->shape[n - 2] < 2)
         return false;
     tr_job j = {zs_data(dst), (const char *)src->storage->data, src->shape[n - 2],
-                src->shape[n - 1], 1, src->strides[n - 1], es, src, 1, 0};
+                src->shape[n - 1], 1, src->strides[n - 1], es, src, 1, 0, 0};
     for (int d = 0; d < n - 2; d++)
         j.outer *= src->shape[d];
     j.rblocks = (j.R + TILE - 1) / TILE;
-    zs_parallel_for(j.outer * j.rblocks, 1 + 16384 / (TILE * j.C), tr_body, &j);
+    j.cblocks = (j.C + TILE - 1) / TILE;
+    zs_parallel_for(j.outer * j.rblocks * j.cblocks, 1, tr_body, &j);
     return true;
 }
 

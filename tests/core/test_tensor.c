@@ -118,6 +118,32 @@ static void test_views(void)
     zt_section("views");
 }
 
+/* The tiled transpose path of zs_copy_: odd sizes around the 16 x 16
+ * blocks and 256 x 256 tiles, f32 and f64, a batch dim. */
+static void test_transpose_copy(void)
+{
+    const int64_t sizes[][3] = {{1, 37, 300}, {3, 17, 33}, {2, 513, 260}, {1, 16, 16}};
+    for (int dt = 0; dt < 2; dt++)
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            zs_dtype t = dt ? ZS_F64 : ZS_F32;
+            zs_tensor *a = zt_rand(t, 3, sizes[k], 40 + k);
+            zs_tensor *at = zs_transpose(a, 1, 2);
+            zs_tensor *c = zs_contiguous(at);
+            int64_t B = sizes[k][0], R = sizes[k][1], C = sizes[k][2];
+            int bad = 0;
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t i = 0; i < C; i++)
+                    for (int64_t j = 0; j < R; j++)
+                        bad += zs_get(c, (b * C + i) * R + j) != zs_get(a, (b * R + j) * C + i);
+            ZT_CHECK(bad == 0, "transpose copy %s [%lld,%lld,%lld]: %d wrong",
+                     zs_dtype_name(t), (long long)B, (long long)R, (long long)C, bad);
+            zs_release(a);
+            zs_release(at);
+            zs_release(c);
+        }
+    zt_section("tiled transpose copy");
+}
+
 static void test_scopes(void)
 {
     int64_t before = zt_live_bytes();
@@ -223,6 +249,7 @@ int main(void)
     test_dtypes();
     test_creation();
     test_views();
+    test_transpose_copy();
     test_scopes();
     test_rng();
     test_threads();
