@@ -1,0 +1,607 @@
+/*
+ * gpt.c - bench/gpt: training and generation tokens/s of Zhisuan's GPT
+ * beside the same model in PyTorch (bench/gpt_torch.py, run by
+ * /usr/bin/python3 in the same run), and peak memory of `gpt2` training.
+ *
+ * Training: preset --preset (default small: 6 layers, 384 wide, 6 heads,
+ * context 256), vocabulary 4096, random tokens (content does not change
+ * speed), batch --batch x --seq (default 8 x 256). A step is that of
+ * `zs train gpt` (apps/zs/gpt_train.c): scope, zs_gpt_loss, backward,
+ * zs_item, clip_grad_norm 1.0 on the flat gradient, AdamW (betas 0.9,
+ * 0.95, eps 1e-8, weight decay 0.1) on the flat parameters, zeroing of the
+ * flat gradient. --warmup untimed steps, then --steps timed steps; both
+ * sides do the same.
+ *
+ * Generation: batch 1, a random prompt of 64 tokens, 128 new greedy
+ * tokens with a KV cache: one prefill forward, then one token
+ * per forward. tokens/s = new tokens / (prefill + decode) seconds, mean of
+ * 3 runs (1 with --quick) after one untimed run; a context shorter than
+ * prompt + new tokens (preset tiny) shortens both.
+ *
+ * Memory (--memory alone, or a section of the default output, run in a
+ * child process so the training benchmark does not raise its high-water
+ * mark): preset gpt2 (vocabulary 50257, not padded), 2 AdamW steps at
+ * B=4, T=64; peak RSS (VmHWM) and the allocator's peak next to the
+ * predicted bytes: 16 per parameter (fp32 weight, gradient, two moments)
+ * plus activations from zs_activation_bytes_layer (Korthikanti et al.,
+ * 16-bit: 34sbh + 5as^2b per layer; doubled for fp32), with and without
+ * the s^2 score term (Zhisuan's fused attention never stores it), plus the
+ * output layer's fp32 logits and their gradient, 8sbV.
+ *
+ * --profile adds the phase times of the timed steps and the per-operator
+ * table (zs_profile_print) of one extra training step.
+ *
+ * The last two lines read `gpt train tokens/s zhisuan/pytorch = R` and
+ * `gpt generate tokens/s zhisuan/pytorch = R` (R > 1: Zhisuan is faster),
+ * or `pytorch: not available`.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zs/zs.h"
+
+/* The PyTorch peer's environment (its best settings on this machine). */
+#define PEER_ENV                                                             \
+    "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE "                      \
+    "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:"                                \
+    "glibc.malloc.trim_threshold=68719476736 "
+#define PEER_PYTHON "/usr/bin/python3"
+#define SEED 1
+#define MEM_VOCAB 50257
+#define MEM_BATCH 4
+#define MEM_SEQ 64
+#define MEM_STEPS 2
+#define MiB (1024.0 * 1024.0)
+
+enum { PH_FORWARD, PH_BACKWARD, PH_CLIP, PH_OPTIM, PH_ZERO, PH_COUNT };
+static const char *PHASE_NAMES[PH_COUNT] = {"forward+loss", "backward", "clip",
+                                            "optimizer", "zero grad"};
+
+typedef struct config {
+    const char *preset;
+    int64_t vocab, batch, seq, steps, warmup, prompt, new_tokens, reps;
+    int threads;
+    bool memory_only, profile, quick;
+    char script[4096];
+} config;
+
+typedef struct trainer {
+    zs_module *m;
+    zs_optim *o;
+    zs_tensor *fp, *fg;   /* flat parameters and gradients, borrowed from m */
+    int64_t batch, seq, vocab;
+    uint64_t rng;
+    double phase[PH_COUNT];
+} trainer;
+
+/* Seconds per side: training and generation. */
+typedef struct result {
+    double train_s, train_best_s, loss;     /* timed steps, fastest step */
+    double gen_s, gen_best_s, prefill_s;    /* mean run, fastest run, its prefill */
+    bool train_ok, gen_ok;
+} result;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: gpt [--preset NAME] [--batch N] [--seq N] [--steps N] "
+               "[--warmup N] [--threads N] [--quick] [--memory] [--profile] "
+               "[--script PATH]\n"
+               "  --preset NAME  tiny | small | gpt2 (default small)\n"
+               "  --batch N      sequences per step (default 8)\n"
+               "  --seq N        tokens per sequence (default: the preset's context)\n"
+               "  --steps N      timed training steps (default 10; --quick 3)\n"
+               "  --warmup N     untimed steps first (default 2; --quick 1)\n"
+               "  --threads N    threads of both sides (default 2)\n"
+               "  --memory       only the gpt2 memory measurement\n"
+               "  --profile      phase times and operator table of one step\n");
+}
+
+/* Parses a positive integer flag value; -1 on error. */
+static int64_t pos_int(const char *flag, const char *v)
+{
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || x <= 0) {
+        fprintf(stderr, "gpt: %s wants a positive integer, got '%s'\n", flag, v);
+        return -1;
+    }
+    return (int64_t)x;
+}
+
+static int parse_args(int argc, char **argv, config *c)
+{
+    *c = (config){"small", 4096, 8, 0, 10, 2, 64, 128, 3, 2, false, false, false, ""};
+    const char *slash = strrchr(__FILE__, '/');
+    snprintf(c->script, sizeof c->script, "%.*s/gpt_torch.py",
+             slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
+    bool steps_set = false, warmup_set = false;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t *field = NULL;
+        if (!strcmp(f, "--quick")) {
+            c->quick = true;
+            continue;
+        } else if (!strcmp(f, "--memory")) {
+            c->memory_only = true;
+            continue;
+        } else if (!strcmp(f, "--profile")) {
+            c->profile = true;
+            continue;
+        } else if (!strcmp(f, "--help")) {
+            usage(stdout);
+            exit(0);
+        } else if (v && !strcmp(f, "--preset")) {
+            c->preset = v;
+        } else if (v && !strcmp(f, "--script")) {
+            snprintf(c->script, sizeof c->script, "%s", v);
+        } else if (v && !strcmp(f, "--batch")) {
+            field = &c->batch;
+        } else if (v && !strcmp(f, "--seq")) {
+            field = &c->seq;
+        } else if (v && !strcmp(f, "--steps")) {
+            field = &c->steps, steps_set = true;
+        } else if (v && !strcmp(f, "--warmup")) {
+            field = &c->warmup, warmup_set = true;
+        } else if (v && !strcmp(f, "--threads")) {
+            int64_t t = pos_int(f, v);
+            if (t < 0)
+                return -1;
+            c->threads = (int)t;
+        } else {
+            fprintf(stderr, "gpt: unknown flag or missing value '%s'\n", f);
+            usage(stderr);
+            return -1;
+        }
+        if (field && (*field = pos_int(f, v)) < 0)
+            return -1;
+        i++;
+    }
+    if (c->quick) {
+        c->steps = steps_set ? c->steps : 3;
+        c->warmup = warmup_set ? c->warmup : 1;
+        c->reps = 1;
+    }
+    return 0;
+}
+
+/* ---- Zhisuan side -------------------------------------------------------- */
+
+static uint64_t next_rand(uint64_t *s)
+{
+    uint64_t x = *s += 0x9e3779b97f4a7c15ull; /* splitmix64 */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Random token ids [b, t] in [0, vocab), owned by the open scope. */
+static zs_tensor *random_tokens(uint64_t *rng, int64_t b, int64_t t, int64_t vocab)
+{
+    int64_t n = b * t;
+    int64_t *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids) {
+        zs_set_error("out of memory for %lld token ids", (long long)n);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int64_t)(next_rand(rng) % (uint64_t)vocab);
+    zs_tensor *x = zs_from_data(ZS_I64, 2, (int64_t[]){b, t}, ids);
+    free(ids);
+    return x;
+}
+
+static void trainer_free(trainer *t)
+{
+    zs_optim_free(t->o);
+    zs_module_free(t->m);
+    *t = (trainer){0};
+}
+
+/* The model of preset (vocab), flattened, with AdamW as `zs train gpt`. */
+static zs_status trainer_init(trainer *t, const char *preset, int64_t vocab,
+                              int64_t batch, int64_t seq)
+{
+    *t = (trainer){0};
+    t->batch = batch, t->vocab = vocab, t->rng = SEED;
+    zs_gpt_config gc = {.arch = ZS_GPT2, .vocab = vocab};
+    if (zs_gpt_preset(preset, &gc) != 0)
+        return ZS_ERR_ARG;
+    t->seq = seq ? seq : gc.ctx;
+    if (t->seq > gc.ctx)
+        return zs_set_error("--seq %lld is longer than the %s model's context "
+                            "of %lld", (long long)t->seq, preset, (long long)gc.ctx);
+    if (!(t->m = zs_gpt_new(&gc, SEED)) ||
+        zs_module_flatten(t->m, &t->fp, &t->fg) != ZS_OK)
+        return ZS_ERR_ARG;
+    t->fp->grad = zs_retain(t->fg);
+    zs_optim_config oc = {ZS_ADAMW, 1e-3, 0, false, 0.1, 0.9, 0.95, 1e-8};
+    if (!(t->o = zs_optim_new(&oc, 1, &t->fp)))
+        return ZS_ERR_ARG;
+    zs_module_train(t->m, true);
+    return ZS_OK;
+}
+
+/* One training step; adds each phase's seconds to t->phase. */
+static zs_status train_step(trainer *t, double *loss_out)
+{
+    double ts[PH_COUNT + 1];
+    zs_status st = ZS_ERR_ARG;
+    zs_scope_push();
+    zs_tensor *x = random_tokens(&t->rng, t->batch, t->seq, t->vocab);
+    zs_tensor *y = random_tokens(&t->rng, t->batch, t->seq, t->vocab);
+    ts[0] = now();
+    zs_tensor *loss = x && y ? zs_gpt_loss(t->m, x, y) : NULL;
+    ts[1] = now();
+    if (!loss || zs_backward(loss, NULL, false) != ZS_OK)
+        goto out;
+    *loss_out = zs_item(loss);
+    ts[2] = now();
+    zs_clip_grad_norm(1, &t->fp, 1.0);
+    ts[3] = now();
+    if (zs_optim_step(t->o, 1e-3) != ZS_OK)
+        goto out;
+    ts[4] = now();
+    zs_fill_(t->fg, 0.0);
+    ts[5] = now();
+    for (int p = 0; p < PH_COUNT; p++)
+        t->phase[p] += ts[p + 1] - ts[p];
+    st = ZS_OK;
+out:
+    zs_scope_pop();
+    return st;
+}
+
+static zs_status bench_zs_train(trainer *t, const config *c, result *r)
+{
+    double loss = 0;
+    for (int64_t i = 0; i < c->warmup; i++)
+        if (train_step(t, &loss) != ZS_OK)
+            return ZS_ERR_ARG;
+    memset(t->phase, 0, sizeof t->phase);
+    r->train_best_s = INFINITY;
+    double t0 = now();
+    for (int64_t i = 0; i < c->steps; i++) {
+        double ts = now();
+        if (train_step(t, &loss) != ZS_OK)
+            return ZS_ERR_ARG;
+        double dt = now() - ts;
+        r->train_best_s = dt < r->train_best_s ? dt : r->train_best_s;
+    }
+    r->train_s = now() - t0;
+    r->loss = loss;
+    r->train_ok = true;
+    return ZS_OK;
+}
+
+/* Index of the largest of the n floats at p (first on ties). */
+static int64_t argmax_f32(const float *p, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (p[i] > p[best])
+            best = i;
+    return best;
+}
+
+/* Greedy next token from logits [1, n, V]: the last row's argmax. */
+static int64_t last_argmax(zs_tensor *logits)
+{
+    zs_tensor *c = zs_contiguous(logits);
+    if (!c)
+        return -1;
+    int64_t V = c->shape[2];
+    int64_t tok = argmax_f32((const float *)zs_data(c) + (c->shape[1] - 1) * V, V);
+    zs_release(c);
+    return tok;
+}
+
+/* Greedy decoding of n_new tokens after prompt [1, P] with a KV cache;
+ * *prefill gets the prefill seconds. */
+static zs_status generate(zs_module *m, zs_tensor *prompt, int64_t n_new,
+                          double *prefill)
+{
+    zs_kv_cache *kv = zs_kv_cache_new(m, 1, prompt->shape[1] + n_new);
+    if (!kv)
+        return ZS_ERR_ARG;
+    zs_status st = ZS_ERR_ARG;
+    double t0 = now();
+    zs_scope_push();
+    int64_t tok = last_argmax(zs_gpt_forward_cached(m, kv, prompt));
+    zs_scope_pop();
+    *prefill = now() - t0;
+    for (int64_t i = 1; tok >= 0 && i < n_new; i++) {
+        zs_scope_push();
+        zs_tensor *x = zs_from_data(ZS_I64, 2, (int64_t[]){1, 1}, &tok);
+        tok = x ? last_argmax(zs_gpt_forward_cached(m, kv, x)) : -1;
+        zs_scope_pop();
+    }
+    if (tok >= 0)
+        st = ZS_OK;
+    zs_kv_cache_free(kv);
+    return st;
+}
+
+static zs_status bench_zs_generate(trainer *t, const config *c, result *r)
+{
+    zs_scope_push();
+    zs_tensor *prompt = random_tokens(&t->rng, 1, c->prompt, t->vocab);
+    double prefill;
+    zs_status st = prompt ? generate(t->m, prompt, c->new_tokens, &prefill) : ZS_ERR_ARG;
+    r->gen_best_s = INFINITY;
+    for (int64_t i = 0; st == ZS_OK && i < c->reps; i++) {
+        double t0 = now();
+        st = generate(t->m, prompt, c->new_tokens, &prefill);
+        double dt = now() - t0;
+        r->gen_s += dt / (double)c->reps;
+        if (dt < r->gen_best_s)
+            r->gen_best_s = dt, r->prefill_s = prefill;
+    }
+    zs_scope_pop();
+    r->gen_ok = st == ZS_OK;
+    return st;
+}
+
+static void print_profile(trainer *t, const config *c)
+{
+    double total = 0, loss;
+    for (int p = 0; p < PH_COUNT; p++)
+        total += t->phase[p];
+    printf("\nzhisuan time per training step by phase (mean of %lld timed steps):\n",
+           (long long)c->steps);
+    for (int p = 0; p < PH_COUNT; p++)
+        printf("  %-13s %9.2f ms %5.1f%%\n", PHASE_NAMES[p],
+               1e3 * t->phase[p] / (double)c->steps, 100 * t->phase[p] / total);
+    zs_profile_reset();
+    zs_profile_enable(true);
+    double t0 = now();
+    zs_status st = train_step(t, &loss);
+    double dt = now() - t0;
+    zs_profile_enable(false);
+    if (st != ZS_OK) {
+        fprintf(stderr, "gpt: profiled step: %s\n", zs_last_error());
+        return;
+    }
+    printf("\nzhisuan operators in one training step (batch %lld x %lld, "
+           "%.1f ms wall, %.1f GFLOP counted):\n", (long long)t->batch,
+           (long long)t->seq, 1e3 * dt, 1e-9 * zs_profile_total_flops());
+    zs_profile_print(stdout);
+}
+
+/* ---- PyTorch side ---------------------------------------------------------- */
+
+/* Runs the peer with `args`; parses its zsbench lines into r and *rss
+ * (either may be NULL), passes its other lines through. False when torch
+ * is not available or the run failed. */
+static bool run_peer(const config *c, const char *args, result *r, double *rss)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, PEER_ENV PEER_PYTHON " '%s' --threads %d %s",
+             c->script, c->threads, args);
+    fflush(stdout);
+    FILE *pf = popen(cmd, "r");
+    if (!pf)
+        return false;
+    char line[512];
+    bool got = false;
+    while (fgets(line, sizeof line, pf)) {
+        long long n;
+        double a, b, d;
+        if (r && sscanf(line, "zsbench gpt train %lld %lf %lf %lf", &n, &a, &b, &d) == 4) {
+            r->train_s = a, r->train_best_s = b, r->loss = d;
+            got = r->train_ok = n == c->steps && a > 0;
+        } else if (r && sscanf(line, "zsbench gpt generate %lld %lf %lf %lf", &n, &a,
+                               &b, &d) == 4) {
+            r->gen_s = a, r->gen_best_s = b, r->prefill_s = d;
+            got = r->gen_ok = n == c->new_tokens && a > 0;
+        } else if (rss && sscanf(line, "zsbench gpt memory %lf", &a) == 1) {
+            *rss = a;
+            got = a > 0;
+        } else if (r || strncmp(line, "pytorch ", 8) != 0) {
+            fputs(line, stdout); /* the peer's own messages */
+        }
+    }
+    pclose(pf);
+    return got;
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* A field of /proc/self/status ("VmHWM:", "VmRSS:") in bytes, or 0. */
+static double proc_status_bytes(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    double kb = 0;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n)) {
+            kb = strtod(line + n, NULL);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}
+
+/* Predicted training bytes of GPT config g at batch b, length s. */
+typedef struct mem_pred {
+    double params, state, act_t2, act_fused, logits;
+} mem_pred;
+
+static zs_status predict(const zs_gpt_config *g, int64_t b, int64_t s, mem_pred *p)
+{
+    const zs_model_config *base = zs_model_preset("gpt2");
+    if (!base)
+        return ZS_ERR_ARG;
+    zs_model_config mc = *base;
+    mc.n_layer = g->layers, mc.d_model = g->width, mc.n_head = g->heads;
+    mc.d_head = 0, mc.n_kv_head = 0, mc.d_ff = 0;
+    mc.vocab = g->vocab, mc.seq_len = g->ctx;
+    if (zs_model_config_finish(&mc) != ZS_OK)
+        return ZS_ERR_ARG;
+    double L = (double)g->layers;
+    p->params = (double)zs_gpt_param_count(g);
+    p->state = 16 * p->params;
+    /* fp32 activations: twice the 16-bit figures */
+    p->act_t2 = 2 * L * zs_activation_bytes_layer(&mc, b, s, 1, ZS_RECOMPUTE_NONE);
+    p->act_fused = 2 * L * zs_activation_bytes_layer(&mc, b, s, 1, ZS_RECOMPUTE_SELECTIVE);
+    p->logits = 8.0 * (double)(b * s) * (double)g->vocab;
+    return ZS_OK;
+}
+
+/* Trains gpt2 MEM_STEPS steps at MEM_BATCH x MEM_SEQ and prints the peaks
+ * next to the prediction, and PyTorch's peak RSS for the same run. */
+static int run_memory(const config *c)
+{
+    double rss0 = proc_status_bytes("VmRSS:");
+    zs_alloc_reset_peak();
+    trainer t;
+    double t0 = now(), loss = 0;
+    zs_status st = trainer_init(&t, "gpt2", MEM_VOCAB, MEM_BATCH, MEM_SEQ);
+    double t_init = now() - t0;
+    for (int i = 0; st == ZS_OK && i < MEM_STEPS; i++)
+        st = train_step(&t, &loss);
+    if (st != ZS_OK) {
+        fprintf(stderr, "gpt: memory run: %s\n", zs_last_error());
+        trainer_free(&t);
+        return 1;
+    }
+    double t_train = now() - t0 - t_init;
+    double hwm = proc_status_bytes("VmHWM:");
+    zs_alloc_stats as;
+    zs_alloc_get_stats(&as);
+    mem_pred p;
+    if (predict(zs_gpt_config_of(t.m), MEM_BATCH, MEM_SEQ, &p) != ZS_OK) {
+        fprintf(stderr, "gpt: memory prediction: %s\n", zs_last_error());
+        trainer_free(&t);
+        return 1;
+    }
+    trainer_free(&t);
+    double with_t2 = p.state + p.act_t2 + p.logits;
+    double fused = p.state + p.act_fused + p.logits;
+    printf("memory: gpt2 (12 layers, 768 wide, 12 heads, vocab %d), %.0f "
+           "parameters, AdamW, %d steps at B=%d, T=%d (init %.1f s, steps %.1f s, "
+           "loss %.3f)\n", MEM_VOCAB, p.params, MEM_STEPS, MEM_BATCH, MEM_SEQ,
+           t_init, t_train, loss);
+    printf("  predicted  params+grads+AdamW (16 B/param)      %9.1f MiB\n", p.state / MiB);
+    printf("             activations fp32, 2*L*(34sbh+5as^2b) %9.1f MiB\n", p.act_t2 / MiB);
+    printf("             activations fp32, 2*L*34sbh (fused)  %9.1f MiB\n", p.act_fused / MiB);
+    printf("             logits + their gradient, 8sbV        %9.1f MiB\n", p.logits / MiB);
+    printf("             total with s^2 / fused               %9.1f / %.1f MiB\n",
+           with_t2 / MiB, fused / MiB);
+    printf("  measured   zhisuan peak RSS (VmHWM)             %9.1f MiB "
+           "(%.1f MiB before the model)\n", hwm / MiB, rss0 / MiB);
+    printf("             zhisuan allocator peak               %9.1f MiB\n",
+           (double)as.peak_bytes / MiB);
+    double torch_rss = 0;
+    if (run_peer(c, "--memory", NULL, &torch_rss))
+        printf("             pytorch peak RSS (ru_maxrss)         %9.1f MiB\n",
+               torch_rss / MiB);
+    printf("memory gpt2 B=4 T=64: peak RSS %.0f MiB, allocator peak %.0f MiB, "
+           "predicted %.0f MiB (%.0f fused): RSS/predicted = %.2f (%.2f fused)\n",
+           hwm / MiB, (double)as.peak_bytes / MiB, with_t2 / MiB, fused / MiB,
+           hwm / with_t2, hwm / fused);
+    return 0;
+}
+
+/* The memory section from a child process (a fresh high-water mark). */
+static void memory_child(const config *c)
+{
+    char self[4096], cmd[8400];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        printf("memory: cannot find this program's path\n");
+        return;
+    }
+    self[n] = '\0';
+    snprintf(cmd, sizeof cmd, "'%s' --memory --threads %d --script '%s'", self,
+             c->threads, c->script);
+    fflush(stdout);
+    if (system(cmd) != 0)
+        printf("memory: the measurement failed\n");
+}
+
+/* ---- report ------------------------------------------------------------------ */
+
+static void print_row(const char *name, const result *r, const config *c,
+                      int64_t batch, int64_t seq)
+{
+    double tok = (double)(batch * seq);
+    printf("%-8s %11.0f %11.0f %10.1f %9.3f %11.1f %11.1f %11.1f\n", name,
+           tok * (double)c->steps / r->train_s, tok / r->train_best_s,
+           1e3 * r->train_s / (double)c->steps, r->loss,
+           (double)c->new_tokens / r->gen_s, (double)c->new_tokens / r->gen_best_s,
+           1e3 * r->prefill_s);
+}
+
+int main(int argc, char **argv)
+{
+    config c;
+    if (parse_args(argc, argv, &c) != 0)
+        return 2;
+    zs_set_num_threads(c.threads);
+    if (c.memory_only)
+        return run_memory(&c);
+    trainer t;
+    result zr = {0}, pr = {0};
+    zs_status st = trainer_init(&t, c.preset, c.vocab, c.batch, c.seq);
+    if (st == ZS_OK) {
+        /* A context shorter than prompt + new (preset tiny) shortens both. */
+        int64_t ctx = zs_gpt_config_of(t.m)->ctx;
+        c.prompt = c.prompt < ctx / 2 ? c.prompt : ctx / 2;
+        c.new_tokens = c.new_tokens < ctx - c.prompt ? c.new_tokens : ctx - c.prompt;
+        st = bench_zs_train(&t, &c, &zr);
+    }
+    if (st != ZS_OK || bench_zs_generate(&t, &c, &zr) != ZS_OK) {
+        fprintf(stderr, "gpt: %s\n", zs_last_error());
+        trainer_free(&t);
+        return 1;
+    }
+    const zs_gpt_config *g = zs_gpt_config_of(t.m);
+    printf("GPT %s: %lld layers, width %lld, %lld heads, context %lld, vocab %lld "
+           "(random tokens), %lld parameters; train batch %lld x %lld, AdamW, clip "
+           "1.0, %lld warm-up + %lld timed steps; generate batch 1, prompt %lld, "
+           "%lld new greedy tokens, KV cache, %lld runs; %d threads\n",
+           c.preset, (long long)g->layers, (long long)g->width, (long long)g->heads,
+           (long long)g->ctx, (long long)g->vocab, (long long)zs_gpt_param_count(g),
+           (long long)t.batch, (long long)t.seq, (long long)c.warmup,
+           (long long)c.steps, (long long)c.prompt, (long long)c.new_tokens,
+           (long long)c.reps, c.threads);
+    if (c.profile)
+        print_profile(&t, &c);
+    int64_t batch = t.batch, seq = t.seq;
+    trainer_free(&t);
+    char args[512];
+    snprintf(args, sizeof args, "--train --generate --preset %s --vocab %lld "
+             "--batch %lld --seq %lld --steps %lld --warmup %lld --prompt %lld "
+             "--new %lld --reps %lld", c.preset, (long long)c.vocab,
+             (long long)batch, (long long)seq, (long long)c.steps,
+             (long long)c.warmup, (long long)c.prompt, (long long)c.new_tokens,
+             (long long)c.reps);
+    bool have_torch = run_peer(&c, args, &pr, NULL) && pr.train_ok && pr.gen_ok;
+    printf("\n");
+    memory_child(&c);
+    printf("\n%-8s %11s %11s %10s %9s %11s %11s %11s\n", "", "train tok/s",
+           "best step", "ms/step", "last loss", "gen tok/s", "best run", "prefill ms");
+    print_row("zhisuan", &zr, &c, batch, seq);
+    if (!have_torch) {
+        printf("pytorch: not available\n");
+        return 0;
+    }
+    print_row("pytorch", &pr, &c, batch, seq);
+    printf("gpt train tokens/s zhisuan/pytorch = %.3f\n", pr.train_s / zr.train_s);
+    printf("gpt generate tokens/s zhisuan/pytorch = %.3f\n", pr.gen_s / zr.gen_s);
+    return 0;
+}
