@@ -318,6 +318,7 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
         flats = e;
         *flat_params = e->params;
         *flat_grads = e->grads;
+        zs_alloc_trim(); /* the parameters' old blocks: don't keep them resident */
     }
     zs_names_free(n, ps, nm);
     return st;

@@ -279,6 +279,23 @@ zs_tensor *zs_matmul(zs_tensor *a, zs_tensor *b)
 /* out = op(a) op(b):
  *   d a = g op(b)^T          (!ta)   or  op(b) g^T  (ta)
  *   d b = op(a)^T g          (!tb)   or  g^T op(a)  (tb) */
+/* Gradient of a 2-D b shared by a batched a [..., M, K] (not transposed):
+ * the batch folds into the rows, so dB is one GEMM over [batch*M, K] and
+ * [batch*M, N] instead of a [batch, K, N] product summed afterwards (for a
+ * GPT's tied logits that temporary was batch x V x C floats). */
+static zs_tensor *folded_grad_b(zs_tensor *a, zs_tensor *g, bool tb)
+{
+    int64_t K = a->shape[a->ndim - 1], N = g->shape[g->ndim - 1];
+    zs_tensor *a2 = zs_reshape(a, 2, (int64_t[]){-1, K});
+    zs_tensor *g2 = zs_reshape(g, 2, (int64_t[]){-1, N});
+    zs_tensor *d = NULL;
+    if (a2 && g2)
+        d = tb ? zs_matmul_t(g2, a2, true, false) : zs_matmul_t(a2, g2, true, false);
+    zs_release(a2);
+    zs_release(g2);
+    return d;
+}
+
 static zs_status matmul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *a = n->saved[0], *b = n->saved[1];
@@ -287,7 +304,9 @@ static zs_status matmul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
         if (!zsi_needs_grad(n, i))
             continue;
         zs_tensor *d;
-        if (i == 0)
+        if (i == 1 && n->in_meta[1].ndim == 2 && a->ndim > 2 && !ta)
+            d = folded_grad_b(a, g, tb);
+        else if (i == 0)
             d = ta ? zs_matmul_t(b, g, tb, true) : zs_matmul_t(g, b, false, !tb);
         else
             d = tb ? zs_matmul_t(g, a, true, ta) : zs_matmul_t(a, g, !ta, false);
