@@ -287,6 +287,15 @@ double zs_roofline_seconds(const zs_device_spec *d, zs_precision p,
 double zs_step_seconds(const zs_device_spec *d, zs_precision p, double flops,
                        int64_t devices, double mfu);
 
+/* FLOPs that Zhisuan's operators count during one training step (forward
+ * and backward) of its GPT (src/nn/gpt.c) with these dimensions, batch B
+ * and sequence T; bloom selects the BLOOM variant. Equal to the sum of the
+ * engine's per-operator counters for that step (tested). */
+double zs_analyze_gpt_step_flops_engine(bool bloom, int64_t vocab,
+                                        int64_t layers, int64_t heads,
+                                        int64_t width, int64_t batch,
+                                        int64_t seq);
+
 #ifdef __cplusplus
 }
 #endif
