@@ -355,6 +355,18 @@ static void print_flops(const opts *o, const result *r)
     if (o->tokens > 0)
         printf("compute for %s tokens: %sFLOP (%.3e)\n", si(a, o->tokens),
                si(b, r->tokens_flops), r->tokens_flops);
+    const zs_model_config *m = &o->cfg;
+    if (m->mlp == ZS_MLP_GELU && m->tied_embeddings && m->bias &&
+        m->n_kv_head == m->n_head && m->d_head * m->n_head == m->d_model &&
+        m->d_ff == 4 * m->d_model) {
+        /* A model Zhisuan's GPT can run: what its operators would count. */
+        double e = zs_analyze_gpt_step_flops_engine(m->embed_norm, m->vocab,
+                                                    m->n_layer, m->n_head,
+                                                    m->d_model, o->par.batch,
+                                                    o->par.seq);
+        printf("Zhisuan GPT step as its operators count it (all ops, causal "
+               "pairs): %sFLOP (%.4e)\n", si(a, e), e);
+    }
     printf("\n");
 }
 
