@@ -37,5 +37,9 @@ void zsk_axpy(zs_dtype dt, const zsk_iter *it, void *dst, double alpha,
  * sum accumulates in double (f32 input: blocked float lanes, then double). */
 void zsk_reduce_sum(zs_dtype dt, const void *x, int64_t O, int64_t R,
                     int64_t K, void *out);
+/* Sum of x[0, n) in double; f32 uses 16 float lanes over blocks of 256 with
+ * block totals in double. Single-threaded (a row primitive). */
+double zsk_sum_f32(const float *x, int64_t n);
+double zsk_sum_f64(const double *x, int64_t n);
 
 #endif

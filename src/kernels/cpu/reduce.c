@@ -15,7 +15,7 @@
 
 #include "kernels/cpu/kernels.h"
 
-ZSK_CLONES static double row_sum_f32(const float *x, int64_t n)
+ZSK_CLONES double zsk_sum_f32(const float *x, int64_t n)
 {
     double total = 0;
     int64_t i = 0;
@@ -34,7 +34,7 @@ ZSK_CLONES static double row_sum_f32(const float *x, int64_t n)
     return total;
 }
 
-ZSK_CLONES static double row_sum_f64(const double *x, int64_t n)
+ZSK_CLONES double zsk_sum_f64(const double *x, int64_t n)
 {
     double lane[8] = {0};
     int64_t i = 0;
@@ -51,8 +51,8 @@ ZSK_CLONES static double row_sum_f64(const double *x, int64_t n)
 
 static double row_sum(zs_dtype dt, const void *x, int64_t off, int64_t n)
 {
-    return dt == ZS_F64 ? row_sum_f64((const double *)x + off, n)
-                        : row_sum_f32((const float *)x + off, n);
+    return dt == ZS_F64 ? zsk_sum_f64((const double *)x + off, n)
+                        : zsk_sum_f32((const float *)x + off, n);
 }
 
 static void store(zs_dtype dt, void *out, int64_t i, double v)

@@ -315,42 +315,6 @@ static void merge(moments *a, const moments *b)
     a->n = n;
 }
 
-/* sum of x[0, n) in double: float lanes over blocks of 256, block totals
- * in double (the scheme of reduce.c). */
-ZSK_CLONES static double row_sum_f32(const float *x, int64_t n)
-{
-    double total = 0;
-    int64_t i = 0;
-    for (; i + 256 <= n; i += 256) {
-        float lane[16] = {0};
-        for (int64_t j = 0; j < 256; j += 16)
-            for (int l = 0; l < 16; l++)
-                lane[l] += x[i + j + l];
-        float s = 0;
-        for (int l = 0; l < 16; l++)
-            s += lane[l];
-        total += s;
-    }
-    for (; i < n; i++)
-        total += x[i];
-    return total;
-}
-
-ZSK_CLONES static double row_sum_f64(const double *x, int64_t n)
-{
-    double lane[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            lane[l] += x[i + l];
-    double s = 0;
-    for (int l = 0; l < 8; l++)
-        s += lane[l];
-    for (; i < n; i++)
-        s += x[i];
-    return s;
-}
-
 /* sum of (x - mean)^2 over x[0, n), in double lanes. */
 #define DEF_ROW_M2(T, S)                                                    \
     ZSK_CLONES static double row_m2_##S(const T *x, int64_t n, double mean) \
@@ -385,10 +349,10 @@ static moments row_moments(zs_dtype dt, const char *x, int64_t n)
         const char *b = x + (size_t)i * es;
         moments m = {(double)nb, 0, 0};
         if (dt == ZS_F64) {
-            m.mean = row_sum_f64((const double *)b, nb) / (double)nb;
+            m.mean = zsk_sum_f64((const double *)b, nb) / (double)nb;
             m.m2 = row_m2_f64((const double *)b, nb, m.mean);
         } else {
-            m.mean = row_sum_f32((const float *)b, nb) / (double)nb;
+            m.mean = zsk_sum_f32((const float *)b, nb) / (double)nb;
             m.m2 = row_m2_f32((const float *)b, nb, m.mean);
         }
         merge(&acc, &m);
