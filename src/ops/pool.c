@@ -17,6 +17,9 @@ static zs_status avg_pool_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_MAX_POOL = {.name = "max_pool2d", .backward = max_pool_bw};
 static zsi_op OP_AVG_POOL = {.name = "avg_pool2d", .backward = avg_pool_bw};
+/* The backward kernels, counted under their own names (not differentiable). */
+static zsi_op OP_MAX_POOL_BW = {.name = "max_pool2d_backward"};
+static zsi_op OP_AVG_POOL_BW = {.name = "avg_pool2d_backward"};
 
 static zs_status pool_shape(const char *op, const zs_tensor *x,
                             const zs_pool2d_params *p, zsk_pool2d_shape *s)
@@ -138,12 +141,17 @@ zs_tensor *zs_avg_pool2d(zs_tensor *x, const zs_pool2d_params *p)
 static zs_status max_pool_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
+    double t0 = zsi_op_begin(&OP_MAX_POOL_BW);
     zsk_pool2d_shape s = load_params(n);
     zs_tensor *gc = zs_contiguous(g);
     zs_tensor *gx = gc ? zsi_new_tensor(m->dtype, m->ndim, m->shape) : NULL;
-    if (gx)
+    if (gx) {
         zsk_max_pool2d_backward(m->dtype, &s, zs_data(gc), zs_data(n->saved[0]),
                                 zs_data(gx));
+        /* one add per output gradient; reads g and the argmax indices */
+        zsi_op_end(&OP_MAX_POOL_BW, t0, (double)zs_numel(gc),
+                   zsi_bytes(gc) + zsi_bytes(n->saved[0]), zsi_bytes(gx));
+    }
     zs_release(gc);
     gin[0] = gx;
     return gx ? ZS_OK : ZS_ERR_NOMEM;
@@ -152,12 +160,17 @@ static zs_status max_pool_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 static zs_status avg_pool_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
+    double t0 = zsi_op_begin(&OP_AVG_POOL_BW);
     zsk_pool2d_shape s = load_params(n);
     zs_tensor *gc = zs_contiguous(g);
     zs_tensor *gx = gc ? zsi_new_tensor(m->dtype, m->ndim, m->shape) : NULL;
-    if (gx)
+    if (gx) {
         zsk_avg_pool2d_backward(m->dtype, &s, zs_data(gc), n->p.i[8] != 0,
                                 zs_data(gx));
+        /* g / count added to each window element */
+        zsi_op_end(&OP_AVG_POOL_BW, t0, (double)zs_numel(gc) * (double)(s.kh * s.kw),
+                   zsi_bytes(gc), zsi_bytes(gx));
+    }
     zs_release(gc);
     gin[0] = gx;
     return gx ? ZS_OK : ZS_ERR_NOMEM;
