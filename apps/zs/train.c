@@ -18,7 +18,7 @@
 #include "apps/zs/common.h"
 
 typedef struct train_cfg {
-    const char *model, *data, *out, *optim;
+    const char *model, *data, *out, *optim, *schedule;
     int epochs, threads, stop_after;
     int64_t batch, limit;
     double lr, momentum, wd;
@@ -43,6 +43,8 @@ static void usage(FILE *f)
             "  --lr X            learning rate (default 1e-3 adam, 0.05 sgd)\n"
             "  --momentum X      SGD momentum (default 0.9)\n"
             "  --wd X            weight decay (default 0)\n"
+            "  --schedule NAME   constant | cosine (1 epoch warm-up) | step (x0.1 every\n"
+            "                    2 epochs) (default constant)\n"
             "  --seed N          seed for init and shuffling (default 1)\n"
             "  --threads N       worker threads (default ZS_NUM_THREADS)\n"
             "  --data DIR        MNIST-format directory (default %s)\n"
@@ -77,7 +79,7 @@ static int parse_args(int argc, char **argv, train_cfg *c)
         fprintf(stderr, "zs train: which model? (lenet or resnet)\n");
         return -1;
     }
-    *c = (train_cfg){argv[1], ZS_FMNIST_DIR, NULL, "adam", 5, 0, 0, 64, 0,
+    *c = (train_cfg){argv[1], ZS_FMNIST_DIR, NULL, "adam", "constant", 5, 0, 0, 64, 0,
                      -1, 0.9, 0, 1, false};
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -98,6 +100,7 @@ static int parse_args(int argc, char **argv, train_cfg *c)
         if (!strcmp(f, "--data")) c->data = v;
         else if (!strcmp(f, "--out")) c->out = v;
         else if (!strcmp(f, "--optim")) c->optim = v;
+        else if (!strcmp(f, "--schedule")) c->schedule = v;
         else if (!strcmp(f, "--epochs")) { if (parse_num(f, v, 1, 1000, &x)) return -1; c->epochs = (int)x; }
         else if (!strcmp(f, "--batch")) { if (parse_num(f, v, 1, 1 << 20, &x)) return -1; c->batch = (int64_t)x; }
         else if (!strcmp(f, "--lr")) { if (parse_num(f, v, 0, 10, &x)) return -1; c->lr = x; }
@@ -114,6 +117,12 @@ static int parse_args(int argc, char **argv, train_cfg *c)
     }
     if (strcmp(c->optim, "sgd") && strcmp(c->optim, "adam") && strcmp(c->optim, "adamw")) {
         fprintf(stderr, "zs train: --optim must be sgd, adam or adamw, got '%s'\n", c->optim);
+        return -1;
+    }
+    if (strcmp(c->schedule, "constant") && strcmp(c->schedule, "cosine") &&
+        strcmp(c->schedule, "step")) {
+        fprintf(stderr, "zs train: --schedule must be constant, cosine or step, got '%s'\n",
+                c->schedule);
         return -1;
     }
     if (c->lr < 0)
@@ -250,6 +259,10 @@ static int run(train_cfg *c)
     bool tty = isatty(2);
     int64_t nb = zs_loader_batches_per_epoch(l);
     zs_lr_schedule sched = {ZS_LR_CONSTANT, c->lr, 0, 0, 0, 0, 0};
+    if (!strcmp(c->schedule, "cosine"))
+        sched = (zs_lr_schedule){ZS_LR_COSINE, c->lr, nb, nb * c->epochs, c->lr / 100, 0, 0};
+    else if (!strcmp(c->schedule, "step"))
+        sched = (zs_lr_schedule){ZS_LR_STEP, c->lr, 0, 0, 0, 2 * nb, 0.1};
     double t_start = zs_app_now();
     int last = c->stop_after > 0 && c->stop_after < c->epochs ? c->stop_after : c->epochs;
     for (int ep = start_epoch; ep < last; ep++) {

@@ -45,6 +45,9 @@ expect2 "truncated IDX" "$zs" train lenet --data "$tmp/trunc" --out "$tmp/x"
 expect2 "unknown flag" "$zs" train lenet --frobnicate 3
 expect2 "bad number" "$zs" train lenet --epochs many
 expect2 "unknown model" "$zs" train alexnet
+expect2 "bad schedule" "$zs" train lenet --schedule wobble
+"$zs" train lenet "${common[@]}" --epochs 2 --schedule cosine --out "$tmp/cos" >/dev/null 2>&1
+check "cosine schedule run completes" 'grep -q test_accuracy "$tmp/cos/metrics.jsonl"'
 head -c 300 "$tmp/full/checkpoint.safetensors" > "$tmp/bad.safetensors"
 expect2 "truncated checkpoint (eval)" "$zs" eval --ckpt "$tmp/bad.safetensors" --data "$tmp/data"
 cp "$tmp/bad.safetensors" "$tmp/part/checkpoint.safetensors"
