@@ -4,7 +4,7 @@
 #   scripts/install-deps.sh --ci     only what building and testing need
 set -euo pipefail
 
-core=(build-essential cmake pkg-config zlib1g-dev libcjson-dev python3)
+core=(build-essential cmake pkg-config zlib1g-dev libcjson-dev python3 libopenmpi-dev openmpi-bin)
 data=(dataset-fashion-mnist bible-kjv)
 peers=(libopenblas-dev python3-torch)
 

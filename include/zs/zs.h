@@ -15,6 +15,7 @@
 #include "nn.h"
 #include "optim.h"
 #include "infer.h"
+#include "dist.h"
 
 #define ZS_VERSION "0.1.0"
 
