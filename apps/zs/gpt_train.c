@@ -281,11 +281,28 @@ static int save(const gpt_cfg *c, run_state *s, int64_t step, double val)
     return 0;
 }
 
-/* One optimizer step over accum micro-batches; returns the mean loss. */
+/* Rows [rank*B/P, (rank+1)*B/P) of a [B, T] batch: under data
+ * parallelism every rank draws the same global batch and trains on its
+ * share, so P ranks see exactly what one process would. */
+static void my_rows(zs_tensor **x, zs_tensor **y)
+{
+    zs_comm *w = zs_comm_world();
+    int P = zs_comm_size(w), R = zs_comm_rank(w);
+    if (P == 1)
+        return;
+    int64_t B = (*x)->shape[0], b0 = B * R / P, nb = B * (R + 1) / P - b0;
+    zs_tensor *xs = zs_narrow(*x, 0, b0, nb), *ys = zs_narrow(*y, 0, b0, nb);
+    *x = zs_contiguous(xs);
+    *y = zs_contiguous(ys);
+}
+
+/* One optimizer step over accum micro-batches; returns the mean loss (over
+ * the global batch: averaged across data-parallel ranks). */
 static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
                          const zs_lr_schedule *sched, double *gnorm)
 {
     double loss_sum = 0;
+    zs_comm *world = zs_comm_world();
     for (int64_t a = 0; a < c->accum; a++) {
         zs_scope_push();
         zs_tensor *x, *y;
@@ -294,6 +311,7 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
             zs_scope_pop();
             return NAN;
         }
+        my_rows(&x, &y);
         zs_tensor *loss = zs_gpt_loss(s->m, x, y);
         zs_tensor *scaled = c->accum > 1 ? zs_mul_scalar(loss, 1.0 / (double)c->accum) : loss;
         if (!scaled || zs_backward(scaled, NULL, false) != ZS_OK) {
@@ -302,6 +320,16 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
         }
         loss_sum += zs_item(loss);
         zs_scope_pop();
+    }
+    if (zs_comm_size(world) > 1) { /* average gradients and losses */
+        zs_tensor *l = zs_scalar(ZS_F64, loss_sum);
+        if (zs_comm_allreduce(world, s->fg, true, ZS_ALLREDUCE_RING) != ZS_OK ||
+            zs_comm_allreduce(world, l, true, ZS_ALLREDUCE_MPI) != ZS_OK) {
+            zs_release(l);
+            return NAN;
+        }
+        loss_sum = zs_item(l);
+        zs_release(l);
     }
     *gnorm = c->clip > 0 ? zs_clip_grad_norm(1, &s->fp, c->clip) : 0;
     if (zs_optim_step(s->o, zs_lr_at(sched, step)) != ZS_OK)
@@ -319,6 +347,13 @@ int zs_cmd_train_gpt(int argc, char **argv)
     if (c.threads > 0)
         zs_set_num_threads(c.threads);
     run_state s = {0};
+    int ranks = zs_comm_size(zs_comm_world());
+    bool lead = zs_comm_rank(zs_comm_world()) == 0; /* logs and checkpoints */
+    if (c.batch % ranks != 0) {
+        fprintf(stderr, "zs train gpt: --batch %lld is not divisible by the %d "
+                "data-parallel ranks\n", (long long)c.batch, ranks);
+        return 2;
+    }
     zs_gpt_config probe = {0};
     if (zs_gpt_preset(c.preset, &probe) != 0 || c.seq > probe.ctx) {
         if (c.seq > probe.ctx && probe.ctx > 0)
@@ -336,7 +371,7 @@ int zs_cmd_train_gpt(int argc, char **argv)
         rc = restore(&c, &s);
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", c.out);
-    if (!rc && !(s.metrics = fopen(path, c.resume ? "a" : "w"))) {
+    if (!rc && !(s.metrics = fopen(lead ? path : "/dev/null", c.resume ? "a" : "w"))) {
         zs_set_error("cannot write %s", path);
         rc = 2;
     }
@@ -353,7 +388,7 @@ int zs_cmd_train_gpt(int argc, char **argv)
     double flops_tok = 6 * n_params + 6.0 * (double)(g->layers * c.seq * g->width);
     zs_lr_schedule sched = {ZS_LR_COSINE, c.lr, c.warmup, c.steps, c.min_lr, 0, 0};
     zs_gpt_history h = {0};
-    bool tty = isatty(2);
+    bool tty = lead && isatty(2);
     double t0 = zs_app_now(), last_val = NAN;
     int64_t tokens_step = c.batch * c.seq * c.accum, step;
     rc = 0;
@@ -376,32 +411,35 @@ int zs_cmd_train_gpt(int argc, char **argv)
                 "\"tokens_per_s\":%.0f,\"mfu\":%.4f}\n", (long long)step, loss,
                 zs_lr_at(&sched, step), gnorm, tps, mfu);
         zs_gpt_history_push(&h, (double)step, loss, NAN);
-        zs_app_progress(tty, step, c.steps, loss, tps, mfu, eta);
+        if (lead)
+            zs_app_progress(tty, step, c.steps, loss, tps, mfu, eta);
         bool last = step + 1 == c.steps || step + 1 == c.stop_after ||
                     (c.minutes > 0 && elapsed >= c.minutes * 60);
         if ((step + 1) % c.eval_every == 0 || last) {
             last_val = validate(s.m, &s.val, &c);
             if (tty)
                 fputc('\n', stderr);
-            fprintf(stderr, "step %lld: train loss %.4f, val loss %.4f nats/token "
-                    "(%.0f tokens/s, MFU %.1f%%)\n", (long long)step + 1, loss,
-                    last_val, tps, 100 * mfu);
+            if (lead)
+                fprintf(stderr, "step %lld: train loss %.4f, val loss %.4f nats/token "
+                        "(%.0f tokens/s, MFU %.1f%%)\n", (long long)step + 1, loss,
+                        last_val, tps, 100 * mfu);
             fprintf(s.metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)step,
                     last_val);
             fflush(s.metrics);
             zs_gpt_history_push(&h, (double)step, NAN, last_val);
-            if (save(&c, &s, step + 1, last_val)) {
+            if (lead && save(&c, &s, step + 1, last_val)) {
                 fprintf(stderr, "zs train gpt: %s\n", zs_last_error());
                 rc = 1;
                 break;
             }
             snprintf(path, sizeof path, "%s/curves.svg", c.out);
-            zs_gpt_history_plot(&h, path);
+            if (lead)
+                zs_gpt_history_plot(&h, path);
         }
         if (last)
             break;
     }
-    if (!rc)
+    if (!rc && lead)
         fprintf(stderr, "trained %lld steps in %.1f s; last val loss %.4f; files in %s\n",
                 (long long)(step + 1 - s.step0), zs_app_now() - t0, last_val, c.out);
     zs_gpt_history_free(&h);

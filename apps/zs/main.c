@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "apps/zs/commands.h"
+#include "zs/zs.h"
 
 static const struct {
     const char *name;
@@ -38,9 +39,19 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+    /* Under mpirun every rank joins the world first (a no-op otherwise). */
+    if (zs_dist_init(&argc, &argv) != ZS_OK) {
+        fprintf(stderr, "zs: %s\n", zs_last_error());
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].fn(argc - 1, argv + 1);
+            zs_dist_finalize();
+            return rc;
+        }
+    }
+    zs_dist_finalize();
     fprintf(stderr, "zs: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
