@@ -296,6 +296,33 @@ static void my_rows(zs_tensor **x, zs_tensor **y)
     *y = zs_contiguous(ys);
 }
 
+/* Data parallelism keeps one copy of the parameters per rank: every
+ * validation a 64-bit FNV-1a hash of the flat parameter bytes is gathered
+ * from all ranks, and any difference stops the run with a message naming
+ * the rank that diverged. */
+static zs_status check_replicas(const run_state *s)
+{
+    zs_comm *w = zs_comm_world();
+    int P = zs_comm_size(w);
+    if (P == 1)
+        return ZS_OK;
+    const unsigned char *p = zs_data(s->fp);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < zs_nbytes(s->fp); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    int64_t mine = (int64_t)h, all_n = P;
+    zs_tensor *one = zs_from_data(ZS_I64, 1, (int64_t[]){1}, &mine);
+    zs_tensor *all = zs_empty(ZS_I64, 1, &all_n);
+    zs_status st = zs_comm_allgather(w, one, all);
+    for (int r = 1; st == ZS_OK && r < P; r++)
+        if (((int64_t *)zs_data(all))[r] != ((int64_t *)zs_data(all))[0])
+            st = zs_set_error_code(ZS_ERR_STATE, "data parallel: the parameters "
+                                   "of rank %d differ from rank 0's", r);
+    zs_release(one);
+    zs_release(all);
+    return st;
+}
+
 /* One optimizer step over accum micro-batches; returns the mean loss (over
  * the global batch: averaged across data-parallel ranks). */
 static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
@@ -417,6 +444,11 @@ int zs_cmd_train_gpt(int argc, char **argv)
                     (c.minutes > 0 && elapsed >= c.minutes * 60);
         if ((step + 1) % c.eval_every == 0 || last) {
             last_val = validate(s.m, &s.val, &c);
+            if (check_replicas(&s) != ZS_OK) {
+                fprintf(stderr, "\nzs train gpt: %s\n", zs_last_error());
+                rc = 1;
+                break;
+            }
             if (tty)
                 fputc('\n', stderr);
             if (lead)
