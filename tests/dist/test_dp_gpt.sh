@@ -2,7 +2,8 @@
 # Data parallelism: `mpirun -np N zs train gpt` (each rank trains on its
 # share of the same global batch, gradients averaged by the ring
 # all-reduce) gives, step by step, the losses of one process on that
-# global batch, within 1e-5 relative, for N = 2 and 4.
+# global batch, within 1e-5 relative, for N = 2 and 4; and a checkpoint
+# resumes on a different number of ranks.
 set -uo pipefail
 zs="$ZS_BIN"
 if ! command -v mpirun >/dev/null; then
@@ -30,6 +31,24 @@ for np in 2 4; do
     echo "ok $np ranks: 8 step losses equal one process's within $worst relative"
   else
     echo "FAIL $np ranks: worst relative difference $worst"; fail=1
+  fi
+done
+# A checkpoint written by one process resumes on 4 ranks (and one written
+# by 2 ranks on one process) with the uninterrupted run's losses.
+"$zs" train gpt "${common[@]}" --stop-after 4 --out "$tmp/r14" >/dev/null 2>&1
+ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 4 \
+    "$zs" train gpt "${common[@]}" --resume --out "$tmp/r14" >/dev/null 2>&1
+ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    "$zs" train gpt "${common[@]}" --stop-after 4 --out "$tmp/r21" >/dev/null 2>&1
+"$zs" train gpt "${common[@]}" --resume --out "$tmp/r21" >/dev/null 2>&1
+for r in r14 r21; do
+  worst=$(paste <(losses "$tmp/one/metrics.jsonl") <(losses "$tmp/$r/metrics.jsonl") |
+          awk '{d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d; n++}
+               END {if (n != 8) print "missing"; else printf "%.2e\n", w}')
+  if [ "$worst" != "missing" ] && awk "BEGIN{exit !($worst <= 1e-5)}"; then
+    echo "ok resume across rank counts ($r): losses within $worst"
+  else
+    echo "FAIL resume across rank counts ($r): $worst"; fail=1
   fi
 done
 exit $fail
