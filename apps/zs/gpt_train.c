@@ -25,7 +25,7 @@ typedef struct gpt_cfg {
     int64_t vocab, batch, seq, steps, warmup, accum, eval_every, eval_batches, stop_after;
     double lr, min_lr, wd, clip, minutes;
     uint64_t seed;
-    int threads;
+    int threads, zero;
     bool resume;
 } gpt_cfg;
 
@@ -51,7 +51,9 @@ static void usage(FILE *f)
             "  --threads N       worker threads\n"
             "  --out DIR         output directory (default runs/gpt)\n"
             "  --resume          continue from DIR/checkpoint.safetensors\n"
-            "  --stop-after N    stop after step N, keeping the schedule of --steps\n");
+            "  --stop-after N    stop after step N, keeping the schedule of --steps\n"
+            "  --zero N          under mpirun: 1 = ZeRO stage 1 (optimizer state\n"
+            "                    partitioned across ranks); 0 = plain data parallel\n");
 }
 
 static int num(const char *flag, const char *s, double lo, double hi, double *out)
@@ -70,7 +72,7 @@ static int num(const char *flag, const char *s, double lo, double hi, double *ou
 static int parse(int argc, char **argv, gpt_cfg *c)
 {
     *c = (gpt_cfg){"small", NULL, "runs/gpt", ZS_GPT2, 4096, 8, 0, 2000, 100,
-                   1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, false};
+                   1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, 0, false};
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
@@ -114,6 +116,7 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         NUM("--eval-every", 1, 1e9, eval_every, int64_t)
         NUM("--seed", 0, 1e18, seed, uint64_t)
         NUM("--threads", 1, 256, threads, int)
+        NUM("--zero", 0, 3, zero, int)
         else {
             fprintf(stderr, "zs train gpt: unknown flag '%s' (see zs train gpt --help)\n", f);
             return -1;
@@ -154,10 +157,16 @@ typedef struct run_state {
     zs_tensor *fp, *fg;
     FILE *metrics;
     int64_t step0;
+    /* ZeRO-1: this rank's slice [lo, hi) of the flat parameters (a view
+     * whose .grad views the same slice of the gradients) is the only part
+     * its optimizer updates and keeps moments for. */
+    zs_tensor *shard;
+    int64_t lo, hi;
 } run_state;
 
 static void run_free(run_state *s)
 {
+    zs_release(s->shard);
     if (s->metrics)
         fclose(s->metrics);
     zs_optim_free(s->o);
@@ -241,7 +250,23 @@ static int build_model(gpt_cfg *c, run_state *s)
         return 1;
     s->fp->grad = zs_retain(s->fg);
     zs_optim_config oc = {ZS_ADAMW, c->lr, 0, false, c->wd, 0.9, 0.95, 1e-8};
-    if (!(s->o = zs_optim_new(&oc, 1, &s->fp)))
+    zs_tensor *opt_param = s->fp;
+    int P = zs_comm_size(zs_comm_world()), R = zs_comm_rank(zs_comm_world());
+    if (c->zero > 0 && P > 1) {
+        int64_t n = zs_numel(s->fp);
+        s->lo = n * R / P;
+        s->hi = n * (R + 1) / P;
+        s->shard = zs_narrow(s->fp, 0, s->lo, s->hi - s->lo);
+        if (!s->shard)
+            return 1;
+        s->shard->grad = zs_narrow(s->fg, 0, s->lo, s->hi - s->lo);
+        opt_param = s->shard;
+        if (R == 0)
+            fprintf(stderr, "ZeRO-1 over %d ranks: optimizer state %.1f MiB per rank "
+                    "instead of %.1f MiB\n", P, 8.0 * (double)(s->hi - s->lo) / 1048576,
+                    8.0 * (double)n / 1048576);
+    }
+    if (!(s->o = zs_optim_new(&oc, 1, &opt_param)))
         return 1;
     return 0;
 }
@@ -276,7 +301,7 @@ static int save(const gpt_cfg *c, run_state *s, int64_t step, double val)
              (long long)g->ctx, (long long)g->layers, (long long)g->heads,
              (long long)g->width, (long long)step, val);
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
-    if (zs_checkpoint_save(path, s->m, s->o, meta) != ZS_OK)
+    if (zs_checkpoint_save(path, s->m, s->shard ? NULL : s->o, meta) != ZS_OK)
         return 1;
     return 0;
 }
@@ -323,6 +348,30 @@ static zs_status check_replicas(const run_state *s)
     return st;
 }
 
+/* ZeRO-1: after each rank has updated its slice, all-gather the slices so
+ * every rank holds the new parameters (slices are padded to equal chunks
+ * for the all-gather). */
+static zs_status gather_shards(run_state *s)
+{
+    zs_comm *w = zs_comm_world();
+    int P = zs_comm_size(w);
+    int64_t n = zs_numel(s->fp), chunk = (n + P - 1) / P, total = chunk * P;
+    zs_tensor *mine = zs_zeros(ZS_F32, 1, &chunk), *all = zs_empty(ZS_F32, 1, &total);
+    zs_status st = mine && all ? ZS_OK : ZS_ERR_NOMEM;
+    if (st == ZS_OK) {
+        memcpy(zs_data(mine), zs_data(s->shard), (size_t)(s->hi - s->lo) * sizeof(float));
+        st = zs_comm_allgather(w, mine, all);
+    }
+    for (int r = 0; st == ZS_OK && r < P; r++) {
+        int64_t lo = n * r / P, hi = n * (r + 1) / P;
+        memcpy((float *)zs_data(s->fp) + lo, (const float *)zs_data(all) + r * chunk,
+               (size_t)(hi - lo) * sizeof(float));
+    }
+    zs_release(mine);
+    zs_release(all);
+    return st;
+}
+
 /* One optimizer step over accum micro-batches; returns the mean loss (over
  * the global batch: averaged across data-parallel ranks). */
 static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
@@ -361,6 +410,8 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
     *gnorm = c->clip > 0 ? zs_clip_grad_norm(1, &s->fp, c->clip) : 0;
     if (zs_optim_step(s->o, zs_lr_at(sched, step)) != ZS_OK)
         return NAN;
+    if (s->shard && gather_shards(s) != ZS_OK)
+        return NAN;
     zs_fill_(s->fg, 0.0);
     return loss_sum / (double)c->accum;
 }
@@ -376,6 +427,16 @@ int zs_cmd_train_gpt(int argc, char **argv)
     run_state s = {0};
     int ranks = zs_comm_size(zs_comm_world());
     bool lead = zs_comm_rank(zs_comm_world()) == 0; /* logs and checkpoints */
+    if (c.zero > 1) {
+        fprintf(stderr, "zs train gpt: --zero %d is not implemented yet (stage 1 is)\n",
+                c.zero);
+        return 2;
+    }
+    if (c.zero > 0 && c.resume && ranks > 1) {
+        fprintf(stderr, "zs train gpt: resuming a ZeRO run is not supported yet: its "
+                "checkpoints hold no optimizer state\n");
+        return 2;
+    }
     if (c.batch % ranks != 0) {
         fprintf(stderr, "zs train gpt: --batch %lld is not divisible by the %d "
                 "data-parallel ranks\n", (long long)c.batch, ranks);
