@@ -15,13 +15,13 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "io/fileio.h"
 #include "zs/io.h"
 
 static const char *st_names[ZS_DTYPE_COUNT] = {
@@ -42,22 +42,6 @@ static bool little_endian(void)
 {
     uint16_t x = 1;
     return *(uint8_t *)&x == 1;
-}
-
-static zs_status write_all(int fd, const void *buf, size_t n, const char *path)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return zs_set_error_code(ZS_ERR_IO, "safetensors: writing %s: %s",
-                                     path, strerror(errno));
-        p += w;
-        n -= (size_t)w;
-    }
-    return ZS_OK;
 }
 
 static int cmp_idx_names(const void *a, const void *b, void *names)
@@ -135,28 +119,15 @@ static zs_status check_inputs(int n, const char *const *names,
 static zs_status write_tensor(int fd, zs_tensor *t, const char *path)
 {
     if (zs_is_contiguous(t))
-        return write_all(fd, zs_data(t), zs_nbytes(t), path);
+        return zsi_write_all(fd, zs_data(t), zs_nbytes(t), path, "safetensors");
     zsi_tracking_pause();
     zs_tensor *c = zsi_new_tensor(t->dtype, t->ndim, t->shape);
     zs_status st = c ? zs_copy_(c, t) : ZS_ERR_NOMEM;
     if (st == ZS_OK)
-        st = write_all(fd, zs_data(c), zs_nbytes(c), path);
+        st = zsi_write_all(fd, zs_data(c), zs_nbytes(c), path, "safetensors");
     zs_release(c);
     zsi_tracking_resume();
     return st;
-}
-
-static void fsync_dir(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return;
-    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    free(copy);
 }
 
 zs_status zs_safetensors_save(const char *path, int n, const char *const *names,
@@ -193,9 +164,9 @@ zs_status zs_safetensors_save(const char *path, int n, const char *const *names,
         goto out;
     }
     uint64_t len = hlen;
-    st = write_all(fd, &len, 8, tmp);
+    st = zsi_write_all(fd, &len, 8, tmp, "safetensors");
     if (st == ZS_OK)
-        st = write_all(fd, hdr, hlen, tmp);
+        st = zsi_write_all(fd, hdr, hlen, tmp, "safetensors");
     for (int k = 0; k < n && st == ZS_OK; k++)
         st = write_tensor(fd, tensors[order[k]], tmp);
     if (st == ZS_OK && fsync(fd) != 0)
@@ -208,7 +179,7 @@ zs_status zs_safetensors_save(const char *path, int n, const char *const *names,
         st = zs_set_error_code(ZS_ERR_IO, "safetensors: rename to %s: %s",
                                path, strerror(errno));
     if (st == ZS_OK)
-        fsync_dir(path);
+        zsi_fsync_dir(path);
     else
         unlink(tmp);
 out:

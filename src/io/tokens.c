@@ -10,13 +10,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/fileio.h"
 #include "zs/text.h"
 
 enum { HEADER_BYTES = 32, VERSION = 1 };
@@ -44,22 +44,6 @@ static uint64_t get_u64(const uint8_t *p)
     return get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
 }
 
-static zs_status write_all(int fd, const uint8_t *buf, size_t n,
-                           const char *path)
-{
-    while (n) {
-        ssize_t w = write(fd, buf, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return zs_set_error_code(ZS_ERR_IO, "tokens: writing %s: %s", path,
-                                     strerror(errno));
-        buf += w;
-        n -= (size_t)w;
-    }
-    return ZS_OK;
-}
-
 /* Writes the tokens through a bounded buffer in the file's width. */
 static zs_status write_body(int fd, const int32_t *ids, int64_t n, int width,
                             const char *path)
@@ -76,23 +60,10 @@ static zs_status write_body(int fd, const int32_t *ids, int64_t n, int width,
             for (int b = 0; b < width; b++)
                 buf[k * width + b] = (uint8_t)(v >> (8 * b));
         }
-        st = write_all(fd, buf, (size_t)(m * width), path);
+        st = zsi_write_all(fd, buf, (size_t)(m * width), path, "tokens");
     }
     free(buf);
     return st;
-}
-
-static void fsync_dir(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return;
-    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    free(copy);
 }
 
 zs_status zs_tokens_write(const char *path, const int32_t *ids, int64_t n,
@@ -125,7 +96,7 @@ zs_status zs_tokens_write(const char *path, const int32_t *ids, int64_t n,
         free(tmp);
         return st;
     }
-    zs_status st = write_all(fd, hdr, sizeof hdr, tmp);
+    zs_status st = zsi_write_all(fd, hdr, sizeof hdr, tmp, "tokens");
     if (st == ZS_OK)
         st = write_body(fd, ids, n, width, tmp);
     if (st == ZS_OK && fsync(fd) != 0)
@@ -138,7 +109,7 @@ zs_status zs_tokens_write(const char *path, const int32_t *ids, int64_t n,
         st = zs_set_error_code(ZS_ERR_IO, "tokens write: rename to %s: %s",
                                path, strerror(errno));
     if (st == ZS_OK)
-        fsync_dir(path);
+        zsi_fsync_dir(path);
     else
         unlink(tmp);
     free(tmp);
