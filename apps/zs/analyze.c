@@ -31,7 +31,8 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: zs analyze --model NAME|--config FILE [flags]\n"
         "  --model NAME        gpt2-small|gpt2-medium|gpt2-large|gpt2-xl|\n"
-        "                      bloom-176b|gpt3-175b|llama-65b|llama2-70b\n"
+        "                      bloom-176b|gpt3-175b|llama-65b|llama2-70b|\n"
+        "                      gpt-tiny|gpt-small (Zhisuan's GPT presets)\n"
         "  --config FILE       flat JSON object: {\"base\": \"gpt2-small\",\n"
         "                      \"n_layer\": 6, \"d_model\": 512, ...}\n"
         "  --set KEY=VALUE     set a config field (n_layer, d_model, n_head,\n"
@@ -224,6 +225,9 @@ typedef struct result {
     double device_mem_gb;
     int64_t min_dev_fp32, min_dev_mixed, devices;
     double step_s, tokens_flops, tokens_s;
+    zs_engine_flops engine; /* valid when engine_ok */
+    bool engine_ok;
+    char engine_why[256];   /* why Zhisuan's GPT cannot run it otherwise */
 } result;
 
 static int compute(const opts *o, result *r)
@@ -246,6 +250,10 @@ static int compute(const opts *o, result *r)
     r->step_s = zs_step_seconds(&r->dev, p->precision, r->flops.step, r->devices, o->mfu);
     r->tokens_flops = r->flops.per_token * o->tokens;
     r->tokens_s = zs_step_seconds(&r->dev, p->precision, r->tokens_flops, r->devices, o->mfu);
+    r->engine_ok = zs_analyze_engine_step_flops(&o->cfg, p->batch, p->seq,
+                                                &r->engine) >= 0;
+    if (!r->engine_ok)
+        snprintf(r->engine_why, sizeof r->engine_why, "%s", lib_error());
     return 0;
 }
 
@@ -355,19 +363,44 @@ static void print_flops(const opts *o, const result *r)
     if (o->tokens > 0)
         printf("compute for %s tokens: %sFLOP (%.3e)\n", si(a, o->tokens),
                si(b, r->tokens_flops), r->tokens_flops);
-    const zs_model_config *m = &o->cfg;
-    if (m->mlp == ZS_MLP_GELU && m->tied_embeddings && m->bias &&
-        m->n_kv_head == m->n_head && m->d_head * m->n_head == m->d_model &&
-        m->d_ff == 4 * m->d_model) {
-        /* A model Zhisuan's GPT can run: what its operators would count. */
-        double e = zs_analyze_gpt_step_flops_engine(m->embed_norm, m->vocab,
-                                                    m->n_layer, m->n_head,
-                                                    m->d_model, o->par.batch,
-                                                    o->par.seq);
-        printf("Zhisuan GPT step as its operators count it (all ops, causal "
-               "pairs): %sFLOP (%.4e)\n", si(a, e), e);
-    }
     printf("\n");
+}
+
+/* What Zhisuan's own operators count for one training step of this model
+ * on one process (src/analyze/engine_flops.c), beside the textbook counts. */
+static void print_engine(const opts *o, const result *r)
+{
+    if (!r->engine_ok) {
+        printf("Engine step: %s\n\n", r->engine_why);
+        return;
+    }
+    const zs_engine_flops *e = &r->engine;
+    char a[32], b[32], c[32];
+    printf("Engine step: Zhisuan's GPT, one training step (zs_gpt_loss + "
+           "zs_backward) of B=%lld, T=%lld, as its operators count it\n",
+           (long long)o->par.batch, (long long)o->par.seq);
+    printf("%-24s %8s %12s %12s %12s\n", "operator", "calls", "forward",
+           "backward", "total");
+    for (int i = 0; i < e->nops; i++) {
+        const zs_engine_op *p = &e->ops[i];
+        double bw = p->flops - p->fwd;
+        printf("%-24s %8lld %11s%s %11s%s %11sF\n", p->name,
+               (long long)p->calls, p->fwd ? si(a, p->fwd) : "-",
+               p->fwd ? "F" : " ", bw ? si(b, bw) : "-", bw ? "F" : " ",
+               si(c, p->flops));
+    }
+    printf("%-24s %8s %11sF %11sF %11sF  (%.0f)\n", "total", "", si(a, e->fwd),
+           si(b, e->bwd), si(c, e->total), e->total);
+    printf("  GEMMs 72BTlh^2 + 6BThV = 6 x matmul weights x tokens  %sF\n",
+           si(a, e->gemm));
+    printf("  attention, causal: 3.5 x 2BT(T+1)lh                  %sF "
+           "(chapter, square: 12BT^2lh = %sF)\n", si(b, e->attention),
+           si(c, e->chapter - e->gemm));
+    printf("  elementwise: biases, GeLU, norms, loss, sums, adds   %sF\n",
+           si(a, e->elementwise));
+    printf("  chapter 72BTlh^2 (1 + T/6h + V/12lh): %sF; 6N x tokens: %sF; "
+           "engine / chapter %.3f\n\n", si(a, e->chapter), si(b, e->six_n),
+           e->total / e->chapter);
 }
 
 static void print_state_row(const char *name, double a, double b,
@@ -555,6 +588,37 @@ static void json_model(jw *w, const opts *o, const result *r)
     jclose(w, '}');
 }
 
+/* "engine": the engine's per-operator count of one step, or null. */
+static void json_engine(jw *w, const result *r)
+{
+    if (!r->engine_ok) {
+        jkey(w, "engine");
+        printf("null");
+        return;
+    }
+    const zs_engine_flops *e = &r->engine;
+    jopen(w, "engine", '{');
+    jopen(w, "ops", '[');
+    for (int i = 0; i < e->nops; i++) {
+        jopen(w, NULL, '{');
+        jstr(w, "name", e->ops[i].name);
+        jnum(w, "calls", (double)e->ops[i].calls);
+        jnum(w, "forward", e->ops[i].fwd);
+        jnum(w, "flops", e->ops[i].flops);
+        jclose(w, '}');
+    }
+    jclose(w, ']');
+    jnum(w, "forward", e->fwd);
+    jnum(w, "backward", e->bwd);
+    jnum(w, "total", e->total);
+    jnum(w, "gemm", e->gemm);
+    jnum(w, "attention", e->attention);
+    jnum(w, "elementwise", e->elementwise);
+    jnum(w, "chapter", e->chapter);
+    jnum(w, "six_n", e->six_n);
+    jclose(w, '}');
+}
+
 static void json_ops(jw *w, const opts *o, const result *r)
 {
     double ridge = zs_device_ridge(&r->dev, o->par.precision);
@@ -593,6 +657,7 @@ static void json_ops(jw *w, const opts *o, const result *r)
     jnum(w, "tokens", o->tokens);
     jnum(w, "tokens_flops", r->tokens_flops);
     jclose(w, '}');
+    json_engine(w, r);
 }
 
 static void json_rest(jw *w, const opts *o, const result *r)
@@ -677,6 +742,7 @@ int zs_cmd_analyze(int argc, char **argv)
     print_model(&o, &r);
     print_ops(&o, &r);
     print_flops(&o, &r);
+    print_engine(&o, &r);
     print_memory(&o, &r);
     print_comm(&o, &r);
     print_devices(&o, &r);

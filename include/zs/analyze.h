@@ -155,10 +155,10 @@ typedef struct zs_train_flops {
 zs_status zs_train_flops_compute(const zs_model_config *c, int64_t batch,
                                  int64_t s, zs_recompute rc,
                                  zs_train_flops *out);
-/* The analyzer's prediction of one training step's matmul FLOPs (forward,
- * backward, logit layer, no recomputation): what the engine's per-operator
- * counters must sum to for a GPT preset (cross-check against
- * zs_profile_stats). Returns < 0 + error on bad sizes. */
+/* The chapter's matmul FLOPs of one training step (forward, backward,
+ * logit layer, square attention, no recomputation): total_with_logit.
+ * What the engine's operators count, exactly, is
+ * zs_analyze_engine_step_flops. Returns < 0 + error on bad sizes. */
 double zs_analyze_step_flops(const zs_model_config *c, int64_t batch,
                              int64_t s);
 
@@ -287,14 +287,43 @@ double zs_roofline_seconds(const zs_device_spec *d, zs_precision p,
 double zs_step_seconds(const zs_device_spec *d, zs_precision p, double flops,
                        int64_t devices, double mfu);
 
-/* FLOPs that Zhisuan's operators count during one training step (forward
- * and backward) of its GPT (src/nn/gpt.c) with these dimensions, batch B
- * and sequence T; bloom selects the BLOOM variant. Equal to the sum of the
- * engine's per-operator counters for that step (tested). */
-double zs_analyze_gpt_step_flops_engine(bool bloom, int64_t vocab,
-                                        int64_t layers, int64_t heads,
-                                        int64_t width, int64_t batch,
-                                        int64_t seq);
+/* ---- the engine's own count (src/analyze/engine_flops.c) -------------- */
+#define ZS_ENGINE_MAX_OPS 16
+
+/* One operator of the engine over one training step. */
+typedef struct zs_engine_op {
+    char name[32];  /* as zs_profile_stats names it ("linear_gelu", ...) */
+    int64_t calls;  /* calls in one step, forward and backward */
+    double flops;   /* its cost model summed over those calls */
+    double fwd;     /* the part counted in the forward pass */
+} zs_engine_op;
+
+typedef struct zs_engine_flops {
+    zs_engine_op ops[ZS_ENGINE_MAX_OPS]; /* every operator that counts
+                                          * FLOPs, forward ones first */
+    int nops;
+    double fwd, bwd, total;  /* total = the engine's zs_profile_total_flops */
+    double gemm;        /* GEMMs of linear*, matmul: 72BTlh^2 + 6BThV */
+    double attention;   /* attention + attention_backward: 3.5 x 4d per
+                         * causal (query, key) pair and head */
+    double elementwise; /* the rest: biases, GeLU, residuals, norms, loss,
+                         * bias and position sums, gradient accumulation */
+    double chapter;     /* zs_analyze_step_flops: 72BTlh^2 + 12BT^2lh +
+                         * 6BThV (square attention, matmuls only) */
+    double six_n;       /* 6 x parameters x B*T tokens */
+} zs_engine_flops;
+
+/* Predicts, from the dimensions alone, the FLOPs that each of the engine's
+ * operators counts during one training step of Zhisuan's GPT (zs_gpt_loss
+ * forward + zs_backward; the optimizer is not an operator) on batch
+ * sequences of length seq: out (may be NULL) gets the per-operator
+ * breakdown. c must describe a model src/nn/gpt.c builds: GeLU MLP with
+ * d_ff = 4h, LayerNorm, biases, tied embeddings, n_kv_head = n_head,
+ * n_head * d_head = d_model, and either learned positions (GPT-2) or an
+ * embedding norm (BLOOM, ALiBi); 1 <= seq <= seq_len (the context).
+ * Returns the total, or < 0 + an error naming what does not fit. */
+double zs_analyze_engine_step_flops(const zs_model_config *c, int64_t batch,
+                                    int64_t seq, zs_engine_flops *out);
 
 #ifdef __cplusplus
 }

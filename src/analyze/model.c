@@ -1,6 +1,7 @@
 /*
  * model.c - descriptions of decoder-only transformers for the analyzer:
- * presets (GPT-2, BLOOM-176B, GPT-3 175B, LLaMA-65B, Llama-2-70B), configs
+ * presets (GPT-2, BLOOM-176B, GPT-3 175B, LLaMA-65B, Llama-2-70B, and
+ * Zhisuan's own GPT presets gpt-tiny and gpt-small), configs
  * set field by field from flags or from a flat JSON object, and the
  * parameter count in closed form.
  *
@@ -37,6 +38,17 @@ static const zs_model_config presets[] = {
     GPT2("gpt2-medium", 24, 1024, 16),
     GPT2("gpt2-large", 36, 1280, 20),
     GPT2("gpt2-xl", 48, 1600, 25),
+    /* Zhisuan's GPT presets (zs_gpt_preset in src/nn/gpt.c: tiny, small)
+     * with the default BPE vocabulary of zs train gpt (4096); the BLOOM
+     * variant is --set learned_pos=false --set embed_norm=true. */
+    {.name = "gpt-tiny", .n_layer = 2, .d_model = 64, .n_head = 4,
+     .n_kv_head = 4, .d_head = 16, .d_ff = 256, .vocab = 4096, .seq_len = 128,
+     .mlp = ZS_MLP_GELU, .norm = ZS_NORM_LAYER, .bias = true,
+     .tied_embeddings = true, .learned_pos = true, .embed_norm = false},
+    {.name = "gpt-small", .n_layer = 6, .d_model = 384, .n_head = 6,
+     .n_kv_head = 6, .d_head = 64, .d_ff = 1536, .vocab = 4096, .seq_len = 256,
+     .mlp = ZS_MLP_GELU, .norm = ZS_NORM_LAYER, .bias = true,
+     .tied_embeddings = true, .learned_pos = true, .embed_norm = false},
     /* BLOOM: ALiBi (no position table), LayerNorm after the embedding. */
     {.name = "bloom-176b", .n_layer = 70, .d_model = 14336, .n_head = 112,
      .n_kv_head = 112, .d_head = 128, .d_ff = 4 * 14336, .vocab = 250880,

@@ -11,8 +11,10 @@
  * by two threads and the order of additions per row is the index order
  * (deterministic for any thread count).
  *
- * Saved: 0 the contiguous index tensor. Cost model: no FLOPs forward
- * (n*D additions backward); bytes = indices + rows read, rows written.
+ * Saved: 0 the contiguous index tensor. Cost model: no FLOPs forward;
+ * the backward, a fused kernel (not itself differentiable) counted in the
+ * profiler as "embedding_backward", n*D additions. Bytes: forward indices
+ * + rows read, rows written; backward indices + gout read, [V, D] written.
  */
 #include <string.h>
 
@@ -21,6 +23,8 @@
 static zs_status embedding_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_EMBEDDING = {.name = "embedding", .backward = embedding_bw};
+/* Profiler entry of the fused scatter-add backward (no node of its own). */
+static zsi_op OP_EMBEDDING_BW = {.name = "embedding_backward"};
 
 /* ---- kernels ----------------------------------------------------------- */
 
@@ -174,6 +178,7 @@ zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx)
 
 static zs_status embedding_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 {
+    double t0 = zsi_op_begin(&OP_EMBEDDING_BW);
     const zsi_meta *m = &n->in_meta[0];
     zs_tensor *ic = n->saved[0];
     zs_tensor *gc = zs_contiguous(g);
@@ -190,6 +195,8 @@ static zs_status embedding_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
      * outweigh that scan. */
     int64_t grain = cnt * D >= ZSK_GRAIN ? 1 : V;
     zs_parallel_for(V, grain, emb_bw_vocab, &c);
+    zsi_op_end(&OP_EMBEDDING_BW, t0, (double)cnt * (double)D,
+               zsi_bytes(ic) + zsi_bytes(gc), zsi_bytes(gw));
     zs_release(gc);
     gin[0] = gw;
     return ZS_OK;
