@@ -1,12 +1,15 @@
 /*
- * collectives.c - all-reduce bandwidth of Zhisuan's ring and of MPI's own
- * MPI_Allreduce, in one run, for 1 KB .. 256 MB of f32.
+ * collectives.c - all-reduce bandwidth of Zhisuan's ring (point-to-point,
+ * src/dist/ring.c) and of MPI's own MPI_Allreduce (both through
+ * zs_comm_allreduce), in one run, for 1 KB .. 256 MB of f32.
  *
  * algbw = bytes / time; busbw = algbw * 2(N-1)/N (the NCCL-tests
- * definitions: busbw is what each rank's link carries). Run without
- * mpirun, the program relaunches itself under mpirun with 2 and then 4
- * ranks (--oversubscribe) and prints both tables; its last line is
- * `allreduce busbw 64MB 4 ranks zhisuan-ring/mpi = R`.
+ * definitions: busbw is what each rank's link carries, comparable across
+ * rank counts). Time: the best over repetitions of the mean over ranks of
+ * one all-reduce started after a barrier. Run without mpirun, the program
+ * relaunches itself under mpirun with 2 and then 4 ranks
+ * (--allow-run-as-root --oversubscribe) and prints both tables; its last
+ * line is `allreduce busbw 64MB 4 ranks zhisuan-ring/mpi = R`.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +26,7 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Best time of reps all-reduces (every rank takes the slowest rank's). */
+/* Best over reps of the mean over ranks of one all-reduce. */
 static double time_allreduce(zs_comm *w, zs_tensor *t, zs_allreduce_algo algo, int reps)
 {
     zs_tensor *slow = zs_scalar(ZS_F64, 0);
@@ -51,11 +54,11 @@ static int run_ranks(void)
     double factor = 2.0 * (P - 1) / P, ratio64 = 0;
     if (R == 0)
         printf("\nall-reduce, %d ranks (f32, sum; busbw = algbw * 2(N-1)/N)\n"
-               "%10s %12s %12s %12s %12s %8s\n", P, "bytes", "ring algbw",
+               "%10s %15s %15s %15s %15s %9s\n", P, "bytes", "ring algbw",
                "ring busbw", "mpi algbw", "mpi busbw", "ring/mpi");
     for (int64_t bytes = 1024; bytes <= (256ll << 20); bytes *= 4) {
         int64_t n = bytes / 4;
-        zs_tensor *t = zs_ones(ZS_F32, 1, &n);
+        zs_tensor *t = zs_zeros(ZS_F32, 1, &n); /* stays finite however often summed */
         int reps = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 3;
         double tr = time_allreduce(w, t, ZS_ALLREDUCE_RING, reps);
         double tm = time_allreduce(w, t, ZS_ALLREDUCE_MPI, reps);
@@ -63,7 +66,7 @@ static int run_ranks(void)
         if (bytes == (64ll << 20))
             ratio64 = tm / tr;
         if (R == 0)
-            printf("%10lld %10.2f GB/s %8.2f GB/s %8.2f GB/s %8.2f GB/s %8.2f\n",
+            printf("%10lld %10.2f GB/s %10.2f GB/s %10.2f GB/s %10.2f GB/s %9.2f\n",
                    (long long)bytes, ar, ar * factor, am, am * factor, tm / tr);
         zs_release(t);
     }

@@ -1,44 +1,43 @@
 /*
- * comm.c - communicators and collectives on tensors (see zs/dist.h).
+ * comm.c - communicators (see zs/dist.h): start and end of MPI, the world
+ * and its splits, and the failure machinery every collective shares:
+ * waits against a deadline, the timeout survey that names the missing
+ * ranks, and the cross-rank argument agreement.
  *
  * Built with MPI (ZS_HAVE_MPI) and started by mpirun, a zs_comm wraps an
  * MPI communicator with MPI_ERRORS_RETURN, so MPI failures come back as
  * messages. Otherwise the world is one process and every collective is
  * the identity (or a copy), so the same program runs without MPI.
  *
- * The ring all-reduce (ZS_ALLREDUCE_RING) cuts the tensor into `size`
- * chunks; in size-1 steps of reduce-scatter each rank sends one chunk to
- * its right neighbour and adds the chunk received from its left, so rank r
- * ends up owning the full sum of chunk r+1; size-1 all-gather steps then
- * pass the finished chunks around. Each rank sends 2(size-1)/size of the
- * tensor: the bandwidth-optimal volume that bench/collectives compares
- * with MPI's own all-reduce.
+ * The survey: a rank whose wait expired sends its rank to every other rank
+ * on the communicator's private duplicate and listens, for as long as the
+ * timeout again, for the same message from each. Ranks that are alive and
+ * stuck in the same (or any) wait time out too and answer; a rank that is
+ * dead, stopped, or busy elsewhere does not, and is named.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "core/internal.h"
-#include "zs/dist.h"
+#include "dist/internal.h"
 
+static zs_comm world = {.rank = 0, .size = 1
 #ifdef ZS_HAVE_MPI
-#include <mpi.h>
-#endif
-
-struct zs_comm {
-    int rank, size;
-#ifdef ZS_HAVE_MPI
-    MPI_Comm mpi; /* MPI_COMM_NULL for the single-process world */
-#endif
-};
-
-static zs_comm world = {0, 1
-#ifdef ZS_HAVE_MPI
-                        , MPI_COMM_NULL
+                        , .mpi = MPI_COMM_NULL, .coll = MPI_COMM_NULL
 #endif
 };
 static bool initialised, using_mpi;
+static int thread_level = -1;
+
+double zsi_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 bool zs_dist_is_mpi(void) { return using_mpi; }
+int zs_dist_thread_level(void) { return thread_level; }
 
 static bool launched_by_mpirun(void)
 {
@@ -46,22 +45,49 @@ static bool launched_by_mpirun(void)
            getenv("PMIX_RANK");
 }
 
+/* ZS_COMM_TIMEOUT and ZS_COMM_CHECK configure the world. */
+static void world_from_env(void)
+{
+    const char *t = getenv("ZS_COMM_TIMEOUT"), *k = getenv("ZS_COMM_CHECK");
+    if (t && atof(t) > 0)
+        world.timeout = atof(t);
+    world.checks = k && atoi(k) != 0;
+}
+
+#ifdef ZS_HAVE_MPI
+static zs_status start_mpi(int *argc, char ***argv)
+{
+    int provided = -1;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return zs_set_error_code(ZS_ERR_IO, "dist: MPI_Init_thread failed");
+    thread_level = provided;
+    using_mpi = true;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (provided < MPI_THREAD_FUNNELED) {
+        MPI_Finalize();
+        using_mpi = false;
+        return zs_set_error_code(ZS_ERR_UNSUPPORTED, "dist: MPI grants thread "
+                                 "level %d, below MPI_THREAD_FUNNELED", provided);
+    }
+    world.mpi = MPI_COMM_WORLD;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &world.coll) != MPI_SUCCESS)
+        return zs_set_error_code(ZS_ERR_IO, "dist: MPI_Comm_dup failed");
+    MPI_Comm_set_errhandler(world.coll, MPI_ERRORS_RETURN);
+    return ZS_OK;
+}
+#endif
+
 zs_status zs_dist_init(int *argc, char ***argv)
 {
     if (initialised)
         return ZS_OK;
     initialised = true;
+    world_from_env();
 #ifdef ZS_HAVE_MPI
-    if (launched_by_mpirun()) {
-        int provided;
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-            return zs_set_error_code(ZS_ERR_IO, "dist: MPI_Init failed");
-        using_mpi = true;
-        world.mpi = MPI_COMM_WORLD;
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &world.size);
-    }
+    if (launched_by_mpirun())
+        return start_mpi(argc, argv);
 #else
     (void)argc;
     (void)argv;
@@ -76,46 +102,97 @@ zs_status zs_dist_init(int *argc, char ***argv)
 void zs_dist_finalize(void)
 {
 #ifdef ZS_HAVE_MPI
-    if (using_mpi)
+    if (using_mpi) {
+        if (world.broken) { /* pending transfers: MPI_Finalize could hang */
+            fprintf(stderr, "rank %d: %s\n", world.rank, world.why);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        if (world.coll != MPI_COMM_NULL)
+            MPI_Comm_free(&world.coll);
         MPI_Finalize();
+    }
+    world.mpi = world.coll = MPI_COMM_NULL;
 #endif
     using_mpi = false;
-    initialised = false;
 }
 
-zs_comm *zs_comm_world(void) { return &world; }
+void zs_dist_abort(int code)
+{
+    fprintf(stderr, "rank %d: %s\n", world.rank, zs_last_error());
+    fflush(stderr);
+#ifdef ZS_HAVE_MPI
+    if (using_mpi)
+        MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+    exit(code);
+}
+
+zs_comm *zs_comm_world(void)
+{
+    if (!initialised)
+        zs_dist_init(NULL, NULL);
+    return &world;
+}
+
 int zs_comm_rank(const zs_comm *c) { return c ? c->rank : -1; }
 int zs_comm_size(const zs_comm *c) { return c ? c->size : 0; }
+void zs_comm_set_timeout(zs_comm *c, double s) { if (c) c->timeout = s > 0 ? s : 0; }
+double zs_comm_timeout(const zs_comm *c) { return c ? c->timeout : 0; }
+void zs_comm_set_checks(zs_comm *c, bool on) { if (c) c->checks = on; }
+bool zs_comm_is_broken(const zs_comm *c) { return c && c->broken; }
+
+bool zsi_multi(const zs_comm *c)
+{
+#ifdef ZS_HAVE_MPI
+    return c->mpi != MPI_COMM_NULL && c->size > 1;
+#else
+    (void)c;
+    return false;
+#endif
+}
+
+double zsi_deadline(const zs_comm *c)
+{
+    return c->timeout > 0 ? zsi_now() + c->timeout : 0;
+}
 
 zs_comm *zs_comm_split(zs_comm *c, int color, int key)
 {
-    if (!c) {
-        zs_set_error("comm_split: NULL communicator");
+    if (zsi_check_comm("comm_split", c) != ZS_OK)
         return NULL;
-    }
     zs_comm *n = calloc(1, sizeof *n);
     if (!n) {
         zs_set_error_code(ZS_ERR_NOMEM, "comm_split: out of memory");
         return NULL;
     }
-    n->rank = 0;
     n->size = 1;
+    n->timeout = c->timeout;
+    n->checks = c->checks;
 #ifdef ZS_HAVE_MPI
-    n->mpi = MPI_COMM_NULL;
+    n->mpi = n->coll = MPI_COMM_NULL;
     if (c->mpi != MPI_COMM_NULL) {
-        if (MPI_Comm_split(c->mpi, color, key, &n->mpi) != MPI_SUCCESS) {
-            free(n);
-            zs_set_error_code(ZS_ERR_IO, "comm_split: MPI_Comm_split failed");
+        int rc = MPI_Comm_split(c->mpi, color < 0 ? MPI_UNDEFINED : color, key, &n->mpi);
+        if (rc == MPI_SUCCESS && n->mpi != MPI_COMM_NULL)
+            rc = MPI_Comm_dup(n->mpi, &n->coll);
+        if (rc != MPI_SUCCESS) {
+            zs_comm_free(n);
+            zsi_mpi(c, "comm_split", rc);
             return NULL;
         }
-        MPI_Comm_set_errhandler(n->mpi, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(n->mpi, &n->rank);
-        MPI_Comm_size(n->mpi, &n->size);
+        if (n->mpi != MPI_COMM_NULL) {
+            MPI_Comm_set_errhandler(n->mpi, MPI_ERRORS_RETURN);
+            MPI_Comm_set_errhandler(n->coll, MPI_ERRORS_RETURN);
+            MPI_Comm_rank(n->mpi, &n->rank);
+            MPI_Comm_size(n->mpi, &n->size);
+        }
     }
-#else
-    (void)color;
-    (void)key;
 #endif
+    if (color < 0) {
+        zs_comm_free(n);
+        zs_set_error("comm_split: color %d is negative (expected >= 0)", color);
+        return NULL;
+    }
+    (void)key;
     return n;
 }
 
@@ -124,59 +201,103 @@ void zs_comm_free(zs_comm *c)
     if (!c || c == &world)
         return;
 #ifdef ZS_HAVE_MPI
-    if (c->mpi != MPI_COMM_NULL)
+    /* MPI would still progress an abandoned collective on a freed
+     * communicator (and crash): such a communicator is never freed. */
+    if (c->coll != MPI_COMM_NULL && !c->orphans)
+        MPI_Comm_free(&c->coll);
+    if (c->mpi != MPI_COMM_NULL && !c->orphans)
         MPI_Comm_free(&c->mpi);
 #endif
     free(c);
 }
 
-/* ---- checks -------------------------------------------------------------- */
+/* ---- shared checks and helpers ------------------------------------------- */
 
-static zs_status check_tensor(const char *op, const zs_tensor *t, bool reduce)
+zs_status zsi_check_comm(const char *op, const zs_comm *c)
+{
+    if (!c)
+        return zs_set_error("%s: NULL communicator", op);
+    if (c->broken)
+        return zs_set_error_code(ZS_ERR_STATE, "%s: communicator unusable after an "
+                                 "earlier failure: %s", op, c->why);
+    return ZS_OK;
+}
+
+zs_status zsi_check_tensor(const char *op, const zs_tensor *t, bool sum)
 {
     if (!t)
         return zs_set_error("%s: NULL tensor", op);
     if (!zs_is_contiguous(t) || t->device != ZS_CPU)
         return zs_set_error("%s: tensor must be contiguous and on the CPU", op);
-    if (reduce && t->dtype != ZS_F32 && t->dtype != ZS_F64 &&
+    if (sum && t->dtype != ZS_F32 && t->dtype != ZS_F64 &&
         t->dtype != ZS_I32 && t->dtype != ZS_I64)
         return zs_set_error("%s: cannot sum dtype %s (expected f32, f64, i32 "
                             "or i64)", op, zs_dtype_name(t->dtype));
+    if (zs_nbytes(t) > (size_t)0x7fffffff)
+        return zs_set_error("%s: %zu bytes is more than one MPI message carries "
+                            "(2^31 - 1); split the tensor", op, zs_nbytes(t));
     return ZS_OK;
 }
 
-static zs_status check_root(const char *op, const zs_comm *c, int root)
+zs_status zsi_break(zs_comm *c, zs_status st)
 {
-    if (root < 0 || root >= c->size)
-        return zs_set_error("%s: root %d is not a rank of a communicator of "
-                            "size %d", op, root, c->size);
-    return ZS_OK;
+    if (c && !c->broken) {
+        c->broken = true;
+        snprintf(c->why, sizeof c->why, "%s", zs_last_error());
+    }
+    return st;
 }
 
-/* Adds n elements of src into dst. */
-static void add_into(zs_dtype dt, void *dst, const void *src, int64_t n)
+void zsi_add_into(zs_dtype dt, void *dst, const void *src, int64_t n)
 {
     switch (dt) {
-    case ZS_F32: for (int64_t i = 0; i < n; i++) ((float *)dst)[i] += ((const float *)src)[i]; break;
-    case ZS_F64: for (int64_t i = 0; i < n; i++) ((double *)dst)[i] += ((const double *)src)[i]; break;
-    case ZS_I32: for (int64_t i = 0; i < n; i++) ((int32_t *)dst)[i] += ((const int32_t *)src)[i]; break;
-    default: for (int64_t i = 0; i < n; i++) ((int64_t *)dst)[i] += ((const int64_t *)src)[i]; break;
+    case ZS_F32: {
+        float *d = dst;
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] += s[i];
+        break;
+    }
+    case ZS_F64: {
+        double *d = dst;
+        const double *s = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] += s[i];
+        break;
+    }
+    case ZS_I32: {
+        int32_t *d = dst;
+        const int32_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = (int32_t)((uint32_t)d[i] + (uint32_t)s[i]); /* wraps like MPI */
+        break;
+    }
+    default: {
+        int64_t *d = dst;
+        const int64_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = (int64_t)((uint64_t)d[i] + (uint64_t)s[i]);
+        break;
+    }
     }
 }
 
-static void scale(zs_tensor *t, double s)
+void zsi_scale(zs_tensor *t, double s)
 {
     int64_t n = zs_numel(t);
-    if (t->dtype == ZS_F32)
+    if (t->dtype == ZS_F32) {
+        float *d = zs_data(t), f = (float)s;
         for (int64_t i = 0; i < n; i++)
-            ((float *)zs_data(t))[i] *= (float)s;
-    else if (t->dtype == ZS_F64)
+            d[i] *= f;
+    } else if (t->dtype == ZS_F64) {
+        double *d = zs_data(t);
         for (int64_t i = 0; i < n; i++)
-            ((double *)zs_data(t))[i] *= s;
+            d[i] *= s;
+    }
 }
 
 #ifdef ZS_HAVE_MPI
-static MPI_Datatype mpi_type(zs_dtype dt)
+MPI_Datatype zsi_mpi_type(zs_dtype dt)
 {
     switch (dt) {
     case ZS_F32: return MPI_FLOAT;
@@ -187,249 +308,189 @@ static MPI_Datatype mpi_type(zs_dtype dt)
     }
 }
 
-static zs_status mpi_check(const char *op, int rc)
+zs_status zsi_mpi(zs_comm *c, const char *op, int rc)
 {
     if (rc == MPI_SUCCESS)
         return ZS_OK;
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return zs_set_error_code(ZS_ERR_IO, "%s: MPI error: %s", op, msg);
+    zs_set_error_code(ZS_ERR_IO, "%s: MPI error on rank %d: %s", op,
+                      c ? c->rank : -1, msg);
+    return zsi_break(c, ZS_ERR_IO);
 }
 
-/* Byte count for byte-wise transfers of any dtype. */
-static int nbytes_int(const zs_tensor *t) { return (int)zs_nbytes(t); }
-
-static zs_status ring_allreduce(zs_comm *c, zs_tensor *t)
+/* Leaves pending requests to MPI: receives are cancelled (their buffers
+ * are then free), sends and collectives cannot be and keep running. */
+static void abandon(zs_comm *c, int n, MPI_Request *rq)
 {
-    int P = c->size, r = c->rank;
-    int64_t n = zs_numel(t);
-    size_t es = zs_dtype_size(t->dtype);
-    char *d = zs_data(t);
-    int64_t maxchunk = (n + P - 1) / P;
-    void *tmp = malloc((size_t)(maxchunk ? maxchunk : 1) * es);
-    if (!tmp)
-        return zs_set_error_code(ZS_ERR_NOMEM, "allreduce: out of memory");
-    int right = (r + 1) % P, left = (r + P - 1) % P;
-    MPI_Datatype ty = mpi_type(t->dtype);
-    zs_status st = ZS_OK;
-#define CH_LO(k) (n * (int64_t)(k) / P)
-#define CH_N(k) (CH_LO((k) + 1) - CH_LO(k))
-    for (int s = 0; st == ZS_OK && s < P - 1; s++) { /* reduce-scatter */
-        int send = (r - s + P) % P, recv = (r - s - 1 + 2 * P) % P;
-        st = mpi_check("allreduce (ring)",
-                       MPI_Sendrecv(d + CH_LO(send) * (int64_t)es, (int)CH_N(send), ty,
-                                    right, 7001, tmp, (int)CH_N(recv), ty, left, 7001,
-                                    c->mpi, MPI_STATUS_IGNORE));
-        if (st == ZS_OK)
-            add_into(t->dtype, d + CH_LO(recv) * (int64_t)es, tmp, CH_N(recv));
+    for (int i = 0; i < n; i++) {
+        if (rq[i] == MPI_REQUEST_NULL)
+            continue;
+        int flag = 0;
+        MPI_Test(&rq[i], &flag, MPI_STATUS_IGNORE);
+        if (!flag) {
+            rq[i] = MPI_REQUEST_NULL; /* leaked on purpose: see zs/dist.h */
+            c->orphans++;
+        }
     }
-    for (int s = 0; st == ZS_OK && s < P - 1; s++) { /* all-gather */
-        int send = (r + 1 - s + P) % P, recv = (r - s + P) % P;
-        st = mpi_check("allreduce (ring)",
-                       MPI_Sendrecv(d + CH_LO(send) * (int64_t)es, (int)CH_N(send), ty,
-                                    right, 7002, d + CH_LO(recv) * (int64_t)es,
-                                    (int)CH_N(recv), ty, left, 7002, c->mpi,
-                                    MPI_STATUS_IGNORE));
+}
+
+void zsi_cancel_recv(MPI_Request *rq)
+{
+    if (*rq == MPI_REQUEST_NULL)
+        return;
+    MPI_Cancel(rq);
+    MPI_Wait(rq, MPI_STATUS_IGNORE);
+}
+
+/* Writes into out the ranks that do not answer the survey within
+ * `grace` seconds (empty when all answer). */
+static void survey(zs_comm *c, double grace, char *out, size_t cap)
+{
+    static int32_t token; /* outlives abandoned sends */
+    int P = c->size;
+    int32_t *got = calloc((size_t)P, sizeof *got);
+    MPI_Request *rq = malloc(2 * (size_t)P * sizeof *rq);
+    out[0] = '\0';
+    if (!got || !rq) {
+        free(got);
+        free(rq);
+        snprintf(out, cap, "(survey: out of memory)");
+        return;
     }
-#undef CH_LO
-#undef CH_N
-    free(tmp);
+    token = c->rank;
+    for (int r = 0; r < P; r++) {
+        rq[r] = rq[P + r] = MPI_REQUEST_NULL;
+        if (r == c->rank)
+            continue;
+        MPI_Irecv(&got[r], 1, MPI_INT32_T, r, ZSI_TAG_SURVEY, c->coll, &rq[r]);
+        MPI_Isend(&token, 1, MPI_INT32_T, r, ZSI_TAG_SURVEY, c->coll, &rq[P + r]);
+    }
+    double end = zsi_now() + grace;
+    int all = 0;
+    while (!all && zsi_now() < end)
+        MPI_Testall(P, rq, &all, MPI_STATUSES_IGNORE);
+    size_t len = 0;
+    for (int r = 0; r < P; r++) {
+        int flag = 1;
+        if (rq[r] != MPI_REQUEST_NULL)
+            MPI_Test(&rq[r], &flag, MPI_STATUS_IGNORE);
+        if (flag)
+            continue;
+        zsi_cancel_recv(&rq[r]);
+        if (len < cap)
+            len += (size_t)snprintf(out + len, cap - len, "%s%d", len ? ", " : "", r);
+    }
+    for (int r = 0; r < P; r++)
+        if (rq[P + r] != MPI_REQUEST_NULL)
+            MPI_Request_free(&rq[P + r]);
+    free(got);
+    free(rq);
+}
+
+zs_status zsi_timeout(zs_comm *c, const char *op, int n, MPI_Request *rq, int peer,
+                      bool ask)
+{
+    abandon(c, n, rq);
+    char who[256] = "", waited[64] = "";
+    if (peer >= 0)
+        snprintf(waited, sizeof waited, " waiting for rank %d", peer);
+    if (!ask) /* point-to-point: the peer is the one */
+        zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s", op, c->rank,
+                          c->timeout, waited);
+    else if (survey(c, c->timeout, who, sizeof who), who[0])
+        zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s; rank%s %s "
+                          "did not answer", op, c->rank, c->timeout, waited,
+                          strchr(who, ',') ? "s" : "", who);
+    else
+        zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s; every rank "
+                          "answered the survey (a rank may be in another collective)",
+                          op, c->rank, c->timeout, waited);
+    return zsi_break(c, ZS_ERR_IO);
+}
+
+zs_status zsi_poll(zs_comm *c, const char *op, int n, MPI_Request *rq,
+                   double deadline, bool *expired)
+{
+    *expired = false;
+    if (deadline <= 0)
+        return zsi_mpi(c, op, MPI_Waitall(n, rq, MPI_STATUSES_IGNORE));
+    for (;;) {
+        int done = 0;
+        int rc = MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return zsi_mpi(c, op, rc);
+        if (done)
+            return ZS_OK;
+        if (zsi_now() > deadline) {
+            *expired = true;
+            return ZS_OK;
+        }
+    }
+}
+
+zs_status zsi_wait(zs_comm *c, const char *op, int n, MPI_Request *rq,
+                   double deadline, int peer)
+{
+    bool expired;
+    zs_status st = zsi_poll(c, op, n, rq, deadline, &expired);
+    if (st == ZS_OK && expired)
+        st = zsi_timeout(c, op, n, rq, peer, peer < 0);
     return st;
 }
 #endif
 
+/* ---- argument agreement -------------------------------------------------- */
+
 #ifdef ZS_HAVE_MPI
-#define MULTI(c) ((c)->mpi != MPI_COMM_NULL)
+static const char *op_name(int64_t id)
+{
+    static const char *names[] = {"?", "barrier", "broadcast", "allreduce", "reduce",
+                                  "allgather", "reduce_scatter", "scatter", "gather"};
+    return id >= 1 && id <= ZSI_OP_GATHER ? names[id] : "?";
+}
+#endif
+
+zs_status zsi_agree(zs_comm *c, const char *op, int opid, int dtype, int64_t numel,
+                    int root, zs_status local)
+{
+    if (!c || !c->checks || !zsi_multi(c) || c->broken)
+        return local;
+#ifdef ZS_HAVE_MPI
+    int P = c->size;
+    int64_t mine[5] = {opid, dtype, numel, root, local == ZS_OK};
+    int64_t *all = malloc(5 * (size_t)P * sizeof *all);
+    if (!all)
+        return zs_set_error_code(ZS_ERR_NOMEM, "%s: out of memory", op);
+    char keep[384];
+    snprintf(keep, sizeof keep, "%s", zs_last_error());
+    MPI_Request rq = MPI_REQUEST_NULL;
+    zs_status st = zsi_mpi(c, op, MPI_Iallgather(mine, 5, MPI_INT64_T, all, 5, MPI_INT64_T,
+                                                 c->coll, &rq));
+    if (st == ZS_OK)
+        st = zsi_wait(c, op, 1, &rq, zsi_deadline(c), -1);
+    for (int r = 0; st == ZS_OK && r < P; r++) {
+        const int64_t *o = all + 5 * r;
+        if (local != ZS_OK) {
+            st = zs_set_error_code(local, "%s", keep);
+        } else if (!o[4]) {
+            st = zs_set_error("%s: rank %d rejected its arguments to %s", op, r,
+                              op_name(o[0]));
+        } else if (memcmp(o, mine, 4 * sizeof *o) != 0) {
+            st = zs_set_error("%s: rank %d called %s(%lld %s, %lld) but rank %d called "
+                              "%s(%lld %s, %lld) (element count, dtype, root or algorithm)", op,
+                              r, op_name(o[0]), (long long)o[2],
+                              o[1] >= 0 && o[1] < ZS_DTYPE_COUNT ? zs_dtype_name((zs_dtype)o[1]) : "?",
+                              (long long)o[3], c->rank, op_name(opid), (long long)numel,
+                              dtype >= 0 && dtype < ZS_DTYPE_COUNT ? zs_dtype_name((zs_dtype)dtype) : "?",
+                              (long long)root);
+        }
+    }
+    free(all);
+    return st;
 #else
-#define MULTI(c) false
+    (void)op, (void)opid, (void)dtype, (void)numel, (void)root;
+    return local;
 #endif
-
-/* ---- collectives ----------------------------------------------------------- */
-
-zs_status zs_comm_barrier(zs_comm *c)
-{
-    if (!c)
-        return zs_set_error("barrier: NULL communicator");
-#ifdef ZS_HAVE_MPI
-    if (MULTI(c))
-        return mpi_check("barrier", MPI_Barrier(c->mpi));
-#endif
-    return ZS_OK;
-}
-
-zs_status zs_comm_broadcast(zs_comm *c, zs_tensor *t, int root)
-{
-    zs_status st = c ? check_tensor("broadcast", t, false) : zs_set_error("broadcast: NULL communicator");
-    if (st == ZS_OK)
-        st = check_root("broadcast", c, root);
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && MULTI(c))
-        st = mpi_check("broadcast", MPI_Bcast(zs_data(t), nbytes_int(t), MPI_BYTE, root, c->mpi));
-#endif
-    return st;
-}
-
-zs_status zs_comm_allreduce(zs_comm *c, zs_tensor *t, bool average,
-                            zs_allreduce_algo algo)
-{
-    zs_status st = c ? check_tensor("allreduce", t, true) : zs_set_error("allreduce: NULL communicator");
-    if (st == ZS_OK && algo != ZS_ALLREDUCE_MPI && algo != ZS_ALLREDUCE_RING)
-        st = zs_set_error("allreduce: unknown algorithm %d", (int)algo);
-    if (st != ZS_OK)
-        return st;
-#ifdef ZS_HAVE_MPI
-    if (MULTI(c) && c->size > 1) {
-        if (algo == ZS_ALLREDUCE_RING)
-            st = ring_allreduce(c, t);
-        else
-            st = mpi_check("allreduce", MPI_Allreduce(MPI_IN_PLACE, zs_data(t),
-                                                      (int)zs_numel(t), mpi_type(t->dtype),
-                                                      MPI_SUM, c->mpi));
-    }
-#endif
-    if (st == ZS_OK && average)
-        scale(t, 1.0 / c->size);
-    return st;
-}
-
-zs_status zs_comm_reduce(zs_comm *c, zs_tensor *t, int root)
-{
-    zs_status st = c ? check_tensor("reduce", t, true) : zs_set_error("reduce: NULL communicator");
-    if (st == ZS_OK)
-        st = check_root("reduce", c, root);
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && MULTI(c))
-        st = mpi_check("reduce", MPI_Reduce(c->rank == root ? MPI_IN_PLACE : zs_data(t),
-                                            zs_data(t), (int)zs_numel(t),
-                                            mpi_type(t->dtype), MPI_SUM, root, c->mpi));
-#endif
-    return st;
-}
-
-static zs_status check_parts(const char *op, const zs_comm *c, const zs_tensor *part,
-                             const zs_tensor *whole)
-{
-    zs_status st = check_tensor(op, part, false);
-    if (st == ZS_OK)
-        st = check_tensor(op, whole, false);
-    if (st == ZS_OK && (part->dtype != whole->dtype ||
-                        zs_numel(whole) != zs_numel(part) * c->size))
-        st = zs_set_error("%s: %lld-element %s part and %lld-element %s whole; "
-                          "expected the whole to be %d x the part, same dtype", op,
-                          (long long)zs_numel(part), zs_dtype_name(part->dtype),
-                          (long long)zs_numel(whole), zs_dtype_name(whole->dtype),
-                          c->size);
-    return st;
-}
-
-zs_status zs_comm_allgather(zs_comm *c, const zs_tensor *in, zs_tensor *out)
-{
-    if (!c)
-        return zs_set_error("allgather: NULL communicator");
-    zs_status st = check_parts("allgather", c, in, out);
-    if (st != ZS_OK)
-        return st;
-#ifdef ZS_HAVE_MPI
-    if (MULTI(c))
-        return mpi_check("allgather", MPI_Allgather(zs_data(in), nbytes_int(in), MPI_BYTE,
-                                                    zs_data(out), nbytes_int(in), MPI_BYTE,
-                                                    c->mpi));
-#endif
-    memcpy(zs_data(out), zs_data(in), zs_nbytes(in));
-    return ZS_OK;
-}
-
-zs_status zs_comm_reduce_scatter(zs_comm *c, const zs_tensor *in, zs_tensor *out)
-{
-    if (!c)
-        return zs_set_error("reduce_scatter: NULL communicator");
-    zs_status st = check_parts("reduce_scatter", c, out, in);
-    if (st == ZS_OK)
-        st = check_tensor("reduce_scatter", in, true);
-    if (st != ZS_OK)
-        return st;
-#ifdef ZS_HAVE_MPI
-    if (MULTI(c))
-        return mpi_check("reduce_scatter",
-                         MPI_Reduce_scatter_block(zs_data(in), zs_data(out), (int)zs_numel(out),
-                                                  mpi_type(in->dtype), MPI_SUM, c->mpi));
-#endif
-    memcpy(zs_data(out), zs_data(in), zs_nbytes(out));
-    return ZS_OK;
-}
-
-zs_status zs_comm_scatter(zs_comm *c, const zs_tensor *in, zs_tensor *out, int root)
-{
-    if (!c)
-        return zs_set_error("scatter: NULL communicator");
-    zs_status st = check_root("scatter", c, root);
-    if (st == ZS_OK)
-        st = c->rank == root ? check_parts("scatter", c, out, in)
-                             : check_tensor("scatter", out, false);
-    if (st != ZS_OK)
-        return st;
-#ifdef ZS_HAVE_MPI
-    if (MULTI(c))
-        return mpi_check("scatter", MPI_Scatter(c->rank == root ? zs_data(in) : NULL,
-                                                nbytes_int(out), MPI_BYTE, zs_data(out),
-                                                nbytes_int(out), MPI_BYTE, root, c->mpi));
-#endif
-    memcpy(zs_data(out), zs_data(in), zs_nbytes(out));
-    return ZS_OK;
-}
-
-zs_status zs_comm_gather(zs_comm *c, const zs_tensor *in, zs_tensor *out, int root)
-{
-    if (!c)
-        return zs_set_error("gather: NULL communicator");
-    zs_status st = check_root("gather", c, root);
-    if (st == ZS_OK)
-        st = c->rank == root ? check_parts("gather", c, in, out)
-                             : check_tensor("gather", in, false);
-    if (st != ZS_OK)
-        return st;
-#ifdef ZS_HAVE_MPI
-    if (MULTI(c))
-        return mpi_check("gather", MPI_Gather(zs_data(in), nbytes_int(in), MPI_BYTE,
-                                              c->rank == root ? zs_data(out) : NULL,
-                                              nbytes_int(in), MPI_BYTE, root, c->mpi));
-#endif
-    memcpy(zs_data(out), zs_data(in), zs_nbytes(in));
-    return ZS_OK;
-}
-
-zs_status zs_comm_send(zs_comm *c, const zs_tensor *t, int dst, int tag)
-{
-    zs_status st = c ? check_tensor("send", t, false) : zs_set_error("send: NULL communicator");
-    if (st == ZS_OK && (dst < 0 || dst >= c->size || dst == c->rank))
-        st = zs_set_error("send: destination %d is not another rank of %d", dst, c->size);
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && MULTI(c))
-        st = mpi_check("send", MPI_Send(zs_data(t), nbytes_int(t), MPI_BYTE, dst, tag, c->mpi));
-#else
-    (void)tag;
-#endif
-    return st;
-}
-
-zs_status zs_comm_recv(zs_comm *c, zs_tensor *t, int src, int tag)
-{
-    zs_status st = c ? check_tensor("recv", t, false) : zs_set_error("recv: NULL communicator");
-    if (st == ZS_OK && (src < 0 || src >= c->size || src == c->rank))
-        st = zs_set_error("recv: source %d is not another rank of %d", src, c->size);
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && MULTI(c)) {
-        MPI_Status ms;
-        st = mpi_check("recv", MPI_Recv(zs_data(t), nbytes_int(t), MPI_BYTE, src, tag,
-                                        c->mpi, &ms));
-        int got = 0;
-        if (st == ZS_OK && (MPI_Get_count(&ms, MPI_BYTE, &got), got != nbytes_int(t)))
-            st = zs_set_error("recv: got %d bytes from rank %d, expected %d", got, src,
-                              nbytes_int(t));
-    }
-#else
-    (void)tag;
-#endif
-    return st;
 }
