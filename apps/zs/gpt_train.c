@@ -25,7 +25,9 @@ typedef struct gpt_cfg {
     int64_t vocab, batch, seq, steps, warmup, accum, eval_every, eval_batches, stop_after;
     double lr, min_lr, wd, clip, minutes;
     uint64_t seed;
-    int threads, zero;
+    int threads, zero, dp;
+    double bucket_mb;
+    zs_allreduce_algo algo;
     bool resume;
 } gpt_cfg;
 
@@ -52,6 +54,12 @@ static void usage(FILE *f)
             "  --out DIR         output directory (default runs/gpt)\n"
             "  --resume          continue from DIR/checkpoint.safetensors\n"
             "  --stop-after N    stop after step N, keeping the schedule of --steps\n"
+            "  --dp N            data-parallel ranks: must equal mpirun's -np\n"
+            "                    (default: the number of ranks)\n"
+            "  --bucket-mb X     gradient bucket size; buckets are all-reduced while\n"
+            "                    backward runs (default 8, 0 = one all-reduce after\n"
+            "                    backward)\n"
+            "  --allreduce NAME  ring (Zhisuan's, default) | mpi\n"
             "  --zero N          under mpirun: 1 = ZeRO stage 1 (optimizer state\n"
             "                    partitioned across ranks); 0 = plain data parallel\n");
 }
@@ -72,7 +80,8 @@ static int num(const char *flag, const char *s, double lo, double hi, double *ou
 static int parse(int argc, char **argv, gpt_cfg *c)
 {
     *c = (gpt_cfg){"small", NULL, "runs/gpt", ZS_GPT2, 4096, 8, 0, 2000, 100,
-                   1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, 0, false};
+                   1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, 0, 0, 8,
+                   ZS_ALLREDUCE_RING, false};
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
@@ -94,6 +103,14 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         if (!strcmp(f, "--preset")) c->preset = v;
         else if (!strcmp(f, "--data")) c->data = v;
         else if (!strcmp(f, "--out")) c->out = v;
+        else if (!strcmp(f, "--allreduce")) {
+            if (!strcmp(v, "ring")) c->algo = ZS_ALLREDUCE_RING;
+            else if (!strcmp(v, "mpi")) c->algo = ZS_ALLREDUCE_MPI;
+            else {
+                fprintf(stderr, "zs train gpt: --allreduce must be ring or mpi, got '%s'\n", v);
+                return -1;
+            }
+        }
         else if (!strcmp(f, "--arch")) {
             if (!strcmp(v, "gpt2")) c->arch = ZS_GPT2;
             else if (!strcmp(v, "bloom")) c->arch = ZS_BLOOM;
@@ -117,6 +134,8 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         NUM("--seed", 0, 1e18, seed, uint64_t)
         NUM("--threads", 1, 256, threads, int)
         NUM("--zero", 0, 3, zero, int)
+        NUM("--dp", 1, 1 << 20, dp, int)
+        NUM("--bucket-mb", 0, 1 << 20, bucket_mb, double)
         else {
             fprintf(stderr, "zs train gpt: unknown flag '%s' (see zs train gpt --help)\n", f);
             return -1;
@@ -162,10 +181,12 @@ typedef struct run_state {
      * its optimizer updates and keeps moments for. */
     zs_tensor *shard;
     int64_t lo, hi;
+    zs_dp *dp; /* gradient averaging (buckets during backward) */
 } run_state;
 
 static void run_free(run_state *s)
 {
+    zs_dp_free(s->dp);
     zs_release(s->shard);
     if (s->metrics)
         fclose(s->metrics);
@@ -268,6 +289,23 @@ static int build_model(gpt_cfg *c, run_state *s)
     }
     if (!(s->o = zs_optim_new(&oc, 1, &opt_param)))
         return 1;
+    zs_tensor **ps;
+    char **names;
+    int np = zs_module_parameters(s->m, &ps, &names);
+    if (np < 0)
+        return 1;
+    zs_dp_config dc = {c->algo, (int64_t)(c->bucket_mb * 1048576)};
+    s->dp = zs_dp_new(zs_comm_world(), &dc, np, ps, s->fg);
+    zs_names_free(np, ps, names);
+    if (!s->dp)
+        return 1;
+    zs_dp_stats ds;
+    zs_dp_get_stats(s->dp, &ds);
+    if (P > 1 && R == 0)
+        fprintf(stderr, "data parallel over %d ranks: %d gradient bucket%s of ~%.1f MiB, "
+                "%s all-reduce\n", P, ds.buckets, ds.buckets == 1 ? "" : "s",
+                4.0 * (double)zs_numel(s->fg) / ds.buckets / 1048576,
+                c->algo == ZS_ALLREDUCE_RING ? "ring" : "MPI");
     return 0;
 }
 
@@ -390,17 +428,23 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
         my_rows(&x, &y);
         zs_tensor *loss = zs_gpt_loss(s->m, x, y);
         zs_tensor *scaled = c->accum > 1 ? zs_mul_scalar(loss, 1.0 / (double)c->accum) : loss;
+        if (a == c->accum - 1 && zs_dp_begin(s->dp) != ZS_OK) {
+            zs_scope_pop();
+            return NAN;
+        }
         if (!scaled || zs_backward(scaled, NULL, false) != ZS_OK) {
             zs_scope_pop();
+            zs_dp_finish(s->dp);
             return NAN;
         }
         loss_sum += zs_item(loss);
         zs_scope_pop();
     }
-    if (zs_comm_size(world) > 1) { /* average gradients and losses */
+    if (zs_dp_finish(s->dp) != ZS_OK) /* gradients averaged over ranks */
+        return NAN;
+    if (zs_comm_size(world) > 1) { /* and the losses */
         zs_tensor *l = zs_scalar(ZS_F64, loss_sum);
-        if (zs_comm_allreduce(world, s->fg, true, ZS_ALLREDUCE_RING) != ZS_OK ||
-            zs_comm_allreduce(world, l, true, ZS_ALLREDUCE_MPI) != ZS_OK) {
+        if (zs_comm_allreduce(world, l, true, ZS_ALLREDUCE_MPI) != ZS_OK) {
             zs_release(l);
             return NAN;
         }
@@ -435,6 +479,11 @@ int zs_cmd_train_gpt(int argc, char **argv)
     if (c.zero > 0 && c.resume && ranks > 1) {
         fprintf(stderr, "zs train gpt: resuming a ZeRO run is not supported yet: its "
                 "checkpoints hold no optimizer state\n");
+        return 2;
+    }
+    if (c.dp > 0 && c.dp != ranks) {
+        fprintf(stderr, "zs train gpt: --dp %d but the job has %d rank%s (start it with "
+                "mpirun -np %d)\n", c.dp, ranks, ranks == 1 ? "" : "s", c.dp);
         return 2;
     }
     if (c.batch % ranks != 0) {

@@ -32,6 +32,16 @@ void zs_zero_grad(zs_tensor *t, bool set_to_none);
  * through the same nodes. */
 zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph);
 
+/* Called by zs_backward on the thread running it, once per leaf and
+ * backward, as soon as every gradient that backward sends the leaf has
+ * been accumulated into leaf->grad (its gradient for this backward is
+ * final while the rest of the graph is still being differentiated). Data
+ * parallelism uses it to start reducing gradient buckets during backward.
+ * The hook must not run autograd itself; it may read leaf->grad. */
+typedef void (*zs_grad_ready_fn)(void *ctx, zs_tensor *leaf);
+/* Installs fn (NULL: none) for this thread's later backward calls. */
+void zs_set_grad_ready_hook(zs_grad_ready_fn fn, void *ctx);
+
 /* Grad mode: nestable no-grad regions, per thread. */
 void zs_no_grad_push(void);
 void zs_no_grad_pop(void);

@@ -82,6 +82,8 @@ typedef struct zs_tensor {
     bool retains_grad;            /* non-leaf: keep .grad after backward */
     struct zs_tensor *grad;       /* owned; NULL until a backward reaches it */
     struct zsi_node *node;        /* the operation that made it (owned ref) */
+    int32_t grad_pending;         /* leaf: gradients still to arrive in the
+                                   * running backward (engine-internal) */
 
     /* lifetime: the scope holding the creation reference, if any */
     struct zsi_scope *scope;

@@ -16,6 +16,7 @@
 #include "optim.h"
 #include "infer.h"
 #include "dist.h"
+#include "dp.h"
 
 #define ZS_VERSION "0.1.0"
 

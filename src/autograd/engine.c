@@ -18,6 +18,14 @@
 #include "zs/ops.h"
 
 static _Thread_local int no_grad_depth;
+static _Thread_local zs_grad_ready_fn ready_hook;
+static _Thread_local void *ready_ctx;
+
+void zs_set_grad_ready_hook(zs_grad_ready_fn fn, void *ctx)
+{
+    ready_hook = fn;
+    ready_ctx = ctx;
+}
 static int64_t live_nodes; /* approximate under concurrent use */
 
 void zs_no_grad_push(void) { no_grad_depth++; }
@@ -225,8 +233,11 @@ static zs_status collect(zsi_node *root, vec *all)
         zsi_node *n = stack.v[--stack.n];
         for (int i = 0; i < n->nin; i++) {
             zsi_node *m = n->in_node[i];
-            if (!m)
+            if (!m) {
+                if (n->in_leaf[i])
+                    n->in_leaf[i]->grad_pending++;
                 continue;
+            }
             if (!m->visit) {
                 m->visit = 1;
                 m->deps = 0;
@@ -285,6 +296,18 @@ static bool meta_matches(const zsi_meta *m, const zs_tensor *g)
     return true;
 }
 
+/* After node n ran: each leaf input has one gradient fewer to wait for;
+ * the hook hears of those with none left (only while all is well). */
+static void leaves_done(zsi_node *n, zs_status st)
+{
+    for (int i = 0; i < n->nin; i++) {
+        zs_tensor *leaf = n->in_node[i] ? NULL : n->in_leaf[i];
+        if (leaf && --leaf->grad_pending == 0 && ready_hook && st == ZS_OK &&
+            leaf->grad)
+            ready_hook(ready_ctx, leaf);
+    }
+}
+
 static zs_status run_node(zsi_node *n, bool keep_graph)
 {
     if (n->freed)
@@ -321,6 +344,7 @@ static zs_status run_node(zsi_node *n, bool keep_graph)
             st = accumulate_leaf(n->in_leaf[i], gin[i]);
         }
     }
+    leaves_done(n, st);
     for (int i = 0; i < n->nin; i++)
         zs_release(gin[i]);
     if (gin != stack_gin)
@@ -385,10 +409,14 @@ zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph)
     }
     zs_release(g);
     for (int64_t i = 0; i < all.n; i++) {
-        all.v[i]->visit = 0;
+        zsi_node *n = all.v[i];
+        n->visit = 0;
         if (st != ZS_OK) {
-            zs_release(all.v[i]->gout);
-            all.v[i]->gout = NULL;
+            zs_release(n->gout);
+            n->gout = NULL;
+            for (int k = 0; k < n->nin; k++) /* nodes that never ran */
+                if (!n->in_node[k] && n->in_leaf[k])
+                    n->in_leaf[k]->grad_pending = 0;
         }
     }
     free(all.v);
