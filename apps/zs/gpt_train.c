@@ -61,7 +61,9 @@ static void usage(FILE *f)
             "                    backward)\n"
             "  --allreduce NAME  ring (Zhisuan's, default) | mpi\n"
             "  --zero N          under mpirun: 1 = ZeRO stage 1 (optimizer state\n"
-            "                    partitioned across ranks); 0 = plain data parallel\n");
+            "                    partitioned across ranks), 2 = stage 2 (and the\n"
+            "                    gradients, reduce-scattered by bucket during\n"
+            "                    backward); 0 = plain data parallel\n");
 }
 
 static int num(const char *flag, const char *s, double lo, double hi, double *out)
@@ -176,18 +178,37 @@ typedef struct run_state {
     zs_tensor *fp, *fg;
     FILE *metrics;
     int64_t step0;
-    /* ZeRO-1: this rank's slice [lo, hi) of the flat parameters (a view
-     * whose .grad views the same slice of the gradients) is the only part
-     * its optimizer updates and keeps moments for. */
-    zs_tensor *shard;
-    int64_t lo, hi;
-    zs_dp *dp; /* gradient averaging (buckets during backward) */
+    zs_dp *dp;  /* gradient averaging (buckets during backward) */
+    zs_zero *z; /* ZeRO 1 (with dp) or 2 (instead of dp): the optimizer
+                 * updates only this rank's chunks of the parameters */
 } run_state;
+
+/* Optimizer state (and, for stage 2, gradient) bytes per rank. */
+static void report_zero(const gpt_cfg *c, run_state *s, int P)
+{
+    enum { MAX_STATE = 1024 };
+    const char **names = calloc(MAX_STATE, sizeof *names);
+    zs_tensor **ts = calloc(MAX_STATE, sizeof *ts);
+    int n = names && ts ? zs_optim_state(s->o, MAX_STATE, names, ts) : 0;
+    double opt = 0, full = 8.0 * (double)zs_numel(s->fp);
+    for (int i = 0; i < n; i++)
+        opt += (double)zs_nbytes(ts[i]);
+    free(names);
+    free(ts);
+    zs_zero_memory zm;
+    zs_zero_get_memory(s->z, &zm);
+    fprintf(stderr, "ZeRO-%d over %d ranks, per rank: parameters %.1f MiB, gradients "
+            "%.1f MiB%s, optimizer state %.1f MiB (plain data parallel: gradients %.1f, "
+            "optimizer %.1f MiB)\n", c->zero, P, (double)zm.params / 1048576,
+            (double)zm.grad_shard / 1048576,
+            c->zero == 2 ? " (shard; + the buckets in flight)" : "", opt / 1048576,
+            (double)zm.params / 1048576, full / 1048576);
+}
 
 static void run_free(run_state *s)
 {
+    zs_zero_free(s->z);
     zs_dp_free(s->dp);
-    zs_release(s->shard);
     if (s->metrics)
         fclose(s->metrics);
     zs_optim_free(s->o);
@@ -267,45 +288,51 @@ static int build_model(gpt_cfg *c, run_state *s)
                      (long long)counted, (long long)formula);
         return 1;
     }
-    if (zs_module_flatten(s->m, &s->fp, &s->fg) != ZS_OK)
+    bool z2 = c->zero == 2;
+    if (zs_module_flatten(s->m, &s->fp, z2 ? NULL : &s->fg) != ZS_OK)
         return 1;
-    s->fp->grad = zs_retain(s->fg);
+    if (!z2)
+        s->fp->grad = zs_retain(s->fg);
     zs_optim_config oc = {ZS_ADAMW, c->lr, 0, false, c->wd, 0.9, 0.95, 1e-8};
-    zs_tensor *opt_param = s->fp;
+    zs_tensor *opt_param = s->fp, **opt_params = &opt_param;
+    int n_opt = 1;
     int P = zs_comm_size(zs_comm_world()), R = zs_comm_rank(zs_comm_world());
-    if (c->zero > 0 && P > 1) {
-        int64_t n = zs_numel(s->fp);
-        s->lo = n * R / P;
-        s->hi = n * (R + 1) / P;
-        s->shard = zs_narrow(s->fp, 0, s->lo, s->hi - s->lo);
-        if (!s->shard)
-            return 1;
-        s->shard->grad = zs_narrow(s->fg, 0, s->lo, s->hi - s->lo);
-        opt_param = s->shard;
-        if (R == 0)
-            fprintf(stderr, "ZeRO-1 over %d ranks: optimizer state %.1f MiB per rank "
-                    "instead of %.1f MiB\n", P, 8.0 * (double)(s->hi - s->lo) / 1048576,
-                    8.0 * (double)n / 1048576);
-    }
-    if (!(s->o = zs_optim_new(&oc, 1, &opt_param)))
-        return 1;
     zs_tensor **ps;
     char **names;
     int np = zs_module_parameters(s->m, &ps, &names);
     if (np < 0)
         return 1;
-    zs_dp_config dc = {c->algo, (int64_t)(c->bucket_mb * 1048576)};
-    s->dp = zs_dp_new(zs_comm_world(), &dc, np, ps, s->fg);
+    int64_t bucket_bytes = (int64_t)(c->bucket_mb * 1048576);
+    zs_status st = ZS_OK;
+    if (c->zero > 0 &&
+        !(s->z = zs_zero_new(zs_comm_world(), c->zero, bucket_bytes, np, ps, s->fp, s->fg)))
+        st = ZS_ERR_STATE;
+    if (st == ZS_OK && !z2) {
+        zs_dp_config dc = {c->algo, bucket_bytes};
+        if (!(s->dp = zs_dp_new(zs_comm_world(), &dc, np, ps, s->fg)))
+            st = ZS_ERR_STATE;
+    }
     zs_names_free(np, ps, names);
-    if (!s->dp)
+    if (st != ZS_OK)
         return 1;
-    zs_dp_stats ds;
-    zs_dp_get_stats(s->dp, &ds);
-    if (P > 1 && R == 0)
+    if (s->z)
+        opt_params = zs_zero_shards(s->z, &n_opt);
+    if (n_opt == 0) {
+        zs_set_error("ZeRO: rank %d owns no parameters (more ranks than elements)", R);
+        return 1;
+    }
+    if (!(s->o = zs_optim_new(&oc, n_opt, opt_params)))
+        return 1;
+    if (R == 0 && c->zero > 0)
+        report_zero(c, s, P);
+    if (s->dp && P > 1 && R == 0) {
+        zs_dp_stats ds;
+        zs_dp_get_stats(s->dp, &ds);
         fprintf(stderr, "data parallel over %d ranks: %d gradient bucket%s of ~%.1f MiB, "
                 "%s all-reduce\n", P, ds.buckets, ds.buckets == 1 ? "" : "s",
                 4.0 * (double)zs_numel(s->fg) / ds.buckets / 1048576,
                 c->algo == ZS_ALLREDUCE_RING ? "ring" : "MPI");
+    }
     return 0;
 }
 
@@ -339,7 +366,7 @@ static int save(const gpt_cfg *c, run_state *s, int64_t step, double val)
              (long long)g->ctx, (long long)g->layers, (long long)g->heads,
              (long long)g->width, (long long)step, val);
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
-    if (zs_checkpoint_save(path, s->m, s->shard ? NULL : s->o, meta) != ZS_OK)
+    if (zs_checkpoint_save(path, s->m, s->z ? NULL : s->o, meta) != ZS_OK)
         return 1;
     return 0;
 }
@@ -386,30 +413,6 @@ static zs_status check_replicas(const run_state *s)
     return st;
 }
 
-/* ZeRO-1: after each rank has updated its slice, all-gather the slices so
- * every rank holds the new parameters (slices are padded to equal chunks
- * for the all-gather). */
-static zs_status gather_shards(run_state *s)
-{
-    zs_comm *w = zs_comm_world();
-    int P = zs_comm_size(w);
-    int64_t n = zs_numel(s->fp), chunk = (n + P - 1) / P, total = chunk * P;
-    zs_tensor *mine = zs_zeros(ZS_F32, 1, &chunk), *all = zs_empty(ZS_F32, 1, &total);
-    zs_status st = mine && all ? ZS_OK : ZS_ERR_NOMEM;
-    if (st == ZS_OK) {
-        memcpy(zs_data(mine), zs_data(s->shard), (size_t)(s->hi - s->lo) * sizeof(float));
-        st = zs_comm_allgather(w, mine, all);
-    }
-    for (int r = 0; st == ZS_OK && r < P; r++) {
-        int64_t lo = n * r / P, hi = n * (r + 1) / P;
-        memcpy((float *)zs_data(s->fp) + lo, (const float *)zs_data(all) + r * chunk,
-               (size_t)(hi - lo) * sizeof(float));
-    }
-    zs_release(mine);
-    zs_release(all);
-    return st;
-}
-
 /* One optimizer step over accum micro-batches; returns the mean loss (over
  * the global batch: averaged across data-parallel ranks). */
 static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
@@ -428,19 +431,25 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
         my_rows(&x, &y);
         zs_tensor *loss = zs_gpt_loss(s->m, x, y);
         zs_tensor *scaled = c->accum > 1 ? zs_mul_scalar(loss, 1.0 / (double)c->accum) : loss;
-        if (a == c->accum - 1 && zs_dp_begin(s->dp) != ZS_OK) {
+        /* ZeRO-2 reduces every micro-batch into its shard; plain data
+         * parallelism the accumulated gradient, during the last backward */
+        zs_status st = s->z ? zs_zero_begin(s->z) : ZS_OK;
+        if (st == ZS_OK && s->dp && a == c->accum - 1)
+            st = zs_dp_begin(s->dp);
+        if (st == ZS_OK && (!scaled || zs_backward(scaled, NULL, false) != ZS_OK))
+            st = ZS_ERR_STATE;
+        if (s->z && zs_zero_finish(s->z) != ZS_OK)
+            st = ZS_ERR_STATE;
+        if (st != ZS_OK) {
             zs_scope_pop();
-            return NAN;
-        }
-        if (!scaled || zs_backward(scaled, NULL, false) != ZS_OK) {
-            zs_scope_pop();
-            zs_dp_finish(s->dp);
+            if (s->dp)
+                zs_dp_finish(s->dp);
             return NAN;
         }
         loss_sum += zs_item(loss);
         zs_scope_pop();
     }
-    if (zs_dp_finish(s->dp) != ZS_OK) /* gradients averaged over ranks */
+    if (s->dp && zs_dp_finish(s->dp) != ZS_OK) /* gradients averaged over ranks */
         return NAN;
     if (zs_comm_size(world) > 1) { /* and the losses */
         zs_tensor *l = zs_scalar(ZS_F64, loss_sum);
@@ -451,12 +460,18 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
         loss_sum = zs_item(l);
         zs_release(l);
     }
-    *gnorm = c->clip > 0 ? zs_clip_grad_norm(1, &s->fp, c->clip) : 0;
-    if (zs_optim_step(s->o, zs_lr_at(sched, step)) != ZS_OK)
+    if (c->clip > 0)
+        *gnorm = s->z ? zs_zero_clip_grad_norm(s->z, c->clip)
+                      : zs_clip_grad_norm(1, &s->fp, c->clip);
+    if (isnan(*gnorm) || zs_optim_step(s->o, zs_lr_at(sched, step)) != ZS_OK)
         return NAN;
-    if (s->shard && gather_shards(s) != ZS_OK)
-        return NAN;
-    zs_fill_(s->fg, 0.0);
+    if (s->z) {
+        if (zs_zero_gather(s->z) != ZS_OK)
+            return NAN;
+        zs_zero_zero_grad(s->z);
+    } else {
+        zs_fill_(s->fg, 0.0);
+    }
     return loss_sum / (double)c->accum;
 }
 
@@ -471,12 +486,12 @@ int zs_cmd_train_gpt(int argc, char **argv)
     run_state s = {0};
     int ranks = zs_comm_size(zs_comm_world());
     bool lead = zs_comm_rank(zs_comm_world()) == 0; /* logs and checkpoints */
-    if (c.zero > 1) {
-        fprintf(stderr, "zs train gpt: --zero %d is not implemented yet (stage 1 is)\n",
-                c.zero);
+    if (c.zero > 2) {
+        fprintf(stderr, "zs train gpt: --zero %d is not implemented yet (stages 1 and 2 "
+                "are)\n", c.zero);
         return 2;
     }
-    if (c.zero > 0 && c.resume && ranks > 1) {
+    if (c.zero > 0 && c.resume) {
         fprintf(stderr, "zs train gpt: resuming a ZeRO run is not supported yet: its "
                 "checkpoints hold no optimizer state\n");
         return 2;

@@ -76,7 +76,9 @@ int64_t zs_module_num_params(zs_module *m);
 
 /* Moves parameters into one flat f32 buffer and gives each a gradient view
  * into a second flat buffer (zeroed). Returns the two buffers (borrowed,
- * owned by the root module) via out-params. */
+ * owned by the root module) via out-params. flat_grads NULL: no gradient
+ * buffer, the parameters' .grad are dropped (backward allocates them, as
+ * ZeRO stage 2 wants). */
 zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
                             zs_tensor **flat_grads);
 /* Converts every parameter and buffer of the tree to dtype dt in place

@@ -17,6 +17,7 @@
 #include "infer.h"
 #include "dist.h"
 #include "dp.h"
+#include "zero.h"
 
 #define ZS_VERSION "0.1.0"
 

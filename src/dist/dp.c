@@ -30,6 +30,7 @@ struct zs_dp {
     zs_dp_config cfg;
     zs_tensor *flat;     /* borrowed */
     bucket *b;
+    int64_t *lo;         /* bucket starts, descending (buckets.c) */
     int nb, next;        /* next: the lowest bucket not started yet */
     zs_status st;        /* first failure seen by the hook */
     char err[384];
@@ -49,15 +50,7 @@ static int64_t flat_offset(const zs_dp *dp, const zs_tensor *leaf)
 
 static int find_bucket(const zs_dp *dp, int64_t off)
 {
-    int lo = 0, hi = dp->nb - 1; /* buckets descend: b[0] is the highest */
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (off >= dp->b[mid].lo)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return off >= dp->b[lo].lo && off < dp->b[lo].hi ? lo : -1;
+    return zsi_find_bucket(dp->nb, dp->lo, zs_numel(dp->flat), off);
 }
 
 static void fail(zs_dp *dp, zs_status st)
@@ -100,61 +93,37 @@ static void on_ready(void *ctx, zs_tensor *leaf)
 
 static zs_status build_buckets(zs_dp *dp, int n, zs_tensor *const *params)
 {
-    int64_t *off = malloc((size_t)(n > 0 ? n : 1) * sizeof *off);
-    if (!off)
-        return zs_set_error_code(ZS_ERR_NOMEM, "data parallel: out of memory");
-    for (int i = 0; i < n; i++) {
+    size_t m = (size_t)n + 1;
+    int64_t *off = malloc(m * sizeof *off);
+    int *cnt = malloc(m * sizeof *cnt);
+    dp->lo = malloc(m * sizeof *dp->lo);
+    dp->b = calloc(m, sizeof *dp->b);
+    zs_status st = off && cnt && dp->lo && dp->b ? ZS_OK : ZS_ERR_NOMEM;
+    for (int i = 0; st == ZS_OK && i < n; i++) {
         off[i] = flat_offset(dp, params[i]);
-        if (off[i] < 0 || !zs_is_contiguous(params[i]->grad)) {
-            free(off);
-            return zs_set_error("data parallel: parameter %d's gradient is not "
-                                "a view of the flat gradient buffer", i);
-        }
+        if (off[i] < 0 || !zs_is_contiguous(params[i]->grad))
+            st = zs_set_error("data parallel: parameter %d's gradient is not a "
+                              "view of the flat gradient buffer", i);
     }
-    /* Parameters in descending offset; consecutive ones tile the buffer. */
-    int *ord = malloc((size_t)(n > 0 ? n : 1) * sizeof *ord);
-    dp->b = calloc((size_t)(n > 0 ? n : 1), sizeof *dp->b);
-    if (!ord || !dp->b) {
-        free(off);
-        free(ord);
-        return zs_set_error_code(ZS_ERR_NOMEM, "data parallel: out of memory");
-    }
-    for (int i = 0; i < n; i++)
-        ord[i] = i;
-    for (int i = 1; i < n; i++) /* insertion sort: n is a few hundred */
-        for (int j = i; j > 0 && off[ord[j]] > off[ord[j - 1]]; j--) {
-            int t = ord[j];
-            ord[j] = ord[j - 1];
-            ord[j - 1] = t;
-        }
-    int64_t total = zs_numel(dp->flat), limit = dp->cfg.bucket_bytes / 4;
-    int64_t hi = total;
-    for (int i = 0; i < n; i++) {
-        int64_t lo = off[ord[i]];
-        bucket *k = &dp->b[dp->nb];
-        k->nparams++;
-        bool last = i == n - 1;
-        if (last)
-            lo = 0; /* the bucket with the lowest parameter reaches 0 */
-        if (last || (limit > 0 && hi - lo >= limit)) {
-            k->lo = lo;
-            k->hi = hi;
-            hi = lo;
-            dp->nb++;
-        }
+    int64_t total = zs_numel(dp->flat);
+    if (st == ZS_OK &&
+        (dp->nb = zsi_plan_buckets(n, off, total, dp->cfg.bucket_bytes / 4, dp->lo,
+                                   cnt)) < 0)
+        st = ZS_ERR_NOMEM;
+    for (int k = 0; st == ZS_OK && k < dp->nb; k++) {
+        bucket *b = &dp->b[k];
+        b->lo = dp->lo[k];
+        b->hi = k ? dp->lo[k - 1] : total;
+        b->nparams = cnt[k];
+        if (!(b->view = zs_narrow(dp->flat, 0, b->lo, b->hi - b->lo)))
+            st = ZS_ERR_NOMEM;
     }
     free(off);
-    free(ord);
-    if (n == 0) {
-        dp->b[0] = (bucket){.lo = 0, .hi = total};
-        dp->nb = 1;
-    }
-    for (int k = 0; k < dp->nb; k++)
-        if (!(dp->b[k].view = zs_narrow(dp->flat, 0, dp->b[k].lo,
-                                        dp->b[k].hi - dp->b[k].lo)))
-            return ZS_ERR_NOMEM;
+    free(cnt);
+    if (st == ZS_ERR_NOMEM)
+        zs_set_error_code(st, "data parallel: out of memory");
     dp->stats.buckets = dp->nb;
-    return ZS_OK;
+    return st;
 }
 
 zs_dp *zs_dp_new(zs_comm *c, const zs_dp_config *cfg, int n,
@@ -194,12 +163,13 @@ void zs_dp_free(zs_dp *dp)
         return;
     if (dp->armed)
         zs_set_grad_ready_hook(NULL, NULL);
-    for (int k = 0; k < dp->nb; k++) {
+    for (int k = 0; dp->b && k < dp->nb; k++) {
         if (dp->b[k].req)
             zs_request_wait(dp->b[k].req);
         zs_release(dp->b[k].view);
     }
     free(dp->b);
+    free(dp->lo);
     free(dp);
 }
 

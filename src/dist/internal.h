@@ -105,6 +105,20 @@ MPI_Datatype zsi_mpi_type(zs_dtype dt);
 /* Deadline for a wait starting now, from c's timeout (0: none). */
 double zsi_deadline(const zs_comm *c);
 
+/* Gradient buckets (buckets.c), shared by data parallelism (dp.c) and
+ * ZeRO (zero.c). A flat buffer of `total` elements holds n parameters at
+ * element offsets off[] (any order; they tile [0, total)). It is cut into
+ * buckets of whole parameters from its end backwards (backward produces
+ * the last layers' gradients first): bucket 0 holds the highest offsets,
+ * bucket k covers [lo[k], k ? lo[k-1] : total), with cnt[k] parameters,
+ * closed once it reaches `limit` elements (<= 0: one bucket). lo and cnt
+ * have room for n + 1 entries. Returns the bucket count (>= 1), or -1
+ * when out of memory. */
+int zsi_plan_buckets(int n, const int64_t *off, int64_t total, int64_t limit,
+                     int64_t *lo, int *cnt);
+/* The bucket holding element off (lo descending as above), or -1. */
+int zsi_find_bucket(int nb, const int64_t *lo, int64_t total, int64_t off);
+
 /* Ring and request internals (ring.c). */
 zs_status zsi_request_progress(zs_request *r);
 

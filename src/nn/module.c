@@ -291,10 +291,10 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
     zsi_tracking_pause();
     if (e) {
         e->params = zs_zeros(ZS_F32, 1, &total);
-        e->grads = zs_zeros(ZS_F32, 1, &total);
+        e->grads = flat_grads ? zs_zeros(ZS_F32, 1, &total) : NULL;
     }
     zsi_tracking_resume();
-    if (st == ZS_OK && (!e || !e->params || !e->grads)) {
+    if (st == ZS_OK && (!e || !e->params || (flat_grads && !e->grads))) {
         st = ZS_ERR_NOMEM;
         if (e) {
             zs_release(e->params);
@@ -307,9 +307,11 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
         for (int i = 0; i < n; i++) {
             rehome(ps[i], e->params, off);
             zs_release(ps[i]->grad);
+            ps[i]->grad = NULL;
             zsi_tracking_pause();
-            ps[i]->grad = zsi_new_view(e->grads, ps[i]->ndim, ps[i]->shape,
-                                       ps[i]->strides, off);
+            if (e->grads)
+                ps[i]->grad = zsi_new_view(e->grads, ps[i]->ndim, ps[i]->shape,
+                                           ps[i]->strides, off);
             zsi_tracking_resume();
             off += zs_numel(ps[i]);
         }
@@ -317,7 +319,8 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
         e->next = flats;
         flats = e;
         *flat_params = e->params;
-        *flat_grads = e->grads;
+        if (flat_grads)
+            *flat_grads = e->grads;
         zs_alloc_trim(); /* the parameters' old blocks: don't keep them resident */
     }
     zs_names_free(n, ps, nm);

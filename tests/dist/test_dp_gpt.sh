@@ -50,11 +50,18 @@ dp 2 bucket-ring --bucket-mb 0.02
 dp 4 bucket-mpi --bucket-mb 0.02 --allreduce mpi
 grep -q "gradient buckets" "$tmp/bucket-ring.log" && echo "ok $(grep 'gradient buckets' "$tmp/bucket-ring.log")" \
   || { echo "FAIL no bucket report"; cat "$tmp/bucket-ring.log"; fail=1; }
-# ZeRO stage 1 (optimizer state partitioned, parameters all-gathered).
+# ZeRO stage 1 (optimizer state partitioned, parameters all-gathered) and
+# stage 2 (gradients too: reduce-scattered bucket by bucket in backward;
+# several buckets, and one).
 dp 4 z1 --zero 1
-"$zs" train gpt "${common[@]}" --zero 2 --out "$tmp/z2" >/dev/null 2>"$tmp/logz2"
-[ $? -eq 2 ] && grep -q "not implemented" "$tmp/logz2" && echo "ok --zero 2 refused: $(cat "$tmp/logz2")" \
-  || { echo "FAIL --zero 2 not refused"; fail=1; }
+dp 2 z2 --zero 2 --bucket-mb 0.05
+dp 4 z2-4 --zero 2 --bucket-mb 0.05
+dp 2 z2-1bucket --zero 2 --bucket-mb 0
+grep -q "ZeRO-2 over 2 ranks" "$tmp/z2.log" && echo "ok $(grep 'ZeRO-2 over' "$tmp/z2.log")" \
+  || { echo "FAIL no ZeRO-2 memory report"; cat "$tmp/z2.log"; fail=1; }
+"$zs" train gpt "${common[@]}" --zero 3 --out "$tmp/z3" >/dev/null 2>"$tmp/logz3"
+[ $? -eq 2 ] && grep -q "not implemented" "$tmp/logz3" && echo "ok --zero 3 refused: $(cat "$tmp/logz3")" \
+  || { echo "FAIL --zero 3 not refused"; fail=1; }
 "$zs" train gpt "${common[@]}" --dp 3 --out "$tmp/dp3" >/dev/null 2>"$tmp/logdp3"
 [ $? -eq 2 ] && grep -q "mpirun -np 3" "$tmp/logdp3" && echo "ok --dp 3 on one rank refused: $(cat "$tmp/logdp3")" \
   || { echo "FAIL --dp 3 not refused"; cat "$tmp/logdp3"; fail=1; }
