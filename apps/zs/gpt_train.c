@@ -181,20 +181,18 @@ typedef struct run_state {
     zs_dp *dp;  /* gradient averaging (buckets during backward) */
     zs_zero *z; /* ZeRO 1 (with dp) or 2 (instead of dp): the optimizer
                  * updates only this rank's chunks of the parameters */
+    zs_optim_config oc;
 } run_state;
 
 /* Optimizer state (and, for stage 2, gradient) bytes per rank. */
 static void report_zero(const gpt_cfg *c, run_state *s, int P)
 {
-    enum { MAX_STATE = 1024 };
-    const char **names = calloc(MAX_STATE, sizeof *names);
-    zs_tensor **ts = calloc(MAX_STATE, sizeof *ts);
-    int n = names && ts ? zs_optim_state(s->o, MAX_STATE, names, ts) : 0;
+    int n;
+    zs_zero_shards(s->z, &n);
     double opt = 0, full = 8.0 * (double)zs_numel(s->fp);
     for (int i = 0; i < n; i++)
-        opt += (double)zs_nbytes(ts[i]);
-    free(names);
-    free(ts);
+        for (int w = 0; w < 2; w++)
+            opt += (double)zs_nbytes(zs_optim_moment(s->o, w, i));
     zs_zero_memory zm;
     zs_zero_get_memory(s->z, &zm);
     fprintf(stderr, "ZeRO-%d over %d ranks, per rank: parameters %.1f MiB, gradients "
@@ -294,6 +292,7 @@ static int build_model(gpt_cfg *c, run_state *s)
     if (!z2)
         s->fp->grad = zs_retain(s->fg);
     zs_optim_config oc = {ZS_ADAMW, c->lr, 0, false, c->wd, 0.9, 0.95, 1e-8};
+    s->oc = oc;
     zs_tensor *opt_param = s->fp, **opt_params = &opt_param;
     int n_opt = 1;
     int P = zs_comm_size(zs_comm_world()), R = zs_comm_rank(zs_comm_world());
@@ -336,11 +335,39 @@ static int build_model(gpt_cfg *c, run_state *s)
     return 0;
 }
 
+/* Moves the AdamW moments between ZeRO's per-rank chunks (s->o) and a
+ * plain optimizer over the flat parameters (full, the checkpoint's form,
+ * so that any number of ranks, with ZeRO or without, can resume).
+ * to_full: collective gather (full may be NULL on ranks that do not
+ * write); else a local copy of this rank's chunks out of full. */
+static zs_status zero_state(run_state *s, zs_optim *full, bool to_full)
+{
+    int n;
+    zs_zero_shards(s->z, &n);
+    zs_tensor **chunks = calloc((size_t)n + 1, sizeof *chunks);
+    zs_status st = chunks ? ZS_OK : ZS_ERR_NOMEM;
+    for (int w = 0; st == ZS_OK && w < 2; w++) {
+        for (int i = 0; i < n; i++)
+            chunks[i] = zs_optim_moment(s->o, w, i);
+        zs_tensor *f = zs_optim_moment(full, w, 0);
+        st = to_full ? zs_zero_gather_state(s->z, chunks, f)
+                     : zs_zero_scatter_state(s->z, f, chunks);
+    }
+    free(chunks);
+    return st;
+}
+
 static int restore(const gpt_cfg *c, run_state *s)
 {
     char path[4200], *meta = NULL;
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
-    if (zs_checkpoint_load(path, s->m, s->o, &meta) != ZS_OK)
+    zs_optim *o = s->z ? zs_optim_new(&s->oc, 1, &s->fp) : s->o;
+    zs_status st = o ? zs_checkpoint_load(path, s->m, o, &meta) : ZS_ERR_NOMEM;
+    if (st == ZS_OK && s->z)
+        st = zero_state(s, o, false);
+    if (s->z)
+        zs_optim_free(o);
+    if (st != ZS_OK)
         return 2;
     s->step0 = zs_app_meta_int(meta, "step", 0);
     zs_optim_set_steps(s->o, s->step0);
@@ -366,9 +393,18 @@ static int save(const gpt_cfg *c, run_state *s, int64_t step, double val)
              (long long)g->ctx, (long long)g->layers, (long long)g->heads,
              (long long)g->width, (long long)step, val);
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
-    if (zs_checkpoint_save(path, s->m, s->z ? NULL : s->o, meta) != ZS_OK)
-        return 1;
-    return 0;
+    bool lead = zs_comm_rank(zs_comm_world()) == 0;
+    zs_optim *o = s->z && lead ? zs_optim_new(&s->oc, 1, &s->fp) : s->o;
+    zs_status st = o ? ZS_OK : ZS_ERR_NOMEM;
+    if (st == ZS_OK && s->z) /* every rank takes part; rank 0 writes */
+        st = zero_state(s, lead ? o : NULL, true);
+    if (st == ZS_OK && lead) {
+        zs_optim_set_steps(o, zs_optim_steps(s->o));
+        st = zs_checkpoint_save(path, s->m, o, meta);
+    }
+    if (s->z && lead)
+        zs_optim_free(o);
+    return st == ZS_OK ? 0 : 1;
 }
 
 /* Rows [rank*B/P, (rank+1)*B/P) of a [B, T] batch: under data
@@ -491,11 +527,6 @@ int zs_cmd_train_gpt(int argc, char **argv)
                 "are)\n", c.zero);
         return 2;
     }
-    if (c.zero > 0 && c.resume) {
-        fprintf(stderr, "zs train gpt: resuming a ZeRO run is not supported yet: its "
-                "checkpoints hold no optimizer state\n");
-        return 2;
-    }
     if (c.dp > 0 && c.dp != ranks) {
         fprintf(stderr, "zs train gpt: --dp %d but the job has %d rank%s (start it with "
                 "mpirun -np %d)\n", c.dp, ranks, ranks == 1 ? "" : "s", c.dp);
@@ -584,7 +615,7 @@ int zs_cmd_train_gpt(int argc, char **argv)
                     last_val);
             fflush(s.metrics);
             zs_gpt_history_push(&h, (double)step, NAN, last_val);
-            if (lead && save(&c, &s, step + 1, last_val)) {
+            if ((lead || s.z) && save(&c, &s, step + 1, last_val)) {
                 fprintf(stderr, "zs train gpt: %s\n", zs_last_error());
                 rc = 1;
                 break;

@@ -40,6 +40,10 @@ int64_t zs_optim_steps(const zs_optim *o);
  * the step counter, for checkpoints: names "exp_avg.<i>", "exp_avg_sq.<i>",
  * "momentum.<i>". Returns the count (<= max). */
 int zs_optim_state(zs_optim *o, int max, const char **names, zs_tensor **ts);
+/* The state of parameter i, borrowed: which 0 = momentum / first moment,
+ * 1 = second moment; NULL when the optimizer keeps none (or i is out of
+ * range). */
+zs_tensor *zs_optim_moment(zs_optim *o, int which, int i);
 void zs_optim_set_steps(zs_optim *o, int64_t steps);
 
 typedef enum zs_lr_kind { ZS_LR_CONSTANT, ZS_LR_STEP, ZS_LR_COSINE } zs_lr_kind;

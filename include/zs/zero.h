@@ -74,6 +74,14 @@ double zs_zero_clip_grad_norm(zs_zero *z, double max_norm);
 /* All-gathers the updated chunks into every rank's full parameters. */
 zs_status zs_zero_gather(zs_zero *z);
 void zs_zero_zero_grad(zs_zero *z);
+/* Optimizer state for checkpoints, one kind at a time (e.g. AdamW's first
+ * moments): chunks[i] is the state of shard i (zs_zero_shards order).
+ * gather: collective; full (shaped like the flat parameters) receives the
+ * whole state on the ranks passing it (NULL elsewhere). scatter: local;
+ * each rank copies its chunks out of a full state it loaded. */
+zs_status zs_zero_gather_state(zs_zero *z, zs_tensor *const *chunks, zs_tensor *full);
+zs_status zs_zero_scatter_state(zs_zero *z, const zs_tensor *full,
+                                zs_tensor *const *chunks);
 void zs_zero_get_memory(const zs_zero *z, zs_zero_memory *m);
 
 #ifdef __cplusplus

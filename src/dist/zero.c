@@ -22,6 +22,7 @@ typedef struct zbucket {
     int64_t own_lo, own_len; /* this rank's chunk, in the flat buffer */
     int64_t sg_off;          /* its place in the shard gradient */
     int nparams, pending, nready;
+    int shard;               /* index in z->shards, -1 when own_len == 0 */
     zs_tensor **ready;       /* parameters whose gradient is final */
 } zbucket;
 
@@ -160,8 +161,10 @@ static zs_status build(zs_zero *z, int n, zs_tensor *const *params, int64_t limi
         return zs_set_error_code(ZS_ERR_NOMEM, "ZeRO: out of memory");
     for (int k = 0; k < z->nb; k++) {
         zbucket *b = &z->b[k];
+        b->shard = -1;
         if (b->own_len == 0)
             continue;
+        b->shard = z->nshards;
         zs_tensor *v = zs_narrow(z->fp, 0, b->own_lo, b->own_len);
         if (v)
             v->grad = z->stage == 2 ? zs_narrow(z->sg, 0, b->sg_off, b->own_len)
@@ -298,14 +301,17 @@ double zs_zero_clip_grad_norm(zs_zero *z, double max_norm)
     return norm;
 }
 
-zs_status zs_zero_gather(zs_zero *z)
+/* For every bucket: this rank's chunk (read by own(k)) is all-gathered
+ * and the bucket's elements written to dst + lo (dst NULL: not kept). */
+static zs_status gather_buckets(zs_zero *z, zs_tensor *const *chunks, float *dst)
 {
     int P = z->c->size;
-    float *fp = zs_data(z->fp), *ch = zs_data(z->chunk);
+    float *ch = zs_data(z->chunk);
     for (int k = 0; k < z->nb; k++) {
         zbucket *b = &z->b[k];
         memset(ch, 0, (size_t)b->cs * sizeof(float));
-        memcpy(ch, fp + b->own_lo, (size_t)b->own_len * sizeof(float));
+        if (b->shard >= 0)
+            memcpy(ch, zs_data(chunks[b->shard]), (size_t)b->own_len * sizeof(float));
         zs_tensor *in = zs_narrow(z->chunk, 0, 0, b->cs);
         zs_tensor *out = zs_narrow(z->stage_buf, 0, 0, b->cs * P);
         zs_status st = in && out ? zs_comm_allgather(z->c, in, out) : ZS_ERR_NOMEM;
@@ -313,9 +319,51 @@ zs_status zs_zero_gather(zs_zero *z)
         zs_release(out);
         if (st != ZS_OK)
             return st;
-        memcpy(fp + b->lo, zs_data(z->stage_buf), (size_t)b->len * sizeof(float));
+        if (dst)
+            memcpy(dst + b->lo, zs_data(z->stage_buf), (size_t)b->len * sizeof(float));
     }
     return ZS_OK;
+}
+
+zs_status zs_zero_gather(zs_zero *z)
+{
+    return gather_buckets(z, z->shards, zs_data(z->fp));
+}
+
+static zs_status check_state(const zs_zero *z, zs_tensor *const *chunks,
+                             const zs_tensor *full)
+{
+    for (int i = 0; i < z->nshards; i++)
+        if (!chunks[i] || zs_numel(chunks[i]) != zs_numel(z->shards[i]) ||
+            chunks[i]->dtype != ZS_F32 || !zs_is_contiguous(chunks[i]))
+            return zs_set_error("ZeRO: state chunk %d does not match shard %d", i, i);
+    if (full && (zs_numel(full) != zs_numel(z->fp) || full->dtype != ZS_F32 ||
+                 !zs_is_contiguous(full)))
+        return zs_set_error("ZeRO: the full state tensor does not match the "
+                            "parameters");
+    return ZS_OK;
+}
+
+zs_status zs_zero_gather_state(zs_zero *z, zs_tensor *const *chunks, zs_tensor *full)
+{
+    zs_status st = check_state(z, chunks, full);
+    if (st != ZS_OK)
+        return st;
+    return gather_buckets(z, chunks, full ? zs_data(full) : NULL);
+}
+
+zs_status zs_zero_scatter_state(zs_zero *z, const zs_tensor *full, zs_tensor *const *chunks)
+{
+    if (!full)
+        return zs_set_error("ZeRO: no full state to scatter");
+    zs_status st = check_state(z, chunks, full);
+    for (int k = 0; st == ZS_OK && k < z->nb; k++) {
+        zbucket *b = &z->b[k];
+        if (b->shard >= 0)
+            memcpy(zs_data(chunks[b->shard]), (const float *)zs_data(full) + b->own_lo,
+                   (size_t)b->own_len * sizeof(float));
+    }
+    return st;
 }
 
 void zs_zero_zero_grad(zs_zero *z)

@@ -185,6 +185,13 @@ int zs_optim_state(zs_optim *o, int max, const char **names, zs_tensor **ts)
     return k;
 }
 
+zs_tensor *zs_optim_moment(zs_optim *o, int which, int i)
+{
+    if (!o || i < 0 || i >= o->n || which < 0 || which > 1)
+        return NULL;
+    return which == 0 ? o->m[i] : o->v[i];
+}
+
 double zs_lr_at(const zs_lr_schedule *s, int64_t step)
 {
     if (s->kind != ZS_LR_CONSTANT && step < s->warmup_steps)

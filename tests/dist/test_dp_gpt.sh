@@ -74,7 +74,17 @@ ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 4 \
 ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 \
     "$zs" train gpt "${common[@]}" --stop-after 4 --out "$tmp/r21" >/dev/null 2>&1
 "$zs" train gpt "${common[@]}" --resume --out "$tmp/r21" >/dev/null 2>&1
-for r in r14 r21; do
+# ZeRO checkpoints hold the whole optimizer state: a ZeRO-2 run on 2 ranks
+# resumes as ZeRO-1 on 4 ranks, and a plain one-process checkpoint as
+# ZeRO-2 on 2 ranks.
+ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    "$zs" train gpt "${common[@]}" --zero 2 --stop-after 4 --out "$tmp/rz21" >/dev/null 2>&1
+ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 4 \
+    "$zs" train gpt "${common[@]}" --zero 1 --resume --out "$tmp/rz21" >/dev/null 2>&1
+"$zs" train gpt "${common[@]}" --stop-after 4 --out "$tmp/rz02" >/dev/null 2>&1
+ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    "$zs" train gpt "${common[@]}" --zero 2 --resume --out "$tmp/rz02" >/dev/null 2>&1
+for r in r14 r21 rz21 rz02; do
   worst=$(paste <(losses "$tmp/one/metrics.jsonl") <(losses "$tmp/$r/metrics.jsonl") |
           awk '{d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d; n++}
                END {if (n != 8) print "missing"; else printf "%.2e\n", w}')
