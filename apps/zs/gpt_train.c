@@ -26,7 +26,7 @@ typedef struct gpt_cfg {
     double lr, min_lr, wd, clip, minutes;
     uint64_t seed;
     int threads, zero, dp;
-    double bucket_mb;
+    double bucket_mb, comm_timeout;
     zs_allreduce_algo algo;
     bool resume;
 } gpt_cfg;
@@ -60,6 +60,9 @@ static void usage(FILE *f)
             "                    backward runs (default 8, 0 = one all-reduce after\n"
             "                    backward)\n"
             "  --allreduce NAME  ring (Zhisuan's, default) | mpi\n"
+            "  --comm-timeout S  under mpirun: a rank waiting S seconds for another\n"
+            "                    stops the job with a message naming it (default 300,\n"
+            "                    0 = wait forever)\n"
             "  --zero N          under mpirun: 1 = ZeRO stage 1 (optimizer state\n"
             "                    partitioned across ranks), 2 = stage 2 (and the\n"
             "                    gradients, reduce-scattered by bucket during\n"
@@ -82,7 +85,7 @@ static int num(const char *flag, const char *s, double lo, double hi, double *ou
 static int parse(int argc, char **argv, gpt_cfg *c)
 {
     *c = (gpt_cfg){"small", NULL, "runs/gpt", ZS_GPT2, 4096, 8, 0, 2000, 100,
-                   1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, 0, 0, 8,
+                   1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, 0, 0, 8, 300,
                    ZS_ALLREDUCE_RING, false};
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -138,6 +141,7 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         NUM("--zero", 0, 3, zero, int)
         NUM("--dp", 1, 1 << 20, dp, int)
         NUM("--bucket-mb", 0, 1 << 20, bucket_mb, double)
+        NUM("--comm-timeout", 0, 1e7, comm_timeout, double)
         else {
             fprintf(stderr, "zs train gpt: unknown flag '%s' (see zs train gpt --help)\n", f);
             return -1;
@@ -527,6 +531,8 @@ int zs_cmd_train_gpt(int argc, char **argv)
                 "are)\n", c.zero);
         return 2;
     }
+    if (!getenv("ZS_COMM_TIMEOUT")) /* the environment's setting wins */
+        zs_comm_set_timeout(zs_comm_world(), c.comm_timeout);
     if (c.dp > 0 && c.dp != ranks) {
         fprintf(stderr, "zs train gpt: --dp %d but the job has %d rank%s (start it with "
                 "mpirun -np %d)\n", c.dp, ranks, ranks == 1 ? "" : "s", c.dp);
