@@ -19,6 +19,10 @@
 #include "apps/zs/commands.h"
 #include "apps/zs/common.h"
 
+/* How the ranks of a data-parallel run combine their gradients. */
+enum sync_mode { SYNC_ALLREDUCE, SYNC_PS, SYNC_ASYNC, SYNC_SSP };
+static const char *sync_names[] = {"allreduce", "ps", "async", "ssp"};
+
 typedef struct gpt_cfg {
     const char *preset, *data, *out;
     zs_gpt_arch arch;
@@ -26,6 +30,8 @@ typedef struct gpt_cfg {
     double lr, min_lr, wd, clip, minutes;
     uint64_t seed;
     int threads, zero, dp;
+    int sync, staleness; /* enum sync_mode; SSP's bound */
+    bool staleness_set;
     double bucket_mb, comm_timeout;
     zs_allreduce_algo algo;
     bool resume;
@@ -66,7 +72,15 @@ static void usage(FILE *f)
             "  --zero N          under mpirun: 1 = ZeRO stage 1 (optimizer state\n"
             "                    partitioned across ranks), 2 = stage 2 (and the\n"
             "                    gradients, reduce-scattered by bucket during\n"
-            "                    backward); 0 = plain data parallel\n");
+            "                    backward); 0 = plain data parallel\n"
+            "  --sync NAME       under mpirun, how gradients meet: allreduce (default);\n"
+            "                    ps = parameter server on rank 0, synchronous (same\n"
+            "                    losses as allreduce); async = rank 0 serves, the other\n"
+            "                    ranks push gradients and pull parameters without\n"
+            "                    waiting for each other; ssp = async with a bounded\n"
+            "                    clock difference (--staleness)\n"
+            "  --staleness N     ssp: a worker may run at most N gradients ahead of\n"
+            "                    the slowest (default 2)\n");
 }
 
 static int num(const char *flag, const char *s, double lo, double hi, double *out)
@@ -85,8 +99,8 @@ static int num(const char *flag, const char *s, double lo, double hi, double *ou
 static int parse(int argc, char **argv, gpt_cfg *c)
 {
     *c = (gpt_cfg){"small", NULL, "runs/gpt", ZS_GPT2, 4096, 8, 0, 2000, 100,
-                   1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, 0, 0, 8, 300,
-                   ZS_ALLREDUCE_RING, false};
+                   1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, 0, 0,
+                   SYNC_ALLREDUCE, 2, false, 8, 300, ZS_ALLREDUCE_RING, false};
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
@@ -115,6 +129,23 @@ static int parse(int argc, char **argv, gpt_cfg *c)
                 fprintf(stderr, "zs train gpt: --allreduce must be ring or mpi, got '%s'\n", v);
                 return -1;
             }
+        }
+        else if (!strcmp(f, "--sync")) {
+            c->sync = -1;
+            for (int k = 0; k < 4; k++)
+                if (!strcmp(v, sync_names[k]))
+                    c->sync = k;
+            if (c->sync < 0) {
+                fprintf(stderr, "zs train gpt: --sync must be allreduce, ps, async or "
+                        "ssp, got '%s'\n", v);
+                return -1;
+            }
+        }
+        else if (!strcmp(f, "--staleness")) {
+            if (num(f, v, 0, 1e6, &x))
+                return -1;
+            c->staleness = (int)x;
+            c->staleness_set = true;
         }
         else if (!strcmp(f, "--arch")) {
             if (!strcmp(v, "gpt2")) c->arch = ZS_GPT2;
@@ -185,6 +216,7 @@ typedef struct run_state {
     zs_dp *dp;  /* gradient averaging (buckets during backward) */
     zs_zero *z; /* ZeRO 1 (with dp) or 2 (instead of dp): the optimizer
                  * updates only this rank's chunks of the parameters */
+    zs_ps *ps;  /* --sync ps|async|ssp: the optimizer lives on rank 0 */
     zs_optim_config oc;
 } run_state;
 
@@ -209,6 +241,7 @@ static void report_zero(const gpt_cfg *c, run_state *s, int P)
 
 static void run_free(run_state *s)
 {
+    zs_ps_free(s->ps);
     zs_zero_free(s->z);
     zs_dp_free(s->dp);
     if (s->metrics)
@@ -310,7 +343,7 @@ static int build_model(gpt_cfg *c, run_state *s)
     if (c->zero > 0 &&
         !(s->z = zs_zero_new(zs_comm_world(), c->zero, bucket_bytes, np, ps, s->fp, s->fg)))
         st = ZS_ERR_STATE;
-    if (st == ZS_OK && !z2) {
+    if (st == ZS_OK && !z2 && c->sync == SYNC_ALLREDUCE) {
         zs_dp_config dc = {c->algo, bucket_bytes};
         if (!(s->dp = zs_dp_new(zs_comm_world(), &dc, np, ps, s->fg)))
             st = ZS_ERR_STATE;
@@ -324,7 +357,9 @@ static int build_model(gpt_cfg *c, run_state *s)
         zs_set_error("ZeRO: rank %d owns no parameters (more ranks than elements)", R);
         return 1;
     }
-    if (!(s->o = zs_optim_new(&oc, n_opt, opt_params)))
+    /* the parameter-server modes keep the optimizer on rank 0 only */
+    if ((c->sync == SYNC_ALLREDUCE || R == 0) &&
+        !(s->o = zs_optim_new(&oc, n_opt, opt_params)))
         return 1;
     if (R == 0 && c->zero > 0)
         report_zero(c, s, P);
@@ -374,7 +409,9 @@ static int restore(const gpt_cfg *c, run_state *s)
     if (st != ZS_OK)
         return 2;
     s->step0 = zs_app_meta_int(meta, "step", 0);
-    zs_optim_set_steps(s->o, s->step0);
+    /* asynchronous updates make (ranks - 1) optimizer steps per step */
+    int P = zs_comm_size(zs_comm_world());
+    zs_optim_set_steps(s->o, s->step0 * (c->sync >= SYNC_ASYNC ? P - 1 : 1));
     bool same = zs_app_meta_int(meta, "vocab", -1) == zs_bpe_vocab_size(s->bpe);
     free(meta);
     if (!same) {
@@ -411,13 +448,11 @@ static int save(const gpt_cfg *c, run_state *s, int64_t step, double val)
     return st == ZS_OK ? 0 : 1;
 }
 
-/* Rows [rank*B/P, (rank+1)*B/P) of a [B, T] batch: under data
+/* Rows [part*B/P, (part+1)*B/P) of a [B, T] batch: under data
  * parallelism every rank draws the same global batch and trains on its
- * share, so P ranks see exactly what one process would. */
-static void my_rows(zs_tensor **x, zs_tensor **y)
+ * share (part of P), so P ranks see exactly what one process would. */
+static void my_rows(zs_tensor **x, zs_tensor **y, int R, int P)
 {
-    zs_comm *w = zs_comm_world();
-    int P = zs_comm_size(w), R = zs_comm_rank(w);
     if (P == 1)
         return;
     int64_t B = (*x)->shape[0], b0 = B * R / P, nb = B * (R + 1) / P - b0;
@@ -453,6 +488,35 @@ static zs_status check_replicas(const run_state *s)
     return st;
 }
 
+/* Clipping and the optimizer step on the gradients in hand (the whole
+ * averaged gradient, or ZeRO's shard of it). */
+static zs_status apply_update(const gpt_cfg *c, run_state *s, int64_t step,
+                              const zs_lr_schedule *sched, double *gnorm)
+{
+    if (c->clip > 0)
+        *gnorm = s->z ? zs_zero_clip_grad_norm(s->z, c->clip)
+                      : zs_clip_grad_norm(1, &s->fp, c->clip);
+    if (isnan(*gnorm) || zs_optim_step(s->o, zs_lr_at(sched, step)) != ZS_OK)
+        return ZS_ERR_STATE;
+    return ZS_OK;
+}
+
+typedef struct update_ctx {
+    const gpt_cfg *c;
+    run_state *s;
+    const zs_lr_schedule *sched;
+    int64_t step;
+    double *gnorm;
+} update_ctx;
+
+/* zs_ps_update_fn of the synchronous parameter server (rank 0). */
+static int apply_sync(void *ctx, const zs_ps_update *u)
+{
+    update_ctx *x = ctx;
+    (void)u;
+    return apply_update(x->c, x->s, x->step, x->sched, x->gnorm) == ZS_OK ? 0 : ZS_ERR_STATE;
+}
+
 /* One optimizer step over accum micro-batches; returns the mean loss (over
  * the global batch: averaged across data-parallel ranks). */
 static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
@@ -468,7 +532,7 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
             zs_scope_pop();
             return NAN;
         }
-        my_rows(&x, &y);
+        my_rows(&x, &y, zs_comm_rank(world), zs_comm_size(world));
         zs_tensor *loss = zs_gpt_loss(s->m, x, y);
         zs_tensor *scaled = c->accum > 1 ? zs_mul_scalar(loss, 1.0 / (double)c->accum) : loss;
         /* ZeRO-2 reduces every micro-batch into its shard; plain data
@@ -500,10 +564,14 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
         loss_sum = zs_item(l);
         zs_release(l);
     }
-    if (c->clip > 0)
-        *gnorm = s->z ? zs_zero_clip_grad_norm(s->z, c->clip)
-                      : zs_clip_grad_norm(1, &s->fp, c->clip);
-    if (isnan(*gnorm) || zs_optim_step(s->o, zs_lr_at(sched, step)) != ZS_OK)
+    if (s->ps) { /* rank 0 applies the averaged gradient, then broadcasts */
+        update_ctx u = {c, s, sched, step, gnorm};
+        if (zs_ps_sync_step(s->ps, loss_sum / (double)c->accum, apply_sync, &u) < 0)
+            return NAN;
+        zs_fill_(s->fg, 0.0);
+        return loss_sum / (double)c->accum;
+    }
+    if (apply_update(c, s, step, sched, gnorm) != ZS_OK)
         return NAN;
     if (s->z) {
         if (zs_zero_gather(s->z) != ZS_OK)
@@ -513,6 +581,222 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
         zs_fill_(s->fg, 0.0);
     }
     return loss_sum / (double)c->accum;
+}
+
+/* What the step loop (and the asynchronous server) carry between steps. */
+typedef struct loop {
+    const gpt_cfg *c;
+    run_state *s;
+    zs_lr_schedule sched;
+    zs_gpt_history h;
+    bool lead, tty;
+    double t0, last_val, peak, flops_tok;
+    int64_t tokens_step, done; /* done: steps finished in this run */
+    /* asynchronous server: workers, losses of the step's updates so far */
+    int workers;
+    double loss_sum, t_step;
+} loop;
+
+/* Logs step `step` (metrics, progress), validates and checkpoints when
+ * due. Returns 0 to go on, 1 after the last step, -1 on failure (printed). */
+static int after_step(loop *L, int64_t step, double loss, double gnorm, double dt)
+{
+    const gpt_cfg *c = L->c;
+    run_state *s = L->s;
+    double elapsed = zs_app_now() - L->t0;
+    double tps = (double)L->tokens_step / dt, mfu = L->flops_tok * tps / L->peak;
+    int64_t done = L->done = step + 1 - s->step0;
+    double eta = elapsed / (double)done * (double)(c->steps - step - 1);
+    if (c->minutes > 0 && c->minutes * 60 - elapsed < eta)
+        eta = c->minutes * 60 - elapsed;
+    fprintf(s->metrics, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.3g,\"grad_norm\":%.4f,"
+            "\"tokens_per_s\":%.0f,\"mfu\":%.4f}\n", (long long)step, loss,
+            zs_lr_at(&L->sched, step), gnorm, tps, mfu);
+    zs_gpt_history_push(&L->h, (double)step, loss, NAN);
+    if (L->lead)
+        zs_app_progress(L->tty, step, c->steps, loss, tps, mfu, eta);
+    bool last = step + 1 == c->steps || step + 1 == c->stop_after ||
+                (c->minutes > 0 && elapsed >= c->minutes * 60);
+    if ((step + 1) % c->eval_every != 0 && !last)
+        return 0;
+    L->last_val = validate(s->m, &s->val, c);
+    /* asynchronous workers hold other parameters by design and are busy */
+    if (c->sync <= SYNC_PS && check_replicas(s) != ZS_OK) {
+        fprintf(stderr, "\nzs train gpt: %s\n", zs_last_error());
+        return -1;
+    }
+    if (L->tty)
+        fputc('\n', stderr);
+    if (L->lead)
+        fprintf(stderr, "step %lld: train loss %.4f, val loss %.4f nats/token "
+                "(%.0f tokens/s, MFU %.1f%%)\n", (long long)step + 1, loss,
+                L->last_val, tps, 100 * mfu);
+    fprintf(s->metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)step,
+            L->last_val);
+    fflush(s->metrics);
+    zs_gpt_history_push(&L->h, (double)step, NAN, L->last_val);
+    if ((L->lead || s->z) && save(c, s, step + 1, L->last_val)) {
+        fprintf(stderr, "zs train gpt: %s\n", zs_last_error());
+        return -1;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/curves.svg", c->out);
+    if (L->lead)
+        zs_gpt_history_plot(&L->h, path);
+    return last ? 1 : 0;
+}
+
+/* Synchronous training (all-reduce, ZeRO, synchronous parameter server):
+ * every rank runs every step. */
+static int run_sync(loop *L)
+{
+    for (int64_t step = L->s->step0; step < L->c->steps; step++) {
+        double ts = zs_app_now(), gnorm = 0;
+        double loss = train_step(L->c, L->s, step, &L->sched, &gnorm);
+        if (isnan(loss)) {
+            fprintf(stderr, "\nzs train gpt: step %lld failed: %s\n", (long long)step,
+                    zs_last_error());
+            return 1;
+        }
+        int r = after_step(L, step, loss, gnorm, zs_app_now() - ts);
+        if (r)
+            return r < 0 ? 1 : 0;
+    }
+    return 0;
+}
+
+/* zs_ps_update_fn of the asynchronous server: one worker's gradient is
+ * one optimizer update; `workers` updates make a step (one global batch),
+ * which is logged, validated and checkpointed as in synchronous runs. */
+static int serve_update(void *ctx, const zs_ps_update *u)
+{
+    loop *L = ctx;
+    int64_t step = L->s->step0 + u->index / L->workers;
+    double gnorm = 0;
+    if (apply_update(L->c, L->s, step, &L->sched, &gnorm) != ZS_OK)
+        return ZS_ERR_STATE;
+    L->loss_sum += u->loss;
+    if ((u->index + 1) % L->workers != 0)
+        return 0;
+    double now = zs_app_now(), dt = now - L->t_step;
+    L->t_step = now;
+    int r = after_step(L, step, L->loss_sum / L->workers, gnorm, dt);
+    L->loss_sum = 0;
+    if (r < 0)
+        return zs_set_error_code(ZS_ERR_STATE, "the server's step %lld failed",
+                                 (long long)step);
+    return r == 1 || step + 1 >= L->c->steps ? 1 : 0;
+}
+
+/* Rank 0 of an asynchronous or stale-synchronous run: serves until the
+ * last step, then reports how stale the gradients were. */
+static int run_server(loop *L)
+{
+    L->t_step = zs_app_now();
+    if (L->s->step0 >= L->c->steps)
+        return 0;
+    if (zs_ps_serve(L->s->ps, serve_update, L) != ZS_OK) {
+        fprintf(stderr, "\nzs train gpt: %s\n", zs_last_error());
+        return 1;
+    }
+    zs_ps_stats st;
+    zs_ps_get_stats(L->s->ps, &st);
+    double total = zs_app_now() - L->t0;
+    fprintf(stderr, "parameter server (%s, %d workers): %lld updates, staleness mean "
+            "%.2f max %lld, largest clock gap %lld, %lld replies held, server idle "
+            "%.0f%%\n", sync_names[L->c->sync], L->workers, (long long)st.updates,
+            st.mean_staleness, (long long)st.max_staleness, (long long)st.max_clock_gap,
+            (long long)st.held, total > 0 ? 100 * st.server_idle_s / total : 0.0);
+    return 0;
+}
+
+/* A worker of an asynchronous run: gradient after gradient on its share
+ * of successive global batches, until the server says stop. */
+static int run_worker(loop *L)
+{
+    const gpt_cfg *c = L->c;
+    run_state *s = L->s;
+    int R = zs_comm_rank(zs_comm_world());
+    if (s->step0 >= c->steps)
+        return 0;
+    for (int64_t i = s->step0;; i++) {
+        double loss_sum = 0;
+        for (int64_t a = 0; a < c->accum; a++) {
+            zs_scope_push();
+            zs_tensor *x, *y, *loss = NULL;
+            uint64_t draw = (uint64_t)(i * c->accum + a);
+            if (zs_tokens_sample(&s->train, c->batch, c->seq, c->seed, draw, &x, &y) == ZS_OK) {
+                my_rows(&x, &y, R - 1, L->workers);
+                loss = zs_gpt_loss(s->m, x, y);
+            }
+            zs_tensor *scaled = loss && c->accum > 1 ? zs_mul_scalar(loss, 1.0 / (double)c->accum)
+                                                     : loss;
+            bool ok = scaled && zs_backward(scaled, NULL, false) == ZS_OK;
+            if (ok)
+                loss_sum += zs_item(loss);
+            zs_scope_pop();
+            if (!ok) {
+                fprintf(stderr, "zs train gpt: rank %d: %s\n", R, zs_last_error());
+                return 1;
+            }
+        }
+        int r = zs_ps_push_pull(s->ps, loss_sum / (double)c->accum);
+        zs_fill_(s->fg, 0.0);
+        if (r < 0) {
+            fprintf(stderr, "zs train gpt: rank %d: %s\n", R, zs_last_error());
+            return 1;
+        }
+        if (r == 1)
+            return 0;
+    }
+}
+
+/* Flag combinations a run cannot have; prints why. */
+static bool flags_ok(const gpt_cfg *c, int ranks)
+{
+    const char *why = NULL;
+    char buf[256];
+    int parts = c->sync >= SYNC_ASYNC ? ranks - 1 : ranks;
+    if (c->zero > 2)
+        why = "--zero 3 is not implemented yet (stages 1 and 2 are)";
+    else if (c->zero > 0 && c->sync != SYNC_ALLREDUCE)
+        why = "--zero works with --sync allreduce only (a parameter server keeps the "
+              "optimizer state on rank 0)";
+    else if (c->staleness_set && c->sync != SYNC_SSP)
+        why = "--staleness applies to --sync ssp only";
+    else if (c->sync >= SYNC_ASYNC && ranks < 2)
+        why = "--sync async and ssp need at least 2 ranks (rank 0 serves, the others "
+              "compute): start it with mpirun -np 3";
+    else if (c->dp > 0 && c->dp != ranks) {
+        snprintf(buf, sizeof buf, "--dp %d but the job has %d rank%s (start it with "
+                 "mpirun -np %d)", c->dp, ranks, ranks == 1 ? "" : "s", c->dp);
+        why = buf;
+    } else if (parts > 0 && c->batch % parts != 0) {
+        snprintf(buf, sizeof buf, "--batch %lld is not divisible by the %d %s",
+                 (long long)c->batch, parts,
+                 c->sync >= SYNC_ASYNC ? "workers (ranks other than the server)"
+                                       : "data-parallel ranks");
+        why = buf;
+    }
+    if (why)
+        fprintf(stderr, "zs train gpt: %s\n", why);
+    return why == NULL;
+}
+
+/* Parameter-server modes start after any resume: every rank gets rank 0's
+ * parameters. */
+static int start_ps(const gpt_cfg *c, run_state *s)
+{
+    if (c->sync == SYNC_ALLREDUCE)
+        return 0;
+    zs_ps_mode mode = c->sync == SYNC_PS ? ZS_PS_SYNC
+                    : c->sync == SYNC_ASYNC ? ZS_PS_ASYNC : ZS_PS_SSP;
+    s->ps = zs_ps_new(zs_comm_world(), mode, c->staleness, s->fp, s->fg);
+    if (s->ps && zs_comm_rank(zs_comm_world()) == 0)
+        fprintf(stderr, "parameter server (%s) on rank 0 over %d ranks: optimizer state "
+                "%.1f MiB on rank 0 only\n", sync_names[c->sync],
+                zs_comm_size(zs_comm_world()), 8.0 * (double)zs_numel(s->fp) / 1048576);
+    return s->ps ? 0 : 2;
 }
 
 int zs_cmd_train_gpt(int argc, char **argv)
@@ -526,23 +810,10 @@ int zs_cmd_train_gpt(int argc, char **argv)
     run_state s = {0};
     int ranks = zs_comm_size(zs_comm_world());
     bool lead = zs_comm_rank(zs_comm_world()) == 0; /* logs and checkpoints */
-    if (c.zero > 2) {
-        fprintf(stderr, "zs train gpt: --zero %d is not implemented yet (stages 1 and 2 "
-                "are)\n", c.zero);
+    if (!flags_ok(&c, ranks))
         return 2;
-    }
     if (!getenv("ZS_COMM_TIMEOUT")) /* the environment's setting wins */
         zs_comm_set_timeout(zs_comm_world(), c.comm_timeout);
-    if (c.dp > 0 && c.dp != ranks) {
-        fprintf(stderr, "zs train gpt: --dp %d but the job has %d rank%s (start it with "
-                "mpirun -np %d)\n", c.dp, ranks, ranks == 1 ? "" : "s", c.dp);
-        return 2;
-    }
-    if (c.batch % ranks != 0) {
-        fprintf(stderr, "zs train gpt: --batch %lld is not divisible by the %d "
-                "data-parallel ranks\n", (long long)c.batch, ranks);
-        return 2;
-    }
     zs_gpt_config probe = {0};
     if (zs_gpt_preset(c.preset, &probe) != 0 || c.seq > probe.ctx) {
         if (c.seq > probe.ctx && probe.ctx > 0)
@@ -558,6 +829,8 @@ int zs_cmd_train_gpt(int argc, char **argv)
         rc = build_model(&c, &s);
     if (!rc && c.resume)
         rc = restore(&c, &s);
+    if (!rc)
+        rc = start_ps(&c, &s);
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", c.out);
     if (!rc && !(s.metrics = fopen(lead ? path : "/dev/null", c.resume ? "a" : "w"))) {
@@ -570,73 +843,24 @@ int zs_cmd_train_gpt(int argc, char **argv)
         return rc;
     }
     const zs_gpt_config *g = zs_gpt_config_of(s.m);
-    double peak = zs_measure_peak_gflops(zs_num_threads(), 0.1) * 1e9;
+    loop L = {.c = &c, .s = &s, .lead = lead, .tty = lead && isatty(2),
+              .last_val = NAN, .tokens_step = c.batch * c.seq * c.accum,
+              .workers = ranks - 1};
+    L.peak = zs_measure_peak_gflops(zs_num_threads(), 0.1) * 1e9;
     /* Model FLOPs per token (PaLM appendix B): 6N + 6 L T C for attention
      * (causal half of 12 L T C), N without the position embedding. */
     double n_params = (double)zs_gpt_param_count(g) - (g->arch == ZS_GPT2 ? (double)(g->ctx * g->width) : 0);
-    double flops_tok = 6 * n_params + 6.0 * (double)(g->layers * c.seq * g->width);
-    zs_lr_schedule sched = {ZS_LR_COSINE, c.lr, c.warmup, c.steps, c.min_lr, 0, 0};
-    zs_gpt_history h = {0};
-    bool tty = lead && isatty(2);
-    double t0 = zs_app_now(), last_val = NAN;
-    int64_t tokens_step = c.batch * c.seq * c.accum, step;
-    rc = 0;
-    for (step = s.step0; step < c.steps; step++) {
-        double ts = zs_app_now(), gnorm = 0;
-        double loss = train_step(&c, &s, step, &sched, &gnorm);
-        if (isnan(loss)) {
-            fprintf(stderr, "\nzs train gpt: step %lld failed: %s\n", (long long)step,
-                    zs_last_error());
-            rc = 1;
-            break;
-        }
-        double dt = zs_app_now() - ts, elapsed = zs_app_now() - t0;
-        double tps = (double)tokens_step / dt, mfu = flops_tok * tps / peak;
-        int64_t done = step + 1 - s.step0;
-        double eta = elapsed / (double)done * (double)(c.steps - step - 1);
-        if (c.minutes > 0 && c.minutes * 60 - elapsed < eta)
-            eta = c.minutes * 60 - elapsed;
-        fprintf(s.metrics, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.3g,\"grad_norm\":%.4f,"
-                "\"tokens_per_s\":%.0f,\"mfu\":%.4f}\n", (long long)step, loss,
-                zs_lr_at(&sched, step), gnorm, tps, mfu);
-        zs_gpt_history_push(&h, (double)step, loss, NAN);
-        if (lead)
-            zs_app_progress(tty, step, c.steps, loss, tps, mfu, eta);
-        bool last = step + 1 == c.steps || step + 1 == c.stop_after ||
-                    (c.minutes > 0 && elapsed >= c.minutes * 60);
-        if ((step + 1) % c.eval_every == 0 || last) {
-            last_val = validate(s.m, &s.val, &c);
-            if (check_replicas(&s) != ZS_OK) {
-                fprintf(stderr, "\nzs train gpt: %s\n", zs_last_error());
-                rc = 1;
-                break;
-            }
-            if (tty)
-                fputc('\n', stderr);
-            if (lead)
-                fprintf(stderr, "step %lld: train loss %.4f, val loss %.4f nats/token "
-                        "(%.0f tokens/s, MFU %.1f%%)\n", (long long)step + 1, loss,
-                        last_val, tps, 100 * mfu);
-            fprintf(s.metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)step,
-                    last_val);
-            fflush(s.metrics);
-            zs_gpt_history_push(&h, (double)step, NAN, last_val);
-            if ((lead || s.z) && save(&c, &s, step + 1, last_val)) {
-                fprintf(stderr, "zs train gpt: %s\n", zs_last_error());
-                rc = 1;
-                break;
-            }
-            snprintf(path, sizeof path, "%s/curves.svg", c.out);
-            if (lead)
-                zs_gpt_history_plot(&h, path);
-        }
-        if (last)
-            break;
-    }
+    L.flops_tok = 6 * n_params + 6.0 * (double)(g->layers * c.seq * g->width);
+    L.sched = (zs_lr_schedule){ZS_LR_COSINE, c.lr, c.warmup, c.steps, c.min_lr, 0, 0};
+    L.t0 = zs_app_now();
+    if (c.sync >= SYNC_ASYNC)
+        rc = lead ? run_server(&L) : run_worker(&L);
+    else
+        rc = run_sync(&L);
     if (!rc && lead)
         fprintf(stderr, "trained %lld steps in %.1f s; last val loss %.4f; files in %s\n",
-                (long long)(step + 1 - s.step0), zs_app_now() - t0, last_val, c.out);
-    zs_gpt_history_free(&h);
+                (long long)L.done, zs_app_now() - L.t0, L.last_val, c.out);
+    zs_gpt_history_free(&L.h);
     run_free(&s);
     return rc;
 }

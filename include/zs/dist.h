@@ -123,6 +123,15 @@ zs_status zs_comm_gather(zs_comm *c, const zs_tensor *in, zs_tensor *out,
 zs_status zs_comm_send(zs_comm *c, const zs_tensor *t, int dst, int tag);
 zs_status zs_comm_recv(zs_comm *c, zs_tensor *t, int src, int tag);
 
+/* A source for zs_comm_recv_idle: whichever rank sends first. */
+#define ZS_ANY_SOURCE (-1)
+/* zs_comm_recv for a rank with nothing else to do (a parameter server
+ * waiting for gradients, a worker held back by its server): src may be
+ * ZS_ANY_SOURCE, *from (if not NULL) receives the sender, and the wait
+ * sleeps ~50 us between polls instead of spinning, so the waiting process
+ * leaves its core to the ranks that compute. Timeouts as zs_comm_recv. */
+zs_status zs_comm_recv_idle(zs_comm *c, zs_tensor *t, int src, int tag, int *from);
+
 /* Non-blocking all-reduce of t in place (same contract as
  * zs_comm_allreduce): MPI_Iallreduce for ZS_ALLREDUCE_MPI, the ring as a
  * state machine for ZS_ALLREDUCE_RING. t is retained by the request and

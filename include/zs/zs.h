@@ -18,6 +18,7 @@
 #include "dist.h"
 #include "dp.h"
 #include "zero.h"
+#include "ps.h"
 
 #define ZS_VERSION "0.1.0"
 

@@ -10,6 +10,7 @@
  * matching MPI type and MPI_SUM.
  */
 #include <string.h>
+#include <time.h>
 
 #include "dist/internal.h"
 
@@ -278,7 +279,67 @@ static zs_status recv_wait(zs_comm *c, MPI_Request *rq, int src, int want)
         return zs_set_error("recv: got %d bytes from rank %d, expected %d", got, src, want);
     return ZS_OK;
 }
+
+/* Polls a posted receive, sleeping ~50 us between tests, until it
+ * completes or c's deadline passes; *from gets the sender. */
+static zs_status recv_idle_wait(zs_comm *c, MPI_Request *rq, int src, int want,
+                                int *from)
+{
+    double dl = zsi_deadline(c);
+    MPI_Status ms;
+    int flag = 0, rc;
+    struct timespec nap = {0, 50000};
+    for (;;) {
+        rc = MPI_Test(rq, &flag, &ms);
+        if (flag || rc != MPI_SUCCESS)
+            break;
+        if (dl > 0 && zsi_now() > dl) {
+            zsi_cancel_recv(rq);
+            if (src >= 0)
+                return zsi_timeout(c, "recv", 0, NULL, src, false);
+            zs_set_error_code(ZS_ERR_IO, "recv: rank %d heard from no rank in %.3g s",
+                              c->rank, c->timeout);
+            return zsi_break(c, ZS_ERR_IO);
+        }
+        nanosleep(&nap, NULL);
+    }
+    if (rc != MPI_SUCCESS)
+        return zsi_mpi(c, "recv", rc);
+    int got = 0;
+    MPI_Get_count(&ms, MPI_BYTE, &got);
+    *from = ms.MPI_SOURCE;
+    if (got != want)
+        return zs_set_error("recv: got %d bytes from rank %d, expected %d", got,
+                            ms.MPI_SOURCE, want);
+    return ZS_OK;
+}
 #endif
+
+zs_status zs_comm_recv_idle(zs_comm *c, zs_tensor *t, int src, int tag, int *from)
+{
+    zs_status st = src == ZS_ANY_SOURCE ? zsi_check_comm("recv", c)
+                                        : check_peer("recv", c, t, src, tag);
+    if (st == ZS_OK)
+        st = zsi_check_tensor("recv", t, false);
+    if (st == ZS_OK && (tag < 0 || tag > 32767))
+        st = zs_set_error("recv: tag %d outside [0, 32767]", tag);
+    if (st == ZS_OK && c->size == 1)
+        st = zs_set_error("recv: a communicator of one rank has no one to hear from");
+#ifdef ZS_HAVE_MPI
+    if (st == ZS_OK && zsi_multi(c)) {
+        MPI_Request rq = MPI_REQUEST_NULL;
+        int from_ = -1;
+        st = zsi_mpi(c, "recv", MPI_Irecv(zs_data(t), nbytes_int(t), MPI_BYTE,
+                                          src == ZS_ANY_SOURCE ? MPI_ANY_SOURCE : src,
+                                          tag, c->mpi, &rq));
+        if (st == ZS_OK)
+            st = recv_idle_wait(c, &rq, src, nbytes_int(t), &from_);
+        if (from)
+            *from = from_;
+    }
+#endif
+    return st;
+}
 
 zs_status zs_comm_recv(zs_comm *c, zs_tensor *t, int src, int tag)
 {
