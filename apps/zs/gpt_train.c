@@ -220,23 +220,30 @@ typedef struct run_state {
     zs_optim_config oc;
 } run_state;
 
-/* Optimizer state (and, for stage 2, gradient) bytes per rank. */
+/* Model-state bytes per rank, measured, beside zs analyze's formula
+ * (zs_state_bytes_zero over the fp32 replica). The formula's optimizer
+ * term is 12 bytes a parameter: an fp32 master copy, m and v; fp32
+ * training updates the weights themselves, so it keeps m and v only and
+ * the measured optimizer state is 8/12 of the formula. */
 static void report_zero(const gpt_cfg *c, run_state *s, int P)
 {
     int n;
     zs_zero_shards(s->z, &n);
-    double opt = 0, full = 8.0 * (double)zs_numel(s->fp);
+    double opt = 0, mib = 1048576;
     for (int i = 0; i < n; i++)
         for (int w = 0; w < 2; w++)
             opt += (double)zs_nbytes(zs_optim_moment(s->o, w, i));
     zs_zero_memory zm;
     zs_zero_get_memory(s->z, &zm);
-    fprintf(stderr, "ZeRO-%d over %d ranks, per rank: parameters %.1f MiB, gradients "
-            "%.1f MiB%s, optimizer state %.1f MiB (plain data parallel: gradients %.1f, "
-            "optimizer %.1f MiB)\n", c->zero, P, (double)zm.params / 1048576,
-            (double)zm.grad_shard / 1048576,
-            c->zero == 2 ? " (shard; + the buckets in flight)" : "", opt / 1048576,
-            (double)zm.params / 1048576, full / 1048576);
+    zs_state_bytes full, f;
+    zs_state_bytes_full((double)zs_numel(s->fp), ZS_PREC_FP32, &full);
+    zs_state_bytes_zero(&full, P, c->zero, &f);
+    fprintf(stderr, "ZeRO-%d over %d ranks, per rank, measured (zs analyze formula): "
+            "weights %.3f (%.3f) MiB, gradients %.3f (%.3f) MiB%s, optimizer state %.3f "
+            "(%.3f, of which fp32 training keeps m and v: %.3f) MiB\n", c->zero, P,
+            (double)zm.params / mib, f.weights / mib, (double)zm.grad_shard / mib,
+            f.grads / mib, c->zero == 2 ? " + the buckets in flight" : "", opt / mib,
+            f.optim / mib, f.optim * 8 / 12 / mib);
 }
 
 static void run_free(run_state *s)

@@ -175,6 +175,11 @@ typedef struct zs_state_bytes {
     double weights, grads, optim, total;
 } zs_state_bytes;
 void zs_state_bytes_full(double params, zs_precision p, zs_state_bytes *out);
+/* One rank's share of a replica's state under ZeRO stage 0..3 over dp
+ * ranks: stage 1 divides the optimizer states, 2 also the gradients, 3
+ * also the weights (ZeRO paper, sec. 5). */
+void zs_state_bytes_zero(const zs_state_bytes *replica, int64_t dp, int stage,
+                         zs_state_bytes *out);
 
 /* A parallel layout of one training step. */
 typedef struct zs_parallel {

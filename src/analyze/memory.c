@@ -105,20 +105,23 @@ double zs_activation_bytes_layer(const zs_model_config *c, int64_t b,
     return total;
 }
 
+void zs_state_bytes_zero(const zs_state_bytes *replica, int64_t dp, int stage,
+                         zs_state_bytes *o)
+{
+    double n = dp > 0 ? (double)dp : 1;
+    o->weights = replica->weights / (stage >= 3 ? n : 1);
+    o->grads = replica->grads / (stage >= 2 ? n : 1);
+    o->optim = replica->optim / (stage >= 1 ? n : 1);
+    o->total = o->weights + o->grads + o->optim;
+}
+
 /* Per-device model state: split over tp*pp, ZeRO over dp, offload. */
 static void device_state(const zs_state_bytes *full, const zs_parallel *p,
                          zs_state_bytes *dev, zs_state_bytes *host)
 {
-    double mp = (double)(p->tp * p->pp), dp = (double)p->dp;
-    dev->weights = full->weights / mp;
-    dev->grads = full->grads / mp;
-    dev->optim = full->optim / mp;
-    if (p->zero >= 1)
-        dev->optim /= dp;
-    if (p->zero >= 2)
-        dev->grads /= dp;
-    if (p->zero >= 3)
-        dev->weights /= dp;
+    double mp = (double)(p->tp * p->pp);
+    zs_state_bytes split = {full->weights / mp, full->grads / mp, full->optim / mp, 0};
+    zs_state_bytes_zero(&split, p->dp, p->zero, dev);
     memset(host, 0, sizeof *host);
     if (p->offload) {
         host->optim = dev->optim;

@@ -59,6 +59,17 @@ dp 4 z2-4 --zero 2 --bucket-mb 0.05
 dp 2 z2-1bucket --zero 2 --bucket-mb 0
 grep -q "ZeRO-2 over 2 ranks" "$tmp/z2.log" && echo "ok $(grep 'ZeRO-2 over' "$tmp/z2.log")" \
   || { echo "FAIL no ZeRO-2 memory report"; cat "$tmp/z2.log"; fail=1; }
+# The measured per-rank state equals zs analyze's formula (to the 0.001
+# MiB printed; the optimizer against its m and v part).
+for z in z1 z2 z2-4; do
+  line=$(grep "ZeRO-. over" "$tmp/$z.log")
+  nums=$(echo "$line" | sed -n 's/.*weights \([0-9.]*\) (\([0-9.]*\)) MiB, gradients \([0-9.]*\) (\([0-9.]*\)) MiB.*optimizer state \([0-9.]*\) (.*: \([0-9.]*\)) MiB.*/\1 \2 \3 \4 \5 \6/p')
+  if [ -n "$nums" ] && echo "$nums" | awk '{exit !($1 == $2 && $3 == $4 && $5 == $6)}'; then
+    echo "ok $z: per-rank weights, gradients, optimizer state equal the formula ($nums)"
+  else
+    echo "FAIL $z: memory report '$line' differs from the formula"; fail=1
+  fi
+done
 "$zs" train gpt "${common[@]}" --zero 3 --out "$tmp/z3" >/dev/null 2>"$tmp/logz3"
 [ $? -eq 2 ] && grep -q "not implemented" "$tmp/logz3" && echo "ok --zero 3 refused: $(cat "$tmp/logz3")" \
   || { echo "FAIL --zero 3 not refused"; fail=1; }
