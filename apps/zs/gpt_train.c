@@ -72,7 +72,9 @@ static void usage(FILE *f)
             "  --zero N          under mpirun: 1 = ZeRO stage 1 (optimizer state\n"
             "                    partitioned across ranks), 2 = stage 2 (and the\n"
             "                    gradients, reduce-scattered by bucket during\n"
-            "                    backward); 0 = plain data parallel\n"
+            "                    backward), 3 = stage 3 (and the parameters: each\n"
+            "                    block gathered just before its forward and its\n"
+            "                    backward, dropped after); 0 = plain data parallel\n"
             "  --sync NAME       under mpirun, how gradients meet: allreduce (default);\n"
             "                    ps = parameter server on rank 0, synchronous (same\n"
             "                    losses as allreduce); async = rank 0 serves, the other\n"
@@ -305,6 +307,36 @@ static int prepare_data(const gpt_cfg *c, run_state *s)
     return 0;
 }
 
+/* GPT block hook of ZeRO-3: a block's unit is gathered before its
+ * forward and its backward, and dropped after its forward (zero.c drops
+ * it after its backward). */
+static zs_status zero3_block(void *ctx, int64_t block, zs_gpt_block_event ev)
+{
+    zs_zero *z = ctx;
+    return ev == ZS_GPT_BLOCK_LEAVE ? zs_zero_drop(z, (int)block)
+                                    : zs_zero_fetch(z, (int)block);
+}
+
+/* ZeRO-3 units: block i's parameters ("h.<i>.*") are unit i; the
+ * embeddings (tied to the output layer) and the final norm are kept
+ * through the step. */
+static zs_status make_zero3(run_state *s, int np, zs_tensor **ps, char **names)
+{
+    int *group = malloc((size_t)(np + 1) * sizeof *group);
+    if (!group)
+        return zs_set_error_code(ZS_ERR_NOMEM, "ZeRO-3: out of memory");
+    for (int i = 0; i < np; i++) {
+        int blk, used = 0;
+        group[i] = sscanf(names[i], "h.%d.%n", &blk, &used) == 1 && used > 0 ? blk : -1;
+    }
+    s->z = zs_zero_new3(zs_comm_world(), np, ps, s->fp, group);
+    free(group);
+    if (!s->z)
+        return ZS_ERR_STATE;
+    zs_gpt_set_block_hook(s->m, zero3_block, s->z);
+    return ZS_OK;
+}
+
 static int build_model(gpt_cfg *c, run_state *s)
 {
     zs_gpt_config gc = {.arch = c->arch, .vocab = zs_bpe_vocab_size(s->bpe)};
@@ -330,7 +362,7 @@ static int build_model(gpt_cfg *c, run_state *s)
                      (long long)counted, (long long)formula);
         return 1;
     }
-    bool z2 = c->zero == 2;
+    bool z2 = c->zero >= 2; /* gradients only as shards */
     if (zs_module_flatten(s->m, &s->fp, z2 ? NULL : &s->fg) != ZS_OK)
         return 1;
     if (!z2)
@@ -347,7 +379,9 @@ static int build_model(gpt_cfg *c, run_state *s)
         return 1;
     int64_t bucket_bytes = (int64_t)(c->bucket_mb * 1048576);
     zs_status st = ZS_OK;
-    if (c->zero > 0 &&
+    if (c->zero == 3)
+        st = make_zero3(s, np, ps, names);
+    else if (c->zero > 0 &&
         !(s->z = zs_zero_new(zs_comm_world(), c->zero, bucket_bytes, np, ps, s->fp, s->fg)))
         st = ZS_ERR_STATE;
     if (st == ZS_OK && !z2 && c->sync == SYNC_ALLREDUCE) {
@@ -540,11 +574,13 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
             return NAN;
         }
         my_rows(&x, &y, zs_comm_rank(world), zs_comm_size(world));
-        zs_tensor *loss = zs_gpt_loss(s->m, x, y);
-        zs_tensor *scaled = c->accum > 1 ? zs_mul_scalar(loss, 1.0 / (double)c->accum) : loss;
-        /* ZeRO-2 reduces every micro-batch into its shard; plain data
-         * parallelism the accumulated gradient, during the last backward */
+        /* ZeRO-2/3 reduce every micro-batch into the shard (3 gathers the
+         * parameters kept through the step first); plain data parallelism
+         * the accumulated gradient, during the last backward */
         zs_status st = s->z ? zs_zero_begin(s->z) : ZS_OK;
+        zs_tensor *loss = st == ZS_OK ? zs_gpt_loss(s->m, x, y) : NULL;
+        zs_tensor *scaled = loss && c->accum > 1 ? zs_mul_scalar(loss, 1.0 / (double)c->accum)
+                                                 : loss;
         if (st == ZS_OK && s->dp && a == c->accum - 1)
             st = zs_dp_begin(s->dp);
         if (st == ZS_OK && (!scaled || zs_backward(scaled, NULL, false) != ZS_OK))
@@ -581,7 +617,7 @@ static double train_step(const gpt_cfg *c, run_state *s, int64_t step,
     if (apply_update(c, s, step, sched, gnorm) != ZS_OK)
         return NAN;
     if (s->z) {
-        if (zs_zero_gather(s->z) != ZS_OK)
+        if (c->zero < 3 && zs_zero_gather(s->z) != ZS_OK) /* 3: fetched on use */
             return NAN;
         zs_zero_zero_grad(s->z);
     } else {
@@ -603,6 +639,8 @@ typedef struct loop {
     int workers;
     double loss_sum, t_step;
 } loop;
+
+static int eval_and_save(loop *L, int64_t step, double loss, double tps, double mfu);
 
 /* Logs step `step` (metrics, progress), validates and checkpoints when
  * due. Returns 0 to go on, 1 after the last step, -1 on failure (printed). */
@@ -626,6 +664,21 @@ static int after_step(loop *L, int64_t step, double loss, double gnorm, double d
                 (c->minutes > 0 && elapsed >= c->minutes * 60);
     if ((step + 1) % c->eval_every != 0 && !last)
         return 0;
+    /* ZeRO-3: the whole model, gathered, for validation and the checkpoint */
+    if (c->zero == 3 && zs_zero_gather(s->z) != ZS_OK) {
+        fprintf(stderr, "\nzs train gpt: %s\n", zs_last_error());
+        return -1;
+    }
+    int r = eval_and_save(L, step, loss, tps, mfu);
+    zs_zero_release(s->z);
+    return r < 0 ? -1 : last ? 1 : 0;
+}
+
+/* The validation, replica check and checkpoint of after_step. */
+static int eval_and_save(loop *L, int64_t step, double loss, double tps, double mfu)
+{
+    const gpt_cfg *c = L->c;
+    run_state *s = L->s;
     L->last_val = validate(s->m, &s->val, c);
     /* asynchronous workers hold other parameters by design and are busy */
     if (c->sync <= SYNC_PS && check_replicas(s) != ZS_OK) {
@@ -650,7 +703,7 @@ static int after_step(loop *L, int64_t step, double loss, double gnorm, double d
     snprintf(path, sizeof path, "%s/curves.svg", c->out);
     if (L->lead)
         zs_gpt_history_plot(&L->h, path);
-    return last ? 1 : 0;
+    return 0;
 }
 
 /* Synchronous training (all-reduce, ZeRO, synchronous parameter server):
@@ -764,9 +817,7 @@ static bool flags_ok(const gpt_cfg *c, int ranks)
     const char *why = NULL;
     char buf[256];
     int parts = c->sync >= SYNC_ASYNC ? ranks - 1 : ranks;
-    if (c->zero > 2)
-        why = "--zero 3 is not implemented yet (stages 1 and 2 are)";
-    else if (c->zero > 0 && c->sync != SYNC_ALLREDUCE)
+    if (c->zero > 0 && c->sync != SYNC_ALLREDUCE)
         why = "--zero works with --sync allreduce only (a parameter server keeps the "
               "optimizer state on rank 0)";
     else if (c->staleness_set && c->sync != SYNC_SSP)
@@ -838,6 +889,7 @@ int zs_cmd_train_gpt(int argc, char **argv)
         rc = restore(&c, &s);
     if (!rc)
         rc = start_ps(&c, &s);
+    zs_zero_release(s.z); /* ZeRO-3: from now on each rank keeps its chunks */
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", c.out);
     if (!rc && !(s.metrics = fopen(lead ? path : "/dev/null", c.resume ? "a" : "w"))) {
@@ -867,6 +919,14 @@ int zs_cmd_train_gpt(int argc, char **argv)
     if (!rc && lead)
         fprintf(stderr, "trained %lld steps in %.1f s; last val loss %.4f; files in %s\n",
                 (long long)L.done, zs_app_now() - L.t0, L.last_val, c.out);
+    if (!rc && lead && c.zero == 3) {
+        zs_zero_memory zm;
+        zs_zero_get_memory(s.z, &zm);
+        fprintf(stderr, "ZeRO-3 parameters held by rank 0: its chunks %.3f MiB, at most "
+                "%.3f MiB with the gathered units (the whole model: %.3f MiB)\n",
+                (double)zm.params / 1048576, (double)zm.params_peak / 1048576,
+                (double)zs_nbytes(s.fp) / 1048576);
+    }
     zs_gpt_history_free(&L.h);
     run_free(&s);
     return rc;

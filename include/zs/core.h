@@ -219,6 +219,16 @@ zs_tensor *zs_contiguous(zs_tensor *t);
 zs_tensor *zs_clone(zs_tensor *t);
 /* Same data, no autograd history. Shares storage. */
 zs_tensor *zs_detach(zs_tensor *t);
+/* Called by backward with the arg given to zs_backward_hook; a failure
+ * (negative status, message set) stops the backward. */
+typedef zs_status (*zs_backward_hook_fn)(void *ctx, int64_t arg);
+/* An alias of t (shares storage) whose backward calls fn(ctx, arg) when
+ * the gradient of the alias is complete, before it passes on to t
+ * unchanged: everything computed from t before the alias gets its
+ * gradient after the call (ZeRO-3 gathers a layer's weights there). With
+ * grad mode off or no input needing grad, a plain alias. Returns a new
+ * reference. */
+zs_tensor *zs_backward_hook(zs_tensor *t, zs_backward_hook_fn fn, void *ctx, int64_t arg);
 /* In-place fill. */
 zs_status zs_fill_(zs_tensor *t, double v);
 

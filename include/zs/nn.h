@@ -160,6 +160,20 @@ zs_tensor *zs_gpt_logits(zs_module *gpt, zs_tensor *idx);
  * -1 = ignore). */
 zs_tensor *zs_gpt_loss(zs_module *gpt, zs_tensor *idx, zs_tensor *targets);
 
+/* Events of a GPT block's parameters, for code that keeps them elsewhere
+ * between uses (ZeRO-3): ENTER before block i's forward reads them, LEAVE
+ * after it, BACKWARD before block i's backward (in grad mode the block's
+ * output carries a zs_backward_hook). A failing hook stops the forward
+ * (NULL result) or the backward with its message. */
+typedef enum zs_gpt_block_event {
+    ZS_GPT_BLOCK_ENTER,
+    ZS_GPT_BLOCK_LEAVE,
+    ZS_GPT_BLOCK_BACKWARD,
+} zs_gpt_block_event;
+typedef zs_status (*zs_gpt_block_fn)(void *ctx, int64_t block, zs_gpt_block_event ev);
+/* Installs (fn NULL: removes) the block hook of a GPT. */
+void zs_gpt_set_block_hook(zs_module *gpt, zs_gpt_block_fn fn, void *ctx);
+
 /* Incremental decoding with a KV cache of up to `max_len` positions for
  * `batch` sequences. */
 typedef struct zs_kv_cache zs_kv_cache;

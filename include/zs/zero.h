@@ -1,7 +1,7 @@
 /*
- * zs/zero.h - ZeRO stages 1 and 2 for data parallelism: every rank keeps
- * the full parameters but only its 1/N share of the optimizer state
- * (stage 1) and of the gradients (stage 2).
+ * zs/zero.h - ZeRO stages 1, 2 and 3 for data parallelism: every rank
+ * keeps only its 1/N share of the optimizer state (stage 1), of the
+ * gradients (stage 2) and of the parameters (stage 3).
  *
  * Stage 1 keeps the full gradient buffer, averaged over the ranks by
  * zs/dp.h as in plain data parallelism; each rank's optimizer updates only
@@ -30,6 +30,24 @@
  *     zs_zero_zero_grad
  * Buckets are reduced in index order on every rank (the collectives'
  * rule); the reductions are blocking calls made from the hook.
+ *
+ * Stage 3 is stage 2 whose buckets are the caller's units (a transformer
+ * block's parameters) and whose parameters are kept only in this rank's
+ * chunks between uses: zs_zero_fetch(unit) all-gathers a unit just before
+ * the model reads it (forward, and again before its backward), and the
+ * unit is dropped after its forward (zs_zero_drop) and as soon as its
+ * gradients are reduce-scattered; parameters in no unit (group -1: tied
+ * embeddings, final norm) are gathered from zs_zero_begin to
+ * zs_zero_finish. So a rank holds its 1/N of the weights plus the kept
+ * parameters and the unit in use. Dropping hands the pages back to the
+ * kernel; the flat buffer keeps its addresses, so parameter views stay
+ * valid. Fetches are collective: every rank must fetch the same units in
+ * the same order (the model's hooks do). Step:
+ *     for each micro-batch: zs_zero_begin; forward (fetch/drop per unit);
+ *         backward (fetch per unit); zs_zero_finish
+ *     zs_zero_clip_grad_norm; optimizer step; zs_zero_zero_grad
+ * and, to read the whole model (validation, checkpoints),
+ * zs_zero_gather ... zs_zero_release.
  */
 #ifndef ZS_ZERO_H
 #define ZS_ZERO_H
@@ -43,13 +61,17 @@ extern "C" {
 typedef struct zs_zero zs_zero;
 
 typedef struct zs_zero_memory {
-    int64_t params;      /* bytes of the full parameters */
+    int64_t params;      /* bytes of the parameters kept between uses: all
+                          * (stages 1, 2), this rank's chunks (stage 3) */
     int64_t grad_shard;  /* bytes of this rank's gradient shard (stage 1:
                           * the whole gradient buffer) */
     int64_t grad_peak;   /* most final gradient bytes waiting for their
                           * bucket at once (counted when they become
                           * final), plus the staging buffers; last step */
     int64_t buckets;
+    int64_t params_peak; /* stage 3: most parameter bytes held at once
+                          * (chunks + gathered units) in steps, i.e. not
+                          * counting zs_zero_gather; stages 1, 2: params */
 } zs_zero_memory;
 
 /* stage 1 or 2. params: the n parameters, views of flat_params
@@ -59,7 +81,21 @@ typedef struct zs_zero_memory {
 zs_zero *zs_zero_new(zs_comm *c, int stage, int64_t bucket_bytes, int n,
                      zs_tensor *const *params, zs_tensor *flat_params,
                      zs_tensor *flat_grads);
+/* Stage 3. group[i] (copied): parameter i's unit, >= 0, a contiguous run
+ * of the flat buffer; -1 for parameters kept gathered through a step.
+ * Buckets are the units. The parameters must hold the same values on
+ * every rank (as zs_zero_new); all stay gathered until the first
+ * zs_zero_release or zs_zero_finish. */
+zs_zero *zs_zero_new3(zs_comm *c, int n, zs_tensor *const *params,
+                      zs_tensor *flat_params, const int *group);
 void zs_zero_free(zs_zero *z);
+/* Stage 3: gathers unit `group` (collective; no-op when gathered). */
+zs_status zs_zero_fetch(zs_zero *z, int group);
+/* Stage 3: drops unit `group`'s foreign parameters (local; not while
+ * pinned by zs_zero_gather). */
+zs_status zs_zero_drop(zs_zero *z, int group);
+/* Stage 3: ends a zs_zero_gather: every unit dropped. No-op otherwise. */
+void zs_zero_release(zs_zero *z);
 /* This rank's parameter chunks (borrowed array of *n views, some may be
  * absent when a bucket is smaller than the rank count). */
 zs_tensor **zs_zero_shards(zs_zero *z, int *n);
@@ -71,7 +107,8 @@ zs_status zs_zero_finish(zs_zero *z);
  * like zs_clip_grad_norm. Returns the norm (NaN on a communication
  * failure). */
 double zs_zero_clip_grad_norm(zs_zero *z, double max_norm);
-/* All-gathers the updated chunks into every rank's full parameters. */
+/* All-gathers the updated chunks into every rank's full parameters (stage
+ * 3: and keeps them gathered until zs_zero_release). */
 zs_status zs_zero_gather(zs_zero *z);
 void zs_zero_zero_grad(zs_zero *z);
 /* Optimizer state for checkpoints, one kind at a time (e.g. AdamW's first

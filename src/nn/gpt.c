@@ -29,6 +29,8 @@ typedef struct gpt_impl {
     zs_gpt_config c;
     zs_tensor *wte, *wpe, *emb_ln_w, *emb_ln_b, *lnf_w, *lnf_b;
     block_params *blocks;
+    zs_gpt_block_fn hook; /* see zs_gpt_set_block_hook */
+    void *hook_ctx;
 } gpt_impl;
 
 struct zs_kv_cache {
@@ -247,6 +249,21 @@ static zs_tensor *mlp_block(const block_params *b, zs_tensor *x, zs_tensor *h)
     return out;
 }
 
+static zs_status block_backward(void *ctx, int64_t block)
+{
+    const gpt_impl *g = ctx;
+    return g->hook ? g->hook(g->hook_ctx, block, ZS_GPT_BLOCK_BACKWARD) : ZS_OK;
+}
+
+void zs_gpt_set_block_hook(zs_module *gpt, zs_gpt_block_fn fn, void *ctx)
+{
+    gpt_impl *g = impl_of(gpt);
+    if (g) {
+        g->hook = fn;
+        g->hook_ctx = ctx;
+    }
+}
+
 /* Final hidden states ln_f(x) [B, n, C]. */
 static zs_tensor *hidden(gpt_impl *g, zs_tensor *idx, zs_kv_cache *kv)
 {
@@ -254,10 +271,19 @@ static zs_tensor *hidden(gpt_impl *g, zs_tensor *idx, zs_kv_cache *kv)
     zs_tensor *x = embed(g, idx, pos);
     for (int64_t l = 0; x && l < g->c.layers; l++) {
         const block_params *b = &g->blocks[l];
-        zs_tensor *h = zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5);
+        bool ok = !g->hook || g->hook(g->hook_ctx, l, ZS_GPT_BLOCK_ENTER) == ZS_OK;
+        zs_tensor *h = ok ? zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5) : NULL;
         zs_tensor *x2 = h ? attention_block(g, b, x, h, kv, l) : NULL;
         zs_tensor *h2 = zs_layer_norm(x2, b->ln2_w, b->ln2_b, 1e-5);
         zs_tensor *x3 = h2 ? mlp_block(b, x2, h2) : NULL;
+        if (x3 && g->hook) {
+            zs_tensor *y = zs_grad_enabled() ? zs_backward_hook(x3, block_backward, g, l)
+                                             : zs_retain(x3);
+            zs_release(x3);
+            x3 = y && g->hook(g->hook_ctx, l, ZS_GPT_BLOCK_LEAVE) == ZS_OK ? y : NULL;
+            if (!x3)
+                zs_release(y);
+        }
         zs_tensor *tmp[] = {x, h, x2, h2};
         for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
             zs_release(tmp[i]);

@@ -8,6 +8,7 @@
  * permutation, scatter into zeros (narrow/slice), sum over broadcast dims
  * (expand), identity (copies), convert back (to_dtype).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/internal.h"
@@ -18,6 +19,7 @@ static zs_status slice_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
 static zs_status expand_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
 static zs_status identity_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
 static zs_status to_dtype_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status hook_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_RESHAPE = {.name = "reshape", .backward = reshape_bw};
 static zsi_op OP_PERMUTE = {.name = "permute", .backward = permute_bw};
@@ -25,6 +27,7 @@ static zsi_op OP_SLICE = {.name = "slice", .backward = slice_bw};
 static zsi_op OP_EXPAND = {.name = "expand", .backward = expand_bw};
 static zsi_op OP_COPY = {.name = "copy", .backward = identity_bw};
 static zsi_op OP_TO_DTYPE = {.name = "to_dtype", .backward = to_dtype_bw};
+static zsi_op OP_HOOK = {.name = "backward_hook", .backward = hook_bw};
 
 /* Wraps up a view or copy: records the node and its cost. */
 static zs_tensor *finish(zsi_op *op, double t0, zs_tensor *in, zs_tensor *out,
@@ -364,6 +367,41 @@ zs_tensor *zs_detach(zs_tensor *t)
     return zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
+typedef struct hook_extra {
+    zs_backward_hook_fn fn;
+    void *ctx;
+} hook_extra;
+
+zs_tensor *zs_backward_hook(zs_tensor *t, zs_backward_hook_fn fn, void *ctx, int64_t arg)
+{
+    if (!t)
+        return NULL;
+    if (!fn) {
+        zs_set_error("backward_hook: no function");
+        return NULL;
+    }
+    double t0 = zsi_op_begin(&OP_HOOK);
+    zs_tensor *out = zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
+    zsi_node *n = NULL;
+    if (!out || zsi_record(&OP_HOOK, out, 1, &t, &n) != ZS_OK) {
+        zs_release(out);
+        return NULL;
+    }
+    if (n) {
+        hook_extra *h = malloc(sizeof *h);
+        if (!h) {
+            zs_release(out);
+            zs_set_error_code(ZS_ERR_NOMEM, "backward_hook: out of memory");
+            return NULL;
+        }
+        *h = (hook_extra){fn, ctx};
+        n->extra = h;
+        n->p.i[0] = arg;
+    }
+    zsi_op_end(&OP_HOOK, t0, 0, 0, 0);
+    return out;
+}
+
 /* ---- backward -------------------------------------------------------- */
 
 static zs_status reshape_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
@@ -407,6 +445,16 @@ static zs_status expand_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 
 static zs_status identity_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 {
+    gin[0] = zs_retain(g);
+    return ZS_OK;
+}
+
+static zs_status hook_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+{
+    const hook_extra *h = n->extra;
+    zs_status st = h->fn(h->ctx, n->p.i[0]);
+    if (st != ZS_OK)
+        return st;
     gin[0] = zs_retain(g);
     return ZS_OK;
 }
