@@ -23,6 +23,25 @@ int zt_done(void)
     return zt_failures ? 1 : 0;
 }
 
+void zt_dist_start(int *argc, char ***argv, int *rank, int *size)
+{
+    if (zs_dist_init(argc, argv) != ZS_OK) {
+        fprintf(stderr, "%s\n", zs_last_error());
+        exit(1);
+    }
+    *rank = zs_comm_rank(zs_comm_world());
+    *size = zs_comm_size(zs_comm_world());
+    printf("rank %d of %d (%s)\n", *rank, *size,
+           zs_dist_is_mpi() ? "MPI" : "single process");
+}
+
+int zt_dist_done(void)
+{
+    int rc = zt_done();
+    zs_dist_finalize();
+    return rc;
+}
+
 zs_tensor *zt_rand(zs_dtype dt, int ndim, const int64_t *shape, uint64_t seed)
 {
     return zs_uniform(dt, ndim, shape, -1.0, 1.0, seed);

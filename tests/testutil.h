@@ -32,6 +32,11 @@ extern int zt_checks;
 void zt_section(const char *name);
 /* Summary line; returns 0 when every check passed. */
 int zt_done(void);
+/* For tests that run plainly and under mpirun: starts the world (exits 1
+ * with the message on failure), sets *rank and *size and prints them.
+ * zt_dist_done finalizes and returns zt_done()'s exit code. */
+void zt_dist_start(int *argc, char ***argv, int *rank, int *size);
+int zt_dist_done(void);
 
 /* Uniform [-1, 1) tensor of dtype dt. */
 zs_tensor *zt_rand(zs_dtype dt, int ndim, const int64_t *shape, uint64_t seed);

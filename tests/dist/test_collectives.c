@@ -398,20 +398,12 @@ static void test_timeouts(void)
 
 int main(int argc, char **argv)
 {
-    if (zs_dist_init(&argc, &argv) != ZS_OK) {
-        fprintf(stderr, "%s\n", zs_last_error());
-        return 1;
-    }
-    R = zs_comm_rank(zs_comm_world());
-    P = zs_comm_size(zs_comm_world());
-    printf("rank %d of %d (%s)\n", R, P, zs_dist_is_mpi() ? "MPI" : "single process");
+    zt_dist_start(&argc, &argv, &R, &P);
     test_allreduce();
     test_iallreduce();
     test_others();
     test_errors();
     test_checks();
     test_timeouts();
-    int rc = zt_done();
-    zs_dist_finalize();
-    return rc;
+    return zt_dist_done();
 }
