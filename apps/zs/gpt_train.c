@@ -352,11 +352,12 @@ static int build_model(gpt_cfg *c, run_state *s)
     if (!(s->m = zs_gpt_new(&gc, c->seed)))
         return 2;
     int64_t counted = zs_module_num_params(s->m), formula = zs_gpt_param_count(&gc);
-    fprintf(stderr, "gpt %s (%s): %lld layers, width %lld, %lld heads, context %lld, "
-            "vocab %lld: %lld parameters (formula: %lld)\n", c->preset,
-            c->arch == ZS_BLOOM ? "bloom" : "gpt2", (long long)gc.layers,
-            (long long)gc.width, (long long)gc.heads, (long long)gc.ctx,
-            (long long)gc.vocab, (long long)counted, (long long)formula);
+    if (zs_comm_rank(zs_comm_world()) == 0)
+        fprintf(stderr, "gpt %s (%s): %lld layers, width %lld, %lld heads, context "
+                "%lld, vocab %lld: %lld parameters (formula: %lld)\n", c->preset,
+                c->arch == ZS_BLOOM ? "bloom" : "gpt2", (long long)gc.layers,
+                (long long)gc.width, (long long)gc.heads, (long long)gc.ctx,
+                (long long)gc.vocab, (long long)counted, (long long)formula);
     if (counted != formula) {
         zs_set_error("parameter count %lld differs from the formula %lld",
                      (long long)counted, (long long)formula);
@@ -905,7 +906,10 @@ int zs_cmd_train_gpt(int argc, char **argv)
     loop L = {.c = &c, .s = &s, .lead = lead, .tty = lead && isatty(2),
               .last_val = NAN, .tokens_step = c.batch * c.seq * c.accum,
               .workers = ranks - 1};
-    L.peak = zs_measure_peak_gflops(zs_num_threads(), 0.1) * 1e9;
+    /* MFU is over the ranks that compute (every rank, or all but the
+     * server), each at the peak its threads measure */
+    int computing = c.sync >= SYNC_ASYNC ? ranks - 1 : ranks;
+    L.peak = zs_measure_peak_gflops(zs_num_threads(), 0.1) * 1e9 * computing;
     /* Model FLOPs per token (PaLM appendix B): 6N + 6 L T C for attention
      * (causal half of 12 L T C), N without the position embedding. */
     double n_params = (double)zs_gpt_param_count(g) - (g->arch == ZS_GPT2 ? (double)(g->ctx * g->width) : 0);
