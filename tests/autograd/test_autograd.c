@@ -205,6 +205,68 @@ static void test_grad_ready_hook(void)
     zt_section("gradient-ready hook");
 }
 
+/* zs_backward_hook: what the hook saw when backward called it. */
+typedef struct hook_log {
+    int calls;
+    int64_t arg;
+    bool input_grad_before; /* the leaf under the hook already had a grad */
+    zs_tensor *leaf;
+    bool fail;
+} hook_log;
+
+static zs_status on_backward(void *ctx, int64_t arg)
+{
+    hook_log *h = ctx;
+    h->calls++;
+    h->arg = arg;
+    h->input_grad_before = h->leaf && h->leaf->grad != NULL;
+    if (h->fail)
+        return zs_set_error_code(ZS_ERR_STATE, "hook refused on purpose");
+    return ZS_OK;
+}
+
+/* f(x) = hook(exp(x)) * x: the hook sits between exp and the product. */
+static zs_tensor *hooked_fn(void *ctx, zs_tensor **in)
+{
+    zs_tensor *e = zs_exp(in[0]), *h = zs_backward_hook(e, on_backward, ctx, 7);
+    zs_tensor *y = zs_mul(h, in[0]);
+    zs_release(e);
+    zs_release(h);
+    return y;
+}
+
+static void test_backward_hook(void)
+{
+    hook_log h = {0};
+    zs_tensor *x = zt_rand(ZS_F64, ZS_SHAPE(3, 5), 41);
+    zs_set_requires_grad(x, true);
+    ZT_GRADCHECK("backward_hook", hooked_fn, &h, 1, &x);
+    ZT_CHECK(h.calls >= 1 && h.arg == 7, "the hook ran with its argument (%d calls)",
+             h.calls);
+    /* exactly once per backward, before the gradient reaches the input
+     * through exp (the direct path of mul may already have) */
+    zs_tensor *a = zs_full(ZS_F64, ZS_SHAPE(2), 0.5);
+    zs_set_requires_grad(a, true);
+    hook_log g = {.leaf = a};
+    zs_tensor *e = zs_exp(a), *hk = zs_backward_hook(e, on_backward, &g, 3);
+    zs_tensor *l = zs_sum(hk, 0, NULL, false);
+    ZT_CHECK(zs_backward(l, NULL, true) == ZS_OK && g.calls == 1 && !g.input_grad_before,
+             "one call, before the leaf's gradient (%d calls)", g.calls);
+    ZT_CHECK(fabs(zs_get(a->grad, 0) - exp(0.5)) < 1e-15, "gradient passes unchanged");
+    g.fail = true;
+    ZT_EXPECT_ERROR(zs_backward(l, NULL, false) < 0, "hook refused on purpose");
+    zs_no_grad_push();
+    zs_tensor *plain = zs_backward_hook(a, on_backward, &g, 0);
+    zs_no_grad_pop();
+    ZT_CHECK(plain && zs_get(plain, 1) == 0.5, "grad mode off: a plain alias");
+    ZT_EXPECT_ERROR(zs_backward_hook(a, NULL, NULL, 0) == NULL, "no function");
+    zs_tensor *ts[] = {plain, l, hk, e, a, x};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        zs_release(ts[i]);
+    zt_section("backward hook: gradcheck, called once before the input's gradient, "
+               "errors stop backward");
+}
+
 int main(void)
 {
     test_accumulate_and_keep();
@@ -212,5 +274,6 @@ int main(void)
     test_diamond_and_scope();
     test_view_grads();
     test_grad_ready_hook();
+    test_backward_hook();
     return zt_done();
 }
