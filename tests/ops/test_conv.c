@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 
+#include "kernels/cpu/conv.h"
 #include "testutil.h"
 
 typedef struct conv_case {
@@ -26,6 +27,21 @@ static const conv_case cases[] = {
     {1, 3, 9, 7, 5, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true},  /* N = 1 */
     /* K = 576, 40x40 maps: the f64 column buffer is tiled (22 rows) */
     {2, 64, 40, 40, 8, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+};
+
+/* Shapes for the direct f32 path (conv_direct.c): channel counts that
+ * leave partial 32- and 16-lane panels (C = 37, O = 45, 18, 33), output
+ * rows longer than a 14-pixel tile (OW = 31), strides 2 and (1, 2) with
+ * their input-gradient phases, dilation across and along rows, padding as
+ * wide as the kernel, a strided 1x1 kernel whose odd-phase pixels no tap
+ * reaches, and two shapes it hands to the GEMM path (stride 3, 81 taps). */
+static const conv_case direct_cases[] = {
+    {3, 37, 11, 31, 45, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+    {2, 20, 13, 17, 18, 3, 5, {{2, 2}, {2, 1}, {1, 2}, 1}, false},
+    {2, 17, 10, 12, 33, 2, 4, {{1, 2}, {0, 3}, {2, 1}, 1}, true},
+    {2, 16, 7, 9, 20, 1, 1, {{2, 2}, {1, 0}, {1, 1}, 1}, false},
+    {2, 16, 12, 12, 16, 3, 3, {{3, 3}, {1, 1}, {1, 1}, 1}, true},
+    {1, 2, 12, 12, 3, 9, 9, {{1, 1}, {4, 4}, {1, 1}, 1}, true},
 };
 
 static int pv(int v) { return v ? v : 1; }
@@ -107,9 +123,8 @@ static zs_tensor *transposed_input(zs_dtype dt, const conv_case *c,
 
 /* Forward and backward of case c vs the reference; layout 0: contiguous,
  * 1: transposed view, 2: zt_rand_strided. */
-static void check_case(size_t ci, zs_dtype dt, int layout)
+static void check_one(const conv_case *c, size_t ci, zs_dtype dt, int layout)
 {
-    const conv_case *c = &cases[ci];
     uint64_t seed = 100 + 10 * ci;
     zs_tensor *x = layout == 1 ? transposed_input(dt, c, seed)
                    : layout == 2 ? zt_rand_strided(dt, ZS_SHAPE(c->N, c->C, c->H, c->W), seed)
@@ -162,6 +177,11 @@ static void check_case(size_t ci, zs_dtype dt, int layout)
     zs_release(gy);
 }
 
+static void check_case(size_t ci, zs_dtype dt, int layout)
+{
+    check_one(&cases[ci], ci, dt, layout);
+}
+
 static void test_reference(void)
 {
     int nt = zs_num_threads();
@@ -186,6 +206,28 @@ static void test_reference(void)
     }
     zs_set_num_threads(nt);
     zt_section("forward and backward with 1 and 3 threads");
+}
+
+/* The direct path and the GEMM path, each against the reference, on the
+ * shapes of both tables (cases 100+ are direct_cases), 1 and 2 threads. */
+static void test_paths(void)
+{
+    int nt = zs_num_threads();
+    size_t nc = sizeof cases / sizeof *cases;
+    size_t nd = sizeof direct_cases / sizeof *direct_cases;
+    for (int threads = 1; threads <= 2; threads++) {
+        zs_set_num_threads(threads);
+        for (int direct = 0; direct < 2; direct++) {
+            zsk_conv_set_direct(direct);
+            for (size_t ci = 0; ci < nd; ci++)
+                check_one(&direct_cases[ci], 100 + ci, ZS_F32, (int)ci % 3);
+            for (size_t ci = 0; ci < nc; ci++)
+                check_case(ci, ZS_F32, 1 + (int)ci % 2);
+        }
+    }
+    zsk_conv_set_direct(true);
+    zs_set_num_threads(nt);
+    zt_section("direct and GEMM paths (f32), 1 and 2 threads");
 }
 
 typedef struct gc_ctx {
@@ -344,6 +386,7 @@ int main(void)
 {
     int64_t before = zt_live_bytes();
     test_reference();
+    test_paths();
     test_grad();
     test_cost_model();
     test_alloc_failures();

@@ -16,6 +16,7 @@
 #ifndef ZS_KERNELS_CPU_CONV_H
 #define ZS_KERNELS_CPU_CONV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "zs/core.h"
@@ -53,5 +54,24 @@ zs_status zsk_conv2d_forward(zs_dtype dt, const zsk_conv2d_shape *s,
 zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
                               const void *x, const int64_t *xs, const void *w,
                               const void *gy, void *gx, void *gw, void *gb);
+
+/* ---- direct f32 path (conv_direct.c) ------------------------------------
+ * AVX-512 register tiles read straight from padded copies of x and gy, no
+ * column matrix. zsk_conv2d_forward/backward take it by themselves when
+ * zsk_conv_direct_ok(dt, s): f32, one group, an AVX-512 CPU, column stride
+ * <= 2, at most 64 taps, and not a 1x1 stride-1 unpadded kernel (where x
+ * itself is the column matrix of the GEMM path). */
+bool zsk_conv_direct_ok(zs_dtype dt, const zsk_conv2d_shape *s);
+/* Turns the direct path on or off (tests and benchmarks compare both);
+ * returns the previous setting. Not thread-safe against running convs. */
+bool zsk_conv_set_direct(bool on);
+zs_status zsk_conv2d_direct_forward(const zsk_conv2d_shape *s, const float *x,
+                                    const int64_t *xs, const float *w,
+                                    const float *bias, float *y);
+/* gx and gw as in zsk_conv2d_backward (either may be NULL); no bias. */
+zs_status zsk_conv2d_direct_backward(const zsk_conv2d_shape *s,
+                                     const float *x, const int64_t *xs,
+                                     const float *w, const float *gy,
+                                     float *gx, float *gw);
 
 #endif
