@@ -67,13 +67,13 @@ bool zsk_conv_direct_ok(zs_dtype dt, const zsk_conv2d_shape *s)
 
 /* ---- micro-kernels ------------------------------------------------------ */
 
-/* Pixel tile: t[i * NR + j] = sum_{c < nc} sum_{k < nt}
+/* Pixel tile: t[i * ldt + j] = sum_{c < nc} sum_{k < nt}
  * a[c * cs + off[k] + i * RS] * b[(c * nt + k) * NR + j], i < M,
- * j < 16 * NV. b and t are 64-byte aligned. */
+ * j < 16 * NV. b, t and ldt are 64-byte aligned. */
 #define PIX(M, NV, RS)                                                        \
     AVX512 static void pix_##M##_##NV##_##RS(                                 \
         const float *a, int64_t cs, int64_t nc, const int32_t *off, int nt,   \
-        const float *restrict b, float *restrict t)                           \
+        const float *restrict b, float *restrict t, int64_t ldt)              \
     {                                                                         \
         __m512 acc[M][NV];                                                    \
         _Pragma("GCC unroll 16") for (int i = 0; i < M; i++)                  \
@@ -93,7 +93,7 @@ bool zsk_conv_direct_ok(zs_dtype dt, const zsk_conv2d_shape *s)
             }                                                                 \
         _Pragma("GCC unroll 16") for (int i = 0; i < M; i++)                  \
             _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)              \
-                _mm512_store_ps(t + i * NR + 16 * v, acc[i][v]);              \
+                _mm512_store_ps(t + i * ldt + 16 * v, acc[i][v]);             \
     }
 
 /* Weight-gradient tile: t[i * NR + j] += sum_{r < nrow} sum_{q < ncol}
@@ -141,7 +141,7 @@ ROWS(GWK, 1)
 ROWS(GWK, 2)
 
 typedef void (*pix_fn)(const float *, int64_t, int64_t, const int32_t *, int,
-                       const float *, float *);
+                       const float *, float *, int64_t);
 typedef void (*gwk_fn)(const float *, int64_t, int64_t, int64_t, int64_t,
                        const float *, float *);
 
@@ -155,6 +155,74 @@ static const pix_fn PIX_TAB[2][2][MR] = {
 /* [vectors - 1][rows - 1] */
 static const gwk_fn GWK_TAB[2][MR] = {{ROWS(GWK_NAME, 1)},
                                       {ROWS(GWK_NAME, 2)}};
+
+/* ---- 16 x 16 transposes ------------------------------------------------ */
+
+static __mmask16 lanes(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* r[i] lane j -> r[j] lane i. Two rounds of unpacks gather, in every
+ * 128-bit lane L of r[4g + c], rows 4g..4g+3 of column 4L + c; two rounds
+ * of 128-bit shuffles then collect the four row groups of each column. */
+AVX512 static inline void tr16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4)
+        for (int h = 0; h < 2; h++) {
+            __m512d a = _mm512_castps_pd(t[g + h]);
+            __m512d b = _mm512_castps_pd(t[g + h + 2]);
+            r[g + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            r[g + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+    for (int c = 0; c < 4; c++) {
+        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
+    }
+}
+
+/* d[j * ldd + i] = src[i * lds + j] (+ add[j] when add) for i < m, j < n,
+ * m, n <= 16; rows i >= m read as zero. */
+AVX512 static void tr_block(const float *src, int64_t lds, int64_t m,
+                            int64_t n, float *d, int64_t ldd,
+                            const float *add)
+{
+    __m512 r[16];
+    __mmask16 mn = lanes(n), mm = lanes(m);
+    for (int i = 0; i < 16; i++)
+        r[i] = i < m ? _mm512_maskz_loadu_ps(mn, src + i * lds)
+                     : _mm512_setzero_ps();
+    tr16(r);
+    for (int j = 0; j < n; j++) {
+        __m512 v = add ? _mm512_add_ps(r[j], _mm512_set1_ps(add[j])) : r[j];
+        _mm512_mask_storeu_ps(d + j * ldd, mm, v);
+    }
+}
+
+/* d[j * ldd + i] = src[i * lds + j] (+ add[j]) for i < m, j < n, any
+ * sizes, by 16 x 16 blocks. */
+static void transpose(const float *src, int64_t lds, int64_t m, int64_t n,
+                      float *d, int64_t ldd, const float *add)
+{
+    for (int64_t i = 0; i < m; i += 16)
+        for (int64_t j = 0; j < n; j += 16)
+            tr_block(src + i * lds + j, lds, min64(16, m - i),
+                     min64(16, n - j), d + j * ldd + i, ldd,
+                     add ? add + j : NULL);
+}
 
 /* ---- layout copies ------------------------------------------------------ */
 
@@ -204,6 +272,10 @@ static void nhwc_rows(void *ctx, int64_t q0, int64_t q1)
         if (h < 0 || h >= p->H)
             continue;
         const float *src = p->src + n * p->s[0] + h * p->s[2];
+        if (p->s[3] == 1) { /* [C, W] rows of stride s[1] -> [W, C] */
+            transpose(src, p->s[1], p->C, p->W, d + p->pl * p->C, p->C, NULL);
+            continue;
+        }
         for (int64_t c = 0; c < p->C; c++) {
             const float *sr = src + c * p->s[1];
             float *dc = d + p->pl * p->C + c;
@@ -227,13 +299,10 @@ static void gy_panels(void *ctx, int64_t q0, int64_t q1)
     for (int64_t q = q0; q < q1; q++) {
         int64_t ob = q / g->N, n = q % g->N, no = min64(NR, g->O - ob * NR);
         float *d = g->d + q * g->P * NR;
-        const float *src = g->gy + (n * g->O + ob * NR) * g->P;
-        for (int64_t p0 = 0; p0 < g->P; p0 += 16) {
-            int64_t np = min64(16, g->P - p0);
-            for (int64_t p = p0; p < p0 + np; p++)
-                for (int64_t j = 0; j < NR; j++)
-                    d[p * NR + j] = j < no ? src[j * g->P + p] : 0.0f;
-        }
+        if (no < NR) /* lanes past O stay zero */
+            memset(d, 0, (size_t)(g->P * NR) * sizeof(float));
+        transpose(g->gy + (n * g->O + ob * NR) * g->P, g->P, no, g->P, d, NR,
+                  NULL);
     }
 }
 
@@ -264,14 +333,11 @@ static void fwd_tiles(void *ctx, int64_t q0, int64_t q1)
             f->xp + (n * s->C * f->Hp + oh * s->sh) * f->Wp + ow0 * s->sw;
         PIX_TAB[s->sw - 1][no > 16][m - 1](a, f->Hp * f->Wp, s->C, f->off,
                                            (int)f->KK,
-                                           f->wp + ob * s->C * f->KK * NR, t);
-        float *y = f->y + ((n * s->O + ob * NR) * s->OH + oh) * s->OW + ow0;
-        for (int64_t j = 0; j < no; j++) {
-            float bj = f->bias ? f->bias[ob * NR + j] : 0.0f;
-            float *yj = y + j * s->OH * s->OW;
-            for (int64_t i = 0; i < m; i++)
-                yj[i] = t[i * NR + j] + bj;
-        }
+                                           f->wp + ob * s->C * f->KK * NR, t,
+                                           NR);
+        transpose(t, NR, m, no,
+                  f->y + ((n * s->O + ob * NR) * s->OH + oh) * s->OW + ow0,
+                  s->OH * s->OW, f->bias ? f->bias + ob * NR : NULL);
     }
 }
 
@@ -348,7 +414,7 @@ zs_status zsk_conv2d_direct_forward(const zsk_conv2d_shape *s, const float *x,
 /* The gx pixels (a + sh*i, b + sw*j) of one phase and the taps that reach
  * them; gy row i + oi[k], column j + oj[k]. */
 typedef struct phase {
-    int64_t a, b, ni, nj, nt, tiles;
+    int64_t a, b, ni, nj, nt;
     int64_t kh[64], kw[64], oi[64], oj[64]; /* nt <= 64 taps per phase */
     int32_t off[64];
     float *wp; /* [ncb, O, nt, NR] */
@@ -358,6 +424,7 @@ typedef struct gx_job {
     const zsk_conv2d_shape *s;
     const float *gyp; /* [N, O, Hg, Wg] */
     int64_t Hg, Wg, ncb, nph;
+    int64_t nimax, njb; /* phase rows and column tiles, most of any phase */
     float *gx;
     phase *ph; /* [nph] */
 } gx_job;
@@ -387,32 +454,44 @@ static bool phase_taps(const zsk_conv2d_shape *s, phase *p, int64_t a,
     return true;
 }
 
+/* A tile is one gx row segment: row a + sh*i, columns sw*j0 ..
+ * sw*(j0 + MR) - 1, 32 channels. Its sw column phases are computed into
+ * interleaved rows of u (pixel e of phase b at row e*sw + b), so the
+ * segment is stored with one transpose. Tiles run phase-row a fastest: the
+ * phases differ in taps (1, 2, 2 and 4 for a 3x3 stride-2 kernel), and
+ * contiguous ranges of tiles then cost the same on every thread. */
 static void gx_tiles(void *ctx, int64_t q0, int64_t q1)
 {
     const gx_job *g = ctx;
     const zsk_conv2d_shape *s = g->s;
-    float t[MR * NR] __attribute__((aligned(64)));
+    float u[2 * MR * NR] __attribute__((aligned(64)));
     for (int64_t q = q0; q < q1; q++) {
-        int64_t r = q;
-        const phase *p = g->ph;
-        while (r >= p->tiles)
-            r -= p++->tiles;
+        int64_t a = q % s->sh, r = q / s->sh;
         int64_t cb = r % g->ncb;
         r /= g->ncb;
-        int64_t njb = cdiv(p->nj, MR), j0 = r % njb * MR;
-        r /= njb;
-        int64_t i = r % p->ni, n = r / p->ni;
-        int64_t m = min64(MR, p->nj - j0), nc = min64(NR, s->C - cb * NR);
-        const float *a = g->gyp + (n * s->O * g->Hg + i) * g->Wg + j0;
-        PIX_TAB[0][nc > 16][m - 1](a, g->Hg * g->Wg, s->O, p->off, (int)p->nt,
-                                   p->wp + cb * s->O * p->nt * NR, t);
-        float *gx = g->gx + ((n * s->C + cb * NR) * s->H + p->a + s->sh * i) *
-                                s->W + p->b + s->sw * j0;
-        for (int64_t j = 0; j < nc; j++) {
-            float *gj = gx + j * s->H * s->W;
-            for (int64_t e = 0; e < m; e++)
-                gj[e * s->sw] = t[e * NR + j];
+        int64_t j0 = r % g->njb * MR;
+        r /= g->njb;
+        int64_t i = r % g->nimax, n = r / g->nimax;
+        const phase *row = g->ph + a * s->sw;
+        if (i >= row->ni)
+            continue;
+        int64_t nc = min64(NR, s->C - cb * NR);
+        int64_t np = min64(s->sw * MR, s->W - s->sw * j0);
+        for (int64_t b = 0; b < s->sw; b++) {
+            const phase *p = row + b;
+            if (j0 >= p->nj)
+                continue;
+            int64_t m = min64(MR, p->nj - j0);
+            const float *x = g->gyp + (n * s->O * g->Hg + i) * g->Wg + j0;
+            PIX_TAB[0][nc > 16][m - 1](x, g->Hg * g->Wg, s->O, p->off,
+                                       (int)p->nt,
+                                       p->wp + cb * s->O * p->nt * NR,
+                                       u + b * NR, s->sw * NR);
         }
+        transpose(u, NR, np, nc,
+                  g->gx + ((n * s->C + cb * NR) * s->H + a + s->sh * i) * s->W +
+                      s->sw * j0,
+                  s->H * s->W, NULL);
     }
 }
 
@@ -461,7 +540,6 @@ static void plan_phases(const zsk_conv2d_shape *s, const float *w, gx_job *g,
         p->wp = wp;
         pack_gx_weights(s, w, p, wp);
         wp += g->ncb * s->O * p->nt * NR;
-        p->tiles = s->N * p->ni * cdiv(p->nj, MR) * g->ncb;
     }
 }
 
@@ -488,9 +566,9 @@ static zs_status input_grad(const zsk_conv2d_shape *s, const float *w,
     zs_parallel_for(s->N * s->O, 1 + ZSK_GRAIN / (g.Hg * g.Wg), pad_planes,
                     &p);
     g.gyp = gyp;
-    int64_t ntiles = 0;
-    for (int64_t q = 0; q < g.nph; q++)
-        ntiles += g.ph[q].tiles;
+    g.nimax = g.ph[0].ni; /* phase a = 0 has the most rows and columns */
+    g.njb = cdiv(g.ph[0].nj, MR);
+    int64_t ntiles = s->N * g.nimax * g.njb * g.ncb * s->sh;
     double tile_flops = 2.0 * MR * NR * (double)(s->O * KK) / (double)g.nph;
     zs_parallel_for(ntiles, 1 + (int64_t)(2e5 / tile_flops), gx_tiles, &g);
     /* every gx pixel belongs to exactly one phase and one tile, so all of
