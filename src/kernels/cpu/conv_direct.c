@@ -324,10 +324,12 @@ static void fwd_tiles(void *ctx, int64_t q0, int64_t q1)
     const zsk_conv2d_shape *s = f->s;
     float t[MR * NR] __attribute__((aligned(64)));
     for (int64_t q = q0; q < q1; q++) {
-        int64_t ob = q % f->nob, r = q / f->nob;
-        int64_t ow0 = r % f->nowb * MR;
-        r /= f->nowb;
-        int64_t oh = r % s->OH, n = r / s->OH;
+        /* image, then weight panel, then pixels: the image and one panel
+         * stay in L2 while all the image's tiles of that panel run */
+        int64_t ow0 = q % f->nowb * MR, r = q / f->nowb;
+        int64_t oh = r % s->OH;
+        r /= s->OH;
+        int64_t ob = r % f->nob, n = r / f->nob;
         int64_t m = min64(MR, s->OW - ow0), no = min64(NR, s->O - ob * NR);
         const float *a =
             f->xp + (n * s->C * f->Hp + oh * s->sh) * f->Wp + ow0 * s->sw;
@@ -607,6 +609,7 @@ typedef struct gw_job {
     int64_t Hp, Wp, R, nout, nrb, nob;
     int64_t n0, n1;   /* images of the current chunk */
     float *acc;       /* [tiles, MR, NR] */
+    float *gw;
 } gw_job;
 
 /* Outer tap u: its (kh, kw0) and offset in an NHWC image. */
@@ -631,6 +634,8 @@ static void gw_tiles(void *ctx, int64_t q0, int64_t q1)
         int64_t off = outer_offset(g, u, &kh, &kw0) + rb * MR;
         int64_t m = min64(MR, g->R - rb * MR), no = min64(NR, s->O - ob * NR);
         gwk_fn fn = GWK_TAB[no > 16][m - 1];
+        if (g->n0 == 0)
+            memset(g->acc + q * MR * NR, 0, MR * NR * sizeof(float));
         for (int64_t n = g->n0; n < g->n1; n++)
             fn(g->xt + n * img + off, s->sh * g->Wp * s->C, s->sw * s->C,
                s->OH, s->OW, g->gyt + (ob * s->N + n) * P * NR,
@@ -638,12 +643,14 @@ static void gw_tiles(void *ctx, int64_t q0, int64_t q1)
     }
 }
 
-/* gw[o, c, kh, kw] from the tile accumulators. */
-static void gw_store(const gw_job *g, float *gw)
+/* gw[o, c, kh, kw] from the accumulators of tiles [q0, q1). */
+static void gw_store(void *ctx, int64_t q0, int64_t q1)
 {
+    const gw_job *g = ctx;
     const zsk_conv2d_shape *s = g->s;
-    int64_t KK = s->KH * s->KW, ntiles = g->nout * g->nrb * g->nob;
-    for (int64_t q = 0; q < ntiles; q++) {
+    int64_t KK = s->KH * s->KW;
+    float *gw = g->gw;
+    for (int64_t q = q0; q < q1; q++) {
         int64_t ob = q % g->nob, rb = q / g->nob % g->nrb;
         int64_t u = q / g->nob / g->nrb, kh, kw0;
         outer_offset(g, u, &kh, &kw0);
@@ -678,7 +685,6 @@ static zs_status weight_grad(const zsk_conv2d_shape *s, const float *x,
         zs_free(g.acc);
         return ZS_ERR_NOMEM;
     }
-    memset(g.acc, 0, (size_t)(ntiles * MR * NR) * sizeof(float));
     pad_job pj = {x,  {xs[0], xs[1], xs[2], xs[3]}, s->C, s->H, s->W,
                   xt, g.Hp, g.Wp, s->ph, s->pw};
     zs_parallel_for(s->N * g.Hp, 1 + ZSK_GRAIN / (g.Wp * s->C), nhwc_rows, &pj);
@@ -692,7 +698,8 @@ static zs_status weight_grad(const zsk_conv2d_shape *s, const float *x,
         g.n1 = min64(s->N, g.n0 + chunk);
         zs_parallel_for(ntiles, 1, gw_tiles, &g);
     }
-    gw_store(&g, gw);
+    g.gw = gw;
+    zs_parallel_for(ntiles, 1 + 4096 / (MR * NR), gw_store, &g);
     zs_free(xt);
     zs_free(gyt);
     zs_free(g.acc);
