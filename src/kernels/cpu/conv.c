@@ -350,6 +350,23 @@ typedef struct bias_ctx {
     int64_t N, O, P;
 } bias_ctx;
 
+/* Sum of n floats in 16 interleaved partial sums (one vector register;
+ * a single running sum kept the loop scalar: 2% of a ResNet backward). */
+ZSK_CLONES static double sum_f32(const float *g, int64_t n)
+{
+    float lane[16] = {0};
+    int64_t p = 0;
+    for (; p + 16 <= n; p += 16)
+        for (int l = 0; l < 16; l++)
+            lane[l] += g[p + l];
+    double s = 0;
+    for (; p < n; p++)
+        s += g[p];
+    for (int l = 0; l < 16; l++)
+        s += lane[l];
+    return s;
+}
+
 static void bias_grad(void *ctx, int64_t o0, int64_t o1)
 {
     const bias_ctx *c = ctx;
@@ -358,11 +375,7 @@ static void bias_grad(void *ctx, int64_t o0, int64_t o1)
         for (int64_t n = 0; n < c->N; n++) {
             int64_t base = (n * c->O + o) * c->P;
             if (c->dt == ZS_F32) {
-                const float *g = (const float *)c->gy + base;
-                float part = 0;
-                for (int64_t p = 0; p < c->P; p++)
-                    part += g[p];
-                acc += part;
+                acc += sum_f32((const float *)c->gy + base, c->P);
             } else {
                 const double *g = (const double *)c->gy + base;
                 for (int64_t p = 0; p < c->P; p++)
