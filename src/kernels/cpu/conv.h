@@ -1,6 +1,11 @@
 /*
- * kernels/cpu/conv.h - 2-D convolution (NCHW) on raw pointers, built on the
- * GEMM kernel (gemm.h) with im2col / col2im.
+ * kernels/cpu/conv.h - 2-D convolution (NCHW) on raw pointers.
+ *
+ * Two paths. f32 on an AVX-512 CPU takes the direct path (conv_direct.c,
+ * declared at the end) where it applies: register tiles read straight from
+ * padded copies of the images, no column matrix. Everything else (f64,
+ * groups, 1x1 stride-1 kernels, input gradients of < 16 channels, ...)
+ * runs the GEMM path (conv.c), built on gemm.h with im2col / col2im:
  *
  * Shapes: x [N, C, H, W] (any element strides), w [O, C/G, KH, KW] and
  * y, gy [N, O, OH, OW] contiguous, bias [O]. Per image and group the
