@@ -179,6 +179,21 @@ static void test_blocks(void)
     zt_section("sgemm across cache blocks and thread splits");
 }
 
+/* Every edge micro-kernel instance of the AVX-512 path: M = 14 + m leaves
+ * an m-row tile (m = 1..14), N covers one partial vector, one full and
+ * two (5, 16, 21, 32 + 9). */
+static void test_edge_tiles(void)
+{
+    static const int64_t ns[] = {5, 16, 21, 41};
+    for (int64_t m = 1; m <= 14; m++)
+        for (int n = 0; n < 4; n++) {
+            gemm_case g = {false, m % 2 == 1, 14 + m, ns[n], 23, 1, 1.0f,
+                           n % 2 ? 0.5f : 0.0f};
+            check_case(&g);
+        }
+    zt_section("sgemm edge tiles: every row count, 1 and 2 vectors");
+}
+
 static void test_degenerate(void)
 {
     float c[4] = {NAN, NAN, NAN, NAN}, a = 1.0f, b = 2.0f;
@@ -232,6 +247,7 @@ int main(void)
     printf("best path: %s\n", zsk_gemm_isa_name());
     test_odd_shapes();
     test_blocks();
+    test_edge_tiles();
     test_degenerate();
     test_dgemm();
     zs_set_num_threads(threads);

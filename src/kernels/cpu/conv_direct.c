@@ -442,8 +442,8 @@ typedef struct gx_job {
     phase *ph; /* [nph] */
 } gx_job;
 
-/* Lists the taps of phase (a, b); false when it has more than 64. */
-static bool phase_taps(const zsk_conv2d_shape *s, phase *p, int64_t a,
+/* Lists the taps of phase (a, b) (at most KH*KW <= 64: zsk_conv_direct_ok). */
+static void phase_taps(const zsk_conv2d_shape *s, phase *p, int64_t a,
                        int64_t b)
 {
     p->a = a;
@@ -456,15 +456,12 @@ static bool phase_taps(const zsk_conv2d_shape *s, phase *p, int64_t a,
             int64_t vh = a + s->ph - kh * s->dh, vw = b + s->pw - kw * s->dw;
             if (((vh % s->sh) + s->sh) % s->sh || ((vw % s->sw) + s->sw) % s->sw)
                 continue;
-            if (p->nt == 64)
-                return false;
             p->kh[p->nt] = kh;
             p->kw[p->nt] = kw;
             p->oi[p->nt] = vh / s->sh;
             p->oj[p->nt] = vw / s->sw;
             p->nt++;
         }
-    return true;
 }
 
 /* A tile is one gx row segment: row a + sh*i, columns sw*j0 ..
@@ -533,8 +530,8 @@ static void pack_gx(void *ctx, int64_t q0, int64_t q1)
 /* Fills the phases (sh*sw of them: taps, offsets into the padded gy,
  * packed weights in wp, which holds ncb*O*KK*NR floats) and the padded gy
  * geometry: planes of Hg x Wg with gy at (*pt, *pl). */
-static void plan_phases(const zsk_conv2d_shape *s, const float *w, gx_job *g,
-                        float *wp, int64_t *pt, int64_t *pl)
+static void plan_phases(const zsk_conv2d_shape *s, gx_job *g, float *wp,
+                        int64_t *pt, int64_t *pl)
 {
     int64_t hi = s->OH, wi = s->OW;
     *pt = *pl = 0;
@@ -569,7 +566,7 @@ static zs_status input_grad(const zsk_conv2d_shape *s, const float *w,
     float *wp = zs_alloc((size_t)(g.ncb * s->O * KK * NR) * sizeof(float));
     float *gyp = NULL;
     if (g.ph && wp) {
-        plan_phases(s, w, &g, wp, &pt, &pl);
+        plan_phases(s, &g, wp, &pt, &pl);
         pack_job pj = {s, w, NULL, &g};
         zs_parallel_for(g.ncb * s->O, 1 + 4096 / (KK * NR), pack_gx, &pj);
         gyp = zs_alloc((size_t)(s->N * s->O * g.Hg * g.Wg) * sizeof(float));

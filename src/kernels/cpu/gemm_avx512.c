@@ -5,7 +5,8 @@
  * A tile of MR rows x NV*16 columns lives in MR*NV zmm accumulators; per k
  * the kernel loads NV vectors of the B panel and broadcasts MR values of the
  * A panel (embedded-broadcast FMA operands), so a k step is MR*NV FMAs for
- * NV + MR loads. Column edges use masked loads/stores, row edges stop early.
+ * NV + MR loads. Column edges use masked stores; edge tiles run the instance
+ * for their row count and (<= 16 columns) one vector.
  *
  * Shape 14 x 32 (28 accumulators + 2 B vectors of the 32 registers).
  * Single-thread GFLOP/s with KC = 768 (peak 267): 2048^3: 14x32 245,
