@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/internal.h"
 
 void (*zsi_node_release_hook)(zs_tensor *t);
@@ -135,15 +136,17 @@ zs_status zsi_check_shape(const char *op, int ndim, const int64_t *shape)
                             ZS_MAX_DIMS);
     if (ndim > 0 && !shape)
         return zs_set_error("%s: NULL shape for %d dims", op, ndim);
-    double total = 1;
-    for (int i = 0; i < ndim; i++) {
+    for (int i = 0; i < ndim; i++)
         if (shape[i] < 0)
             return zs_set_error("%s: size %lld in dim %d, expected >= 0", op,
                                 (long long)shape[i], i);
-        total *= (double)shape[i];
+    int64_t n;
+    if (!zsi_shape_numel_checked(ndim, shape, &n)) {
+        char buf[200];
+        return zs_set_error("%s: shape %s is too large (its sizes, zeros "
+                            "counted as 1, multiply past 2^53)", op,
+                            zsi_shape_fmt(ndim, shape, buf, sizeof buf));
     }
-    if (total > 1e15)
-        return zs_set_error("%s: %g elements is too many", op, total);
     return ZS_OK;
 }
 

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/checked.h"
 #include "core/internal.h"
 #include "io/fileio.h"
 #include "zs/io.h"
@@ -213,6 +214,9 @@ zs_tensor *zs_tensor_set_get(const zs_tensor_set *s, const char *name)
     return NULL;
 }
 
+/* Reads a whole regular file. A directory, a FIFO or a device is refused
+ * by name before anything is allocated (ftell on a directory gives
+ * LONG_MAX). */
 static unsigned char *read_file(const char *path, size_t *size)
 {
     FILE *f = fopen(path, "rb");
@@ -221,20 +225,26 @@ static unsigned char *read_file(const char *path, size_t *size)
                           strerror(errno));
         return NULL;
     }
+    struct stat sb;
     unsigned char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
-        fseek(f, 0, SEEK_SET) == 0) {
-        buf = malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        }
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        bool dir = fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode);
+        zs_set_error_code(ZS_ERR_IO, "safetensors: %s is %s, not a checkpoint "
+                          "file", path, dir ? "a directory" : "not a regular file");
+        fclose(f);
+        return NULL;
+    }
+    size_t n = (size_t)sb.st_size;
+    buf = malloc(n + 1);
+    if (buf && fread(buf, 1, n, f) != n) {
+        free(buf);
+        buf = NULL;
     }
     fclose(f);
     if (!buf)
-        zs_set_error_code(ZS_ERR_IO, "safetensors: cannot read %s", path);
-    *size = (size_t)n;
+        zs_set_error_code(ZS_ERR_IO, "safetensors: cannot read %s (%zu bytes)",
+                          path, n);
+    *size = n;
     return buf;
 }
 
@@ -246,6 +256,22 @@ static int cmp_span(const void *a, const void *b)
 {
     const span *x = a, *y = b;
     return x->b < y->b ? -1 : x->b > y->b;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A JSON number that is an integer in [0, 2^53]: sizes and offsets. */
+static bool json_count(const cJSON *v, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
+        v->valuedouble > (double)ZSI_MAX_NUMEL ||
+        v->valuedouble != (double)(int64_t)v->valuedouble)
+        return false;
+    *out = (uint64_t)v->valuedouble;
+    return true;
 }
 
 /* Validates one header entry and makes its tensor. */
@@ -265,28 +291,61 @@ static zs_status load_entry(const char *path, cJSON *e, const unsigned char *dat
     int64_t sh[ZS_MAX_DIMS];
     int nd = cJSON_GetArraySize(shape);
     for (int d = 0; d < nd; d++) {
-        cJSON *v = cJSON_GetArrayItem(shape, d);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e12 ||
-            v->valuedouble != (double)(int64_t)v->valuedouble)
+        uint64_t v;
+        if (!json_count(cJSON_GetArrayItem(shape, d), &v))
             return zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: entry "
-                                     "'%s' has a bad shape", path, name);
-        sh[d] = (int64_t)v->valuedouble;
+                                     "'%s' has a bad shape (sizes must be "
+                                     "integers >= 0)", path, name);
+        sh[d] = (int64_t)v;
     }
-    double b = cJSON_GetArrayItem(offs, 0)->valuedouble;
-    double en = cJSON_GetArrayItem(offs, 1)->valuedouble;
-    double need = (double)zsi_shape_numel(nd, sh) * (double)zs_dtype_size(dtype);
-    if (!(b >= 0 && en >= b && en <= (double)dsize && en - b == need))
+    size_t need;
+    if (!zsi_shape_bytes_checked(nd, sh, zs_dtype_size(dtype), &need))
         return zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: entry '%s' "
-                                 "data_offsets [%.0f, %.0f] do not match its "
-                                 "%.0f bytes within %llu bytes of data", path,
-                                 name, b, en, need, (unsigned long long)dsize);
-    sp->b = (uint64_t)b;
-    sp->e = (uint64_t)en;
+                                 "has a shape too large to address", path, name);
+    uint64_t b, en;
+    if (!json_count(cJSON_GetArrayItem(offs, 0), &b) ||
+        !json_count(cJSON_GetArrayItem(offs, 1), &en))
+        return zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: entry '%s' "
+                                 "data_offsets must be two integers >= 0",
+                                 path, name);
+    if (en < b || en > dsize || en - b != need)
+        return zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: entry '%s' "
+                                 "data_offsets [%llu, %llu] do not match its "
+                                 "%zu bytes within %llu bytes of data", path,
+                                 name, (unsigned long long)b,
+                                 (unsigned long long)en, need,
+                                 (unsigned long long)dsize);
+    sp->b = b;
+    sp->e = en;
     *out = zsi_new_tensor(dtype, nd, sh);
     if (!*out)
         return ZS_ERR_NOMEM;
-    memcpy(zs_data(*out), data + sp->b, (size_t)need);
+    memcpy(zs_data(*out), data + b, need);
     return ZS_OK;
+}
+
+/* After loading: no two tensors share a name, no two share bytes. */
+static zs_status check_unique(const char *path, zs_tensor_set *out, span *spans)
+{
+    int n = out->n;
+    char **names = malloc(((size_t)n + 1) * sizeof *names);
+    if (!names)
+        return zs_set_error_code(ZS_ERR_NOMEM, "safetensors: out of memory");
+    memcpy(names, out->names, (size_t)n * sizeof *names);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    zs_status st = ZS_OK;
+    for (int i = 1; st == ZS_OK && i < n; i++)
+        if (!strcmp(names[i], names[i - 1]))
+            st = zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: tensor "
+                                   "'%s' appears twice in the header", path,
+                                   names[i]);
+    free(names);
+    qsort(spans, (size_t)n, sizeof *spans, cmp_span);
+    for (int i = 1; st == ZS_OK && i < n; i++)
+        if (spans[i].b < spans[i - 1].e)
+            st = zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: tensors "
+                                   "overlap in the data block", path);
+    return st;
 }
 
 static zs_status parse_set(const char *path, cJSON *root, const unsigned char *data,
@@ -297,13 +356,23 @@ static zs_status parse_set(const char *path, cJSON *root, const unsigned char *d
     out->tensors = calloc((size_t)count + 1, sizeof *out->tensors);
     span *spans = calloc((size_t)count + 1, sizeof *spans);
     zs_status st = (out->names && out->tensors && spans) ? ZS_OK : ZS_ERR_NOMEM;
-    int ns = 0;
+    if (st != ZS_OK)
+        zs_set_error_code(st, "safetensors: out of memory");
     cJSON *e;
     cJSON_ArrayForEach(e, root) {
         if (st != ZS_OK)
             break;
         if (!strcmp(e->string, "__metadata__")) {
+            if (out->metadata_json || !cJSON_IsObject(e)) {
+                st = zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: "
+                                       "__metadata__ %s", path,
+                                       out->metadata_json ? "appears twice"
+                                                          : "is not an object");
+                break;
+            }
             out->metadata_json = cJSON_PrintUnformatted(e);
+            if (!out->metadata_json)
+                st = zs_set_error_code(ZS_ERR_NOMEM, "safetensors: out of memory");
             continue;
         }
         if (!cJSON_IsObject(e)) {
@@ -311,18 +380,17 @@ static zs_status parse_set(const char *path, cJSON *root, const unsigned char *d
                                    "is not an object", path, e->string);
             break;
         }
-        st = load_entry(path, e, data, dsize, &out->tensors[out->n], &spans[ns]);
+        st = load_entry(path, e, data, dsize, &out->tensors[out->n],
+                        &spans[out->n]);
         if (st == ZS_OK) {
             out->names[out->n] = strdup(e->string);
-            out->n++;
-            ns++;
+            if (!out->names[out->n])
+                st = zs_set_error_code(ZS_ERR_NOMEM, "safetensors: out of memory");
+            out->n++; /* the tensor is owned by out either way */
         }
     }
-    qsort(spans, (size_t)ns, sizeof *spans, cmp_span);
-    for (int i = 1; st == ZS_OK && i < ns; i++)
-        if (spans[i].b < spans[i - 1].e)
-            st = zs_set_error_code(ZS_ERR_FORMAT, "safetensors: %s: tensors "
-                                   "overlap in the data block", path);
+    if (st == ZS_OK)
+        st = check_unique(path, out, spans);
     free(spans);
     return st;
 }

@@ -5,6 +5,9 @@
  * installed).
  */
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -125,6 +128,56 @@ static void test_safetensors_corrupt(void)
     zt_section("safetensors corrupt files");
 }
 
+/* A safetensors file made of header text hdr followed by data bytes. */
+static void write_st(const char *name, const char *hdr, const char *data)
+{
+    static unsigned char b[4096];
+    uint64_t hl = strlen(hdr);
+    memcpy(b, &hl, 8);
+    memcpy(b + 8, hdr, hl);
+    memcpy(b + 8 + hl, data, strlen(data));
+    write_bytes(name, b, 8 + hl + strlen(data));
+}
+
+/* Inputs a fuzzer found (issue 17; the files are also in
+ * tests/fuzz/corpus/safetensors): each must fail with its message and
+ * leak nothing. */
+static void test_safetensors_hostile(void)
+{
+    static const struct {
+        const char *hdr, *data, *msg;
+    } cases[] = {
+        {"{\"__metadata__\":{\"a\":\"b\"},\"__metadata__\":{\"c\":\"d\"}}", "",
+         "__metadata__ appears twice"},
+        {"{\"__metadata__\":[1,2]}", "", "__metadata__ is not an object"},
+        {"{\"t\":{\"dtype\":\"F32\",\"shape\":[1000000000000,1000000000000,0],"
+         "\"data_offsets\":[0,0]}}", "", "too large"},
+        {"{\"t\":{\"dtype\":\"F32\",\"shape\":[24,81844674407,3709551615],"
+         "\"data_offsets\":[0,96]}}", "", "too large"},
+        {"{\"t\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[\"x\",null]}}",
+         "", "two integers"},
+        {"{\"t\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[null,null]}}",
+         "", "two integers"},
+        {"{\"t\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0.5,4.5]}}",
+         "abcdefgh", "two integers"},
+        {"{\"t\":{\"dtype\":\"U8\",\"shape\":[2.5],\"data_offsets\":[0,2]}}",
+         "ab", "bad shape"},
+        {"{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+         "\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", "ab",
+         "'t' appears twice"},
+    };
+    char q[512];
+    path_of(q, sizeof q, "hostile.safetensors");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        write_st("hostile.safetensors", cases[i].hdr, cases[i].data);
+        zs_tensor_set set;
+        ZT_EXPECT_ERROR(zs_safetensors_load(q, &set) < 0, cases[i].msg);
+    }
+    zs_tensor_set set;
+    ZT_EXPECT_ERROR(zs_safetensors_load(dir, &set) < 0, "is a directory");
+    zt_section("safetensors hostile headers (fuzzer findings)");
+}
+
 static void test_idx(void)
 {
     /* 3 images of 2x3, u8; big-endian dims */
@@ -174,6 +227,87 @@ static void test_idx(void)
         printf("skip fashion-mnist (not installed)\n");
     }
     zt_section("idx");
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ZT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZT_ASAN 1
+#endif
+#endif
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Loads path in a child process whose address space is capped at 256 MB
+ * above what it has now: true when the load fails with msg without
+ * needing the memory its header declares. */
+static bool idx_fails_in_bounded_memory(const char *path, const char *msg)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = fopen("/proc/self/statm", "r");
+        unsigned long pages = 0;
+        if (!f || fscanf(f, "%lu", &pages) != 1)
+            _exit(3);
+        fclose(f);
+        rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (256u << 20);
+        struct rlimit rl = {cap, cap};
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(3);
+        zs_tensor *t = zs_idx_load(path);
+        _exit(!t && strstr(zs_last_error(), msg) ? 0 : 1);
+    }
+    int status = 0;
+    return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 0;
+}
+
+/* Inputs a fuzzer found (issue 17; also in tests/fuzz/corpus/idx): sizes
+ * that overflow, and headers that declare gigabytes the file does not
+ * hold, which must fail before that much is allocated, plain or gzip. */
+static void test_idx_hostile(void)
+{
+    char p[512], gz[512];
+    path_of(p, sizeof p, "h.idx");
+    path_of(gz, sizeof gz, "h.idx.gz");
+    /* u8 [0, 2^32-1, 2^32-1]: no elements, but the strides overflow */
+    unsigned char zero[16] = {0, 0, 8, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+                              0xff, 0xff, 0xff, 0xff};
+    write_bytes("h.idx", zero, sizeof zero);
+    ZT_EXPECT_ERROR(zs_idx_load(p) == NULL, "too large");
+    static const struct {
+        unsigned char hdr[16];
+        size_t n;
+        const char *what;
+    } big[] = {
+        /* f32 [1, 1, 0xc0000401]: 12.9 GB declared, 4 bytes present */
+        {{0, 0, 0x0d, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0xc0, 0, 4, 1}, 16, "f32 12 GB"},
+        /* i16 [255, 0x10affff]: 8.9 GB (as i32: 17.8 GB) declared */
+        {{0, 0, 0x0b, 2, 0, 0, 0, 0xff, 1, 0x0a, 0xff, 0xff, 0x14, 0x0b}, 14, "i16 18 GB"},
+    };
+    for (size_t i = 0; i < sizeof big / sizeof *big; i++) {
+        write_bytes("h.idx", big[i].hdr, big[i].n);
+        gzFile g = gzopen(gz, "wb");
+        gzwrite(g, big[i].hdr, (unsigned)big[i].n);
+        gzclose(g);
+        double t0 = now_s();
+        ZT_EXPECT_ERROR(zs_idx_load(p) == NULL, "truncated");
+        ZT_EXPECT_ERROR(zs_idx_load(gz) == NULL, "truncated");
+        ZT_CHECK(now_s() - t0 < 1.0, "%s: refused in %.2f s", big[i].what,
+                 now_s() - t0);
+#ifndef ZT_ASAN
+        ZT_CHECK(idx_fails_in_bounded_memory(p, "truncated") &&
+                 idx_fails_in_bounded_memory(gz, "truncated"),
+                 "%s header: refused within 256 MB of address space", big[i].what);
+#endif
+    }
+    zt_section("idx hostile headers (fuzzer findings)");
 }
 
 /* Random corruptions of valid files: every load either succeeds or fails
@@ -272,7 +406,9 @@ int main(void)
         return 1;
     test_safetensors();
     test_safetensors_corrupt();
+    test_safetensors_hostile();
     test_idx();
+    test_idx_hostile();
     test_fuzz();
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
