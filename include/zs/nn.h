@@ -154,6 +154,24 @@ int64_t zs_gpt_param_count(const zs_gpt_config *c);
 zs_module *zs_gpt_new(const zs_gpt_config *c, uint64_t seed);
 const zs_gpt_config *zs_gpt_config_of(const zs_module *gpt);
 
+/* Checks a config's values (ranges, heads dividing width, a parameter count
+ * that fits in memory arithmetic) without allocating. ZS_OK or an error
+ * naming the bad field. */
+zs_status zs_gpt_config_check(const zs_gpt_config *c);
+/* The config in a checkpoint's metadata (as written by `zs train gpt`:
+ * "arch" gpt2|bloom, "vocab", "ctx", "layers", "heads", "width"), checked
+ * with zs_gpt_config_check. An unknown arch or a missing or non-integer
+ * field is an error. */
+zs_status zs_gpt_config_from_metadata(const char *metadata_json,
+                                      zs_gpt_config *out);
+/* Builds the GPT a checkpoint file holds: reads the file once, takes the
+ * config from its metadata, checks the config against the file's tensors
+ * (every parameter present with its shape, nothing more) before allocating
+ * the model, then copies the weights (optimizer state is ignored). Returns
+ * a new module or NULL + message; *metadata_json (may be NULL) receives a
+ * malloc'd copy of the metadata on success. */
+zs_module *zs_gpt_load(const char *path, char **metadata_json);
+
 /* Logits [B, T, V] for token ids idx [B, T] (i64), T <= ctx. */
 zs_tensor *zs_gpt_logits(zs_module *gpt, zs_tensor *idx);
 /* Mean cross-entropy of next-token prediction: targets [B, T] (i64,

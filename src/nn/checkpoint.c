@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "nn/internal.h"
 #include "zs/io.h"
 #include "zs/nn.h"
 #include "zs/optim.h"
@@ -88,17 +89,13 @@ zs_status zs_checkpoint_save(const char *path, zs_module *m, zs_optim *o,
     return st;
 }
 
-zs_status zs_checkpoint_load(const char *path, zs_module *m, zs_optim *o,
-                             char **metadata_json)
+zs_status zsi_checkpoint_apply(const char *path, const zs_tensor_set *set,
+                               zs_module *m, zs_optim *o, char **metadata_json)
 {
-    zs_tensor_set set;
-    zs_status st = zs_safetensors_load(path, &set);
-    if (st != ZS_OK)
-        return st;
     entries e;
-    st = gather(m, o, &e);
+    zs_status st = gather(m, o, &e);
     for (int i = 0; st == ZS_OK && i < e.n; i++) {
-        zs_tensor *src = zs_tensor_set_get(&set, e.names[i]);
+        zs_tensor *src = zs_tensor_set_get(set, e.names[i]);
         char a[96], b[96];
         if (!src)
             st = zs_set_error_code(ZS_ERR_FORMAT, "checkpoint: %s has no tensor "
@@ -112,19 +109,33 @@ zs_status zs_checkpoint_load(const char *path, zs_module *m, zs_optim *o,
                                    zs_shape_str(e.ts[i], b, sizeof b),
                                    zs_dtype_name(e.ts[i]->dtype));
     }
-    int expected = st == ZS_OK ? e.n : 0, present = set.n;
-    for (int i = 0; !o && i < set.n; i++) /* optimizer state not asked for */
-        present -= strncmp(set.names[i], "optim.", 6) == 0;
+    int expected = st == ZS_OK ? e.n : 0, present = set->n;
+    for (int i = 0; !o && i < set->n; i++) /* optimizer state not asked for */
+        present -= strncmp(set->names[i], "optim.", 6) == 0;
     if (st == ZS_OK && present != expected)
         st = zs_set_error_code(ZS_ERR_FORMAT, "checkpoint: %s holds %d tensors, "
                                "the model and optimizer have %d", path, present,
                                expected);
     for (int i = 0; st == ZS_OK && i < e.n; i++)
-        st = zs_copy_(e.ts[i], zs_tensor_set_get(&set, e.names[i]));
-    if (st == ZS_OK && metadata_json)
-        *metadata_json = set.metadata_json ? strdup(set.metadata_json) : NULL;
+        st = zs_copy_(e.ts[i], zs_tensor_set_get(set, e.names[i]));
+    if (st == ZS_OK && metadata_json) {
+        *metadata_json = set->metadata_json ? strdup(set->metadata_json) : NULL;
+        if (set->metadata_json && !*metadata_json)
+            st = zs_set_error_code(ZS_ERR_NOMEM, "checkpoint: out of memory");
+    }
     if (e.names)
         entries_free(&e);
+    return st;
+}
+
+zs_status zs_checkpoint_load(const char *path, zs_module *m, zs_optim *o,
+                             char **metadata_json)
+{
+    zs_tensor_set set;
+    zs_status st = zs_safetensors_load(path, &set);
+    if (st != ZS_OK)
+        return st;
+    st = zsi_checkpoint_apply(path, &set, m, o, metadata_json);
     zs_tensor_set_free(&set);
     return st;
 }

@@ -6,6 +6,7 @@
  * recomputing the whole sequence; error paths.
  */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -164,6 +165,85 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+static bool same_values(const zs_tensor *a, const zs_tensor *b)
+{
+    double *x = zt_values(a), *y = zt_values(b);
+    bool same = zs_numel(a) == zs_numel(b);
+    for (int64_t i = 0; same && i < zs_numel(a); i++)
+        same = x[i] == y[i];
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Saves a tiny GPT of arch with metadata meta (printf format taking the
+ * arch name) to path; returns the model (caller frees). */
+static zs_module *save_tiny(const char *path, zs_gpt_arch arch, const char *meta)
+{
+    zs_module *m = tiny(arch, ZS_F32);
+    char buf[512];
+    snprintf(buf, sizeof buf, meta, arch == ZS_BLOOM ? "bloom" : "gpt2");
+    ZT_CHECK(zs_checkpoint_save(path, m, NULL, buf) == ZS_OK, "save %s", buf);
+    return m;
+}
+
+/* zs_gpt_load: both archs round trip; hostile metadata (unknown arch,
+ * 10^12 or 5000 layers beside a 2-layer file, fields that are not
+ * integers, heads not dividing width) fails with a message, quickly and
+ * without building the model it describes. */
+static void test_load(void)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/zs_test_gpt_%d.safetensors", (int)getpid());
+    const char *good = "{\"arch\":\"%s\",\"vocab\":\"64\",\"ctx\":\"16\","
+                       "\"layers\":\"2\",\"heads\":\"4\",\"width\":\"32\"}";
+    for (int a = 0; a < 2; a++) {
+        zs_module *m = save_tiny(path, a, good);
+        char *meta = NULL;
+        zs_module *r = zs_gpt_load(path, &meta);
+        const zs_gpt_config *c = zs_gpt_config_of(r);
+        zs_tensor *x = ids(1, 5, 64, 8);
+        zs_tensor *la = zs_gpt_logits(m, x), *lb = r ? zs_gpt_logits(r, x) : NULL;
+        ZT_CHECK(c && c->arch == (zs_gpt_arch)a && c->layers == 2 && c->width == 32 &&
+                 meta && strstr(meta, "\"ctx\":\"16\"") && la && lb &&
+                 same_values(la, lb), "arch %d: loaded model gives the saved "
+                 "model's logits", a);
+        zs_release(x);
+        zs_release(la);
+        zs_release(lb);
+        free(meta);
+        zs_module_free(r);
+        zs_module_free(m);
+    }
+    static const struct {
+        const char *meta, *msg;
+    } bad[] = {
+        {"{\"arch\":\"llama\",\"vocab\":\"64\",\"ctx\":\"16\",\"layers\":\"2\","
+         "\"heads\":\"4\",\"width\":\"32\"}", "unknown arch \"llama\""},
+        {"{\"vocab\":\"64\",\"ctx\":\"16\",\"layers\":\"2\",\"heads\":\"4\","
+         "\"width\":\"32\"}", "no \"arch\""},
+        {"{\"arch\":\"%s\",\"vocab\":\"64\",\"ctx\":\"16\",\"layers\":\"5000\","
+         "\"heads\":\"4\",\"width\":\"32\"}", "describes a model of 60004"},
+        {"{\"arch\":\"%s\",\"vocab\":\"64\",\"ctx\":\"16\",\"layers\":\"1000000000000\","
+         "\"heads\":\"4\",\"width\":\"32\"}", "layers = 1000000000000"},
+        {"{\"arch\":\"%s\",\"vocab\":\"64\",\"ctx\":\"16\",\"layers\":\"2.5\","
+         "\"heads\":\"4\",\"width\":\"32\"}", "\"layers\" is not an integer"},
+        {"{\"arch\":\"%s\",\"vocab\":\"64\",\"ctx\":\"16\",\"layers\":\"2\","
+         "\"heads\":\"3\",\"width\":\"32\"}", "not divisible"},
+        {"{\"arch\":\"%s\",\"vocab\":\"16777216\",\"ctx\":\"16777216\",\"layers\":\"65536\","
+         "\"heads\":\"1\",\"width\":\"1048576\"}", "more than 2^40"},
+        {"{\"arch\":\"%s\",\"vocab\":\"65\",\"ctx\":\"16\",\"layers\":\"2\","
+         "\"heads\":\"4\",\"width\":\"32\"}", "parameter tensors"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        zs_module_free(save_tiny(path, ZS_GPT2, bad[i].meta));
+        ZT_EXPECT_ERROR(zs_gpt_load(path, NULL) == NULL, bad[i].msg);
+    }
+    remove(path);
+    ZT_EXPECT_ERROR(zs_gpt_load(path, NULL) == NULL, "cannot open");
+    zt_section("zs_gpt_load and hostile metadata");
+}
+
 int main(void)
 {
     test_counts();
@@ -174,5 +254,6 @@ int main(void)
     test_kv_cache(ZS_BLOOM);
     zt_section("KV cache equals full recomputation");
     test_errors();
+    test_load();
     return zt_done();
 }
