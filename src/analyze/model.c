@@ -25,6 +25,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/checked.h"
 #include "zs/analyze.h"
 
 #define GPT2(nm, l, h, n)                                                     \
@@ -282,6 +283,12 @@ zs_status zs_model_config_finish(zs_model_config *c)
         c->d_ff = c->mlp == ZS_MLP_GELU
                       ? 4 * c->d_model
                       : 256 * ((8 * c->d_model / 3 + 255) / 256);
+    /* Each size is <= 2^40 on its own; the attention widths are products
+     * that the FLOP and memory counts use as integers. */
+    int64_t qd;
+    if (!zsi_mul_i64(c->n_head, c->d_head, &qd) || qd > MAX_SIZE)
+        return zs_set_error("analyze: n_head %lld x d_head %lld is wider than "
+                            "2^40", (long long)c->n_head, (long long)c->d_head);
     return ZS_OK;
 }
 

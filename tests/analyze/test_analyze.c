@@ -393,6 +393,10 @@ static void test_config(void)
         {"{\"n_layer\": 2, \"d_model\": 65, \"n_head\": 4, \"vocab\": 10, \"seq_len\": 8}",
          "not a multiple of n_head"},
         {"{\"base\": \"gpt2\", \"n_kv_head\": 5}", "not a multiple of n_kv_head"},
+        /* fuzzer finding (issue 17): each value within 2^40, the product
+         * overflowed in the FLOP counts */
+        {"{\"n_head\":1099511627776,\"d_head\":1099511627776,\"n_layer\":1,"
+         "\"d_model\":1,\"vocab\":1,\"seq_len\":1}", "wider than 2^40"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         ZT_EXPECT_ERROR(zs_model_config_parse_json(bad[i].text, &c) != ZS_OK,
