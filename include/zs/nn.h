@@ -193,7 +193,7 @@ typedef zs_status (*zs_gpt_block_fn)(void *ctx, int64_t block, zs_gpt_block_even
 void zs_gpt_set_block_hook(zs_module *gpt, zs_gpt_block_fn fn, void *ctx);
 
 /* Incremental decoding with a KV cache of up to `max_len` positions for
- * `batch` sequences. */
+ * `batch` sequences, in the model's dtype at the time of the call. */
 typedef struct zs_kv_cache zs_kv_cache;
 zs_kv_cache *zs_kv_cache_new(zs_module *gpt, int64_t batch, int64_t max_len);
 void zs_kv_cache_free(zs_kv_cache *kv);

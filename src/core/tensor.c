@@ -356,6 +356,12 @@ size_t zs_nbytes(const zs_tensor *t)
 
 bool zs_is_contiguous(const zs_tensor *t)
 {
+    /* As in PyTorch: a tensor without elements is contiguous whatever its
+     * strides (a fresh [2, 0, 3] has the strides zsi_contig_strides gives,
+     * which count the 0 as 1). */
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0)
+            return true;
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != s)

@@ -374,8 +374,8 @@ zs_kv_cache *zs_kv_cache_new(zs_module *gpt, int64_t batch, int64_t max_len)
     zsi_tracking_pause();
     bool ok = true;
     for (int64_t l = 0; l < g->c.layers; l++) {
-        kv->k[l] = zs_zeros(ZS_F32, 4, shape);
-        kv->v[l] = zs_zeros(ZS_F32, 4, shape);
+        kv->k[l] = zs_zeros(g->wte->dtype, 4, shape);
+        kv->v[l] = zs_zeros(g->wte->dtype, 4, shape);
         ok = ok && kv->k[l] && kv->v[l];
     }
     zsi_tracking_resume();

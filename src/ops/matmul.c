@@ -286,8 +286,9 @@ zs_tensor *zs_matmul(zs_tensor *a, zs_tensor *b)
 static zs_tensor *folded_grad_b(zs_tensor *a, zs_tensor *g, bool tb)
 {
     int64_t K = a->shape[a->ndim - 1], N = g->shape[g->ndim - 1];
-    zs_tensor *a2 = zs_reshape(a, 2, (int64_t[]){-1, K});
-    zs_tensor *g2 = zs_reshape(g, 2, (int64_t[]){-1, N});
+    int64_t rows = zsi_shape_numel(a->ndim - 1, a->shape); /* not -1: K or N may be 0 */
+    zs_tensor *a2 = zs_reshape(a, 2, (int64_t[]){rows, K});
+    zs_tensor *g2 = zs_reshape(g, 2, (int64_t[]){rows, N});
     zs_tensor *d = NULL;
     if (a2 && g2)
         d = tb ? zs_matmul_t(g2, a2, true, false) : zs_matmul_t(a2, g2, true, false);

@@ -94,18 +94,25 @@ void zs_optim_free(zs_optim *o)
     free(o);
 }
 
+/* Scalars of one step. As in PyTorch, they are computed in double from
+ * the double hyper-parameters and rounded to float once: (1 - beta2) from a
+ * float-rounded beta2 = 0.9999 is off by 1.7e-4 relative, and 1 - beta^t
+ * loses digits in float when beta is close to 1. */
 typedef struct step_job {
     const zs_optim_config *c;
     float *p, *m, *v;
     const float *g;
-    float lr, bc1, bc2; /* bias corrections 1 - beta^t */
+    float lr, wd, mu;
+    float b1, b2, one_m_b1, one_m_b2; /* beta and 1 - beta */
+    float step_size, bc2_sqrt;        /* lr / (1 - b1^t), sqrt(1 - b2^t) */
+    float decay;                      /* AdamW: 1 - lr * wd */
     bool first;
 } step_job;
 
 static void sgd_body(void *ctx, int64_t b, int64_t e)
 {
     const step_job *j = ctx;
-    float wd = (float)j->c->weight_decay, mu = (float)j->c->momentum;
+    float wd = j->wd, mu = j->mu;
     for (int64_t i = b; i < e; i++) {
         float g = j->g[i] + wd * j->p[i];
         if (j->m) {
@@ -117,23 +124,40 @@ static void sgd_body(void *ctx, int64_t b, int64_t e)
     }
 }
 
+/* PyTorch's single-tensor Adam/AdamW, operation for operation: m.lerp_(g,
+ * 1 - b1); v.mul_(b2).addcmul_(g, g, 1 - b2); denom = sqrt(v) / bc2_sqrt +
+ * eps; p.addcdiv_(m, denom, -step_size). */
 static void adam_body(void *ctx, int64_t b, int64_t e)
 {
     const step_job *j = ctx;
-    float b1 = (float)j->c->beta1, b2 = (float)j->c->beta2, eps = (float)j->c->eps;
-    float wd = (float)j->c->weight_decay;
+    float b2 = j->b2, w1 = j->one_m_b1, w2 = j->one_m_b2;
+    float eps = (float)j->c->eps, wd = j->wd, decay = j->decay;
+    float step = j->step_size, bc2s = j->bc2_sqrt;
     bool decoupled = j->c->kind == ZS_ADAMW;
-    float decay = decoupled ? 1.0f - j->lr * wd : 1.0f;
-    float step = j->lr / j->bc1, rbc2 = 1.0f / sqrtf(j->bc2);
     for (int64_t i = b; i < e; i++) {
         float p = j->p[i] * decay;
         float g = decoupled ? j->g[i] : j->g[i] + wd * j->p[i];
-        float m = b1 * j->m[i] + (1 - b1) * g;
-        float v = b2 * j->v[i] + (1 - b2) * g * g;
+        float m = j->m[i] + w1 * (g - j->m[i]);
+        float v = j->v[i] * b2 + w2 * g * g;
         j->m[i] = m;
         j->v[i] = v;
-        j->p[i] = p - step * m / (sqrtf(v) * rbc2 + eps);
+        j->p[i] = p - step * (m / (sqrtf(v) / bc2s + eps));
     }
+}
+
+static step_job step_job_of(const zs_optim *o, double lr)
+{
+    const zs_optim_config *c = &o->cfg;
+    double t = (double)o->steps;
+    return (step_job){
+        .c = c, .lr = (float)lr, .wd = (float)c->weight_decay,
+        .mu = (float)c->momentum, .b1 = (float)c->beta1, .b2 = (float)c->beta2,
+        .one_m_b1 = (float)(1 - c->beta1), .one_m_b2 = (float)(1 - c->beta2),
+        .step_size = (float)(lr / (1 - pow(c->beta1, t))),
+        .bc2_sqrt = (float)sqrt(1 - pow(c->beta2, t)),
+        .decay = c->kind == ZS_ADAMW ? (float)(1 - lr * c->weight_decay) : 1.0f,
+        .first = o->steps == 1,
+    };
 }
 
 zs_status zs_optim_step(zs_optim *o, double lr)
@@ -149,10 +173,11 @@ zs_status zs_optim_step(zs_optim *o, double lr)
         if (g->dtype != ZS_F32 || !zs_is_contiguous(g) || zs_numel(g) != zs_numel(p))
             return zs_set_error("optim: gradient of parameter %d is not a "
                                 "contiguous f32 tensor of its shape", i);
-        step_job j = {c, zs_data(p), o->m[i] ? zs_data(o->m[i]) : NULL,
-                      o->v[i] ? zs_data(o->v[i]) : NULL, zs_data(g), (float)lr,
-                      (float)(1 - pow(c->beta1, (double)o->steps)),
-                      (float)(1 - pow(c->beta2, (double)o->steps)), o->steps == 1};
+        step_job j = step_job_of(o, lr);
+        j.p = zs_data(p);
+        j.m = o->m[i] ? zs_data(o->m[i]) : NULL;
+        j.v = o->v[i] ? zs_data(o->v[i]) : NULL;
+        j.g = zs_data(g);
         zs_parallel_for(zs_numel(p), 16384, c->kind == ZS_SGD ? sgd_body : adam_body, &j);
     }
     return ZS_OK;

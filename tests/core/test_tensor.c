@@ -112,7 +112,15 @@ static void test_views(void)
     ZT_EXPECT_ERROR(zs_expand(b, ZS_SHAPE(2, 5, 4)) == NULL, "cannot expand");
     ZT_EXPECT_ERROR(zs_squeeze(b, 0) == NULL, "expected 1");
     ZT_EXPECT_ERROR(zs_transpose(b, 0, 3) == NULL, "dim 3 out of range");
-    zs_tensor *all[] = {a, b, p, c, n, s, u, e, q, r, fl};
+    /* tensors without elements are contiguous (as in PyTorch), fresh or
+     * permuted, so view and reshape accept them */
+    zs_tensor *z = zs_empty(ZS_F32, ZS_SHAPE(2, 0, 3));
+    zs_tensor *zt = zs_transpose(z, 0, 2);
+    zs_tensor *zv = zs_view(z, ZS_SHAPE(0, 5)), *zr = zs_reshape(zt, ZS_SHAPE(6, 0));
+    ZT_CHECK(zs_is_contiguous(z) && zs_is_contiguous(zt) && zv && zv->shape[1] == 5 &&
+             zr && zr->shape[0] == 6 && zs_numel(zr) == 0, "view/reshape of empty tensors");
+    ZT_EXPECT_ERROR(zs_reshape(z, ZS_SHAPE(-1, 0)) == NULL, "cannot reshape");
+    zs_tensor *all[] = {a, b, p, c, n, s, u, e, q, r, fl, z, zt, zv, zr};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         zs_release(all[i]);
     zt_section("views");

@@ -339,6 +339,44 @@ static void test_errors(void)
     zt_section("matmul errors");
 }
 
+/* Shapes with a 0 (M, K, N or a batch): the product and both gradients
+ * exist with the operands' shapes; a K = 0 product and gradients through
+ * it are zeros (PyTorch gives the same). Backward once divided by zero in
+ * the reduction and reshaped to [-1, 0]. */
+static void test_empty(void)
+{
+    static const struct {
+        int na, nb;
+        int64_t a[3], b[3];
+    } cases[] = {
+        {3, 2, {2, 0, 3}, {3, 4}},  {3, 3, {0, 2, 3}, {0, 3, 4}},
+        {2, 3, {2, 3}, {5, 3, 0}},  {3, 2, {2, 3, 0}, {0, 4}},
+        {1, 1, {0}, {0}},           {1, 2, {0}, {0, 3}},
+        {3, 3, {2, 1, 0}, {1, 0, 5}}, {2, 2, {2, 0}, {0, 3}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        zs_scope_push();
+        zs_tensor *a = zs_ones(ZS_F32, cases[i].na, cases[i].a);
+        zs_tensor *b = zs_ones(ZS_F32, cases[i].nb, cases[i].b);
+        zs_set_requires_grad(a, true);
+        zs_set_requires_grad(b, true);
+        zs_tensor *c = zs_matmul(a, b);
+        zs_tensor *s = zs_sum(c, 0, NULL, false);
+        bool ok = s && zs_backward(s, NULL, false) == ZS_OK;
+        zs_tensor *ga = zs_grad(a), *gb = zs_grad(b);
+        ok = ok && ga && gb && zs_same_shape(ga, a) && zs_same_shape(gb, b);
+        for (int64_t k = 0; ok && k < zs_numel(c); k++)
+            ok = zs_get(c, k) == 0; /* every nonempty product here has K = 0 */
+        for (int64_t k = 0; ok && k < zs_numel(ga); k++)
+            ok = zs_get(ga, k) == 0;
+        for (int64_t k = 0; ok && k < zs_numel(gb); k++)
+            ok = zs_get(gb, k) == 0;
+        ZT_CHECK(ok, "empty case %zu: product and gradients", i);
+        zs_scope_pop(); /* releases a, b and their gradients' graph */
+    }
+    zt_section("matmul with a zero dimension, forward and backward");
+}
+
 int main(void)
 {
     int64_t live0 = zt_live_bytes();
@@ -349,6 +387,7 @@ int main(void)
     test_large_f32();
     test_gradients();
     test_errors();
+    test_empty();
     ZT_CHECK(zt_live_bytes() == live0, "live bytes %lld -> %lld",
              (long long)live0, (long long)zt_live_bytes());
     return zt_done();

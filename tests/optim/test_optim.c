@@ -78,6 +78,10 @@ static void test_rules(void)
     run_case("adam", (zs_optim_config){ZS_ADAM, 1e-2, 0, false, 0, 0, 0, 0});
     run_case("adam l2", (zs_optim_config){ZS_ADAM, 1e-2, 0, false, 0.1, 0.8, 0.99, 1e-6});
     run_case("adamw", (zs_optim_config){ZS_ADAMW, 1e-2, 0, false, 0.1, 0, 0, 0});
+    /* beta2 near 1: (1 - beta2) and the bias corrections must come from
+     * double (a float-rounded 0.9999 makes 1 - beta2 off by 1.7e-4) */
+    run_case("adam beta2 0.9999", (zs_optim_config){ZS_ADAM, 1e-2, 0, false, 0, 0.9, 0.9999, 1e-8});
+    run_case("adamw beta2 0.99999", (zs_optim_config){ZS_ADAMW, 1e-2, 0, false, 0.1, 0.95, 0.99999, 1e-8});
     zt_section("update rules vs float64 reference");
 }
 
