@@ -5,14 +5,13 @@
  * src/analyze/ (see include/zs/analyze.h); this file parses flags and
  * prints. Bad usage: one message on stderr, exit status 2.
  */
-#include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "apps/zs/commands.h"
+#include "apps/zs/flags.h"
 #include "zs/zs.h"
 
 typedef struct opts {
@@ -23,6 +22,8 @@ typedef struct opts {
     double mfu, tokens;
     bool json;
 } opts;
+
+#define CMD "zs analyze" /* prefix of every message */
 
 static const char *rc_names[] = {"none", "selective", "full"};
 
@@ -55,53 +56,11 @@ static void usage(FILE *f)
         "  --json              one JSON object instead of tables\n");
 }
 
-/* Prints "zs analyze: <message>" on stderr; returns exit status 2. */
-__attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "zs analyze: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return 2;
-}
-
 /* The library's message without its "analyze: " prefix. */
 static const char *lib_error(void)
 {
     const char *e = zs_last_error();
     return strncmp(e, "analyze: ", 9) ? e : e + 9;
-}
-
-static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi,
-                     int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "zs analyze: %s needs an integer in [%lld, %lld], "
-                "got '%s'\n", flag, (long long)lo, (long long)hi, v);
-        return 2;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_f64(const char *flag, const char *v, double lo, double hi,
-                     double *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (end == v || *end || errno || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "zs analyze: %s needs a number in [%g, %g], got "
-                "'%s'\n", flag, lo, hi, v);
-        return 2;
-    }
-    *out = x;
-    return 0;
 }
 
 /* Applies the --set KEY=VALUE flags at once (so derived sizes follow). */
@@ -112,103 +71,80 @@ static int apply_sets(zs_model_config *c, int n, const char *const *sets)
     for (int i = 0; i < n; i++) {
         const char *eq = strchr(sets[i], '=');
         if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof keys[i])
-            return bad("--set needs KEY=VALUE, got '%s'", sets[i]);
+            return zs_flags_error(CMD, "--set needs KEY=VALUE, got '%.60s'",
+                                  sets[i]);
         memcpy(keys[i], sets[i], (size_t)(eq - sets[i]));
         keys[i][eq - sets[i]] = 0;
         kp[i] = keys[i];
         vp[i] = eq + 1;
     }
     if (zs_model_config_set_many(c, n, kp, vp) != ZS_OK)
-        return bad("%s", lib_error());
+        return zs_flags_error(CMD, "%s", lib_error());
     return 0;
 }
 
-/* Parses argv into o; returns 0, 1 for --help, or 2 after a message. */
+/* Parses argv into o: ZS_FLAGS_OK, ZS_FLAGS_HELP (usage printed) or
+ * ZS_FLAGS_BAD after a message. */
 static int parse(int argc, char **argv, opts *o)
 {
     const char *model = NULL, *config = NULL;
-    const char *sets[64];
-    int nsets = 0;
-    int64_t v = 0;
+    zs_flag_list sets = {0};
+    int recompute = 0, precision = 1; /* indices into the choices below */
     memset(o, 0, sizeof *o);
-    o->par = (zs_parallel){.micro_batch = 1, .dp = 1, .tp = 1, .pp = 1,
-                           .precision = ZS_PREC_MIXED};
+    o->par = (zs_parallel){.micro_batch = 1, .dp = 1, .tp = 1, .pp = 1};
     o->device = "a100-80gb";
     o->mfu = 0.4;
-    const int64_t big = (int64_t)1 << 40;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
-            return 1;
-        if (!strcmp(a, "--json")) { o->json = true; continue; }
-        if (!strcmp(a, "--offload")) { o->par.offload = true; continue; }
-        if (!strncmp(a, "--", 2) && !val)
-            return bad("%s needs a value", a);
-        int rc = 0;
-        if (!strcmp(a, "--model")) model = val;
-        else if (!strcmp(a, "--config")) config = val;
-        else if (!strcmp(a, "--set")) {
-            if (nsets == 64)
-                return bad("too many --set flags");
-            sets[nsets++] = val;
-        }
-        else if (!strcmp(a, "--batch")) rc = parse_i64(a, val, 1, big, &o->par.batch);
-        else if (!strcmp(a, "--micro-batch")) rc = parse_i64(a, val, 1, big, &o->par.micro_batch);
-        else if (!strcmp(a, "--seq")) rc = parse_i64(a, val, 1, big, &o->par.seq);
-        else if (!strcmp(a, "--dp")) rc = parse_i64(a, val, 1, 1 << 24, &o->par.dp);
-        else if (!strcmp(a, "--tp")) rc = parse_i64(a, val, 1, 1 << 16, &o->par.tp);
-        else if (!strcmp(a, "--pp")) rc = parse_i64(a, val, 1, 1 << 16, &o->par.pp);
-        else if (!strcmp(a, "--zero")) {
-            rc = parse_i64(a, val, 0, 3, &v);
-            o->par.zero = (int)v;
-        } else if (!strcmp(a, "--recompute")) {
-            int k = -1;
-            for (int r = 0; r < 3; r++)
-                if (!strcmp(val, rc_names[r]))
-                    k = r;
-            if (k < 0)
-                return bad("--recompute must be none, selective or full, got '%s'", val);
-            o->par.recompute = (zs_recompute)k;
-        } else if (!strcmp(a, "--precision")) {
-            if (strcmp(val, "fp32") && strcmp(val, "mixed"))
-                return bad("--precision must be fp32 or mixed, got '%s'", val);
-            o->par.precision = strcmp(val, "fp32") ? ZS_PREC_MIXED : ZS_PREC_FP32;
-        }
-        else if (!strcmp(a, "--device")) o->device = val;
-        else if (!strcmp(a, "--device-mem")) rc = parse_f64(a, val, 1e-3, 1e6, &o->device_mem_gb);
-        else if (!strcmp(a, "--mfu")) rc = parse_f64(a, val, 1e-6, 1, &o->mfu);
-        else if (!strcmp(a, "--tokens")) rc = parse_f64(a, val, 0, 1e18, &o->tokens);
-        else
-            return bad("unknown flag or argument '%s' (see zs analyze --help)", a);
-        if (rc)
-            return rc;
-        i++;
-    }
+    const double big = (double)((int64_t)1 << 40);
+    zs_flag t[] = {
+        ZS_FLAG_STR("--model", &model),
+        ZS_FLAG_STR("--config", &config),
+        ZS_FLAG_LIST("--set", &sets),
+        ZS_FLAG_NUM("--batch", &o->par.batch, 1, big),
+        ZS_FLAG_NUM("--micro-batch", &o->par.micro_batch, 1, big),
+        ZS_FLAG_NUM("--seq", &o->par.seq, 1, big),
+        ZS_FLAG_NUM("--dp", &o->par.dp, 1, 1 << 24),
+        ZS_FLAG_NUM("--tp", &o->par.tp, 1, 1 << 16),
+        ZS_FLAG_NUM("--pp", &o->par.pp, 1, 1 << 16),
+        ZS_FLAG_NUM("--zero", &o->par.zero, 0, 3),
+        ZS_FLAG_SWITCH("--offload", &o->par.offload),
+        ZS_FLAG_CHOICE("--recompute", &recompute, "none|selective|full"), /* rc_names */
+        ZS_FLAG_CHOICE("--precision", &precision, "fp32|mixed"),
+        ZS_FLAG_STR("--device", &o->device),
+        ZS_FLAG_NUM("--device-mem", &o->device_mem_gb, 1e-3, 1e6),
+        ZS_FLAG_NUM("--mfu", &o->mfu, 1e-6, 1),
+        ZS_FLAG_NUM("--tokens", &o->tokens, 0, 1e18),
+        ZS_FLAG_SWITCH("--json", &o->json),
+    };
+    int res = zs_flags_parse(CMD, t, ZS_NFLAGS(t), usage, argc, argv);
+    if (res != ZS_FLAGS_OK)
+        return res;
+    o->par.recompute = (zs_recompute)recompute;
+    o->par.precision = precision ? ZS_PREC_MIXED : ZS_PREC_FP32;
     if (model && config)
-        return bad("give --model or --config, not both");
+        return zs_flags_error(CMD, "give --model or --config, not both");
     if (model) {
         const zs_model_config *p = zs_model_preset(model);
         if (!p)
-            return bad("%s", lib_error());
+            return zs_flags_error(CMD, "%s", lib_error());
         o->cfg = *p;
     } else if (config) {
         if (zs_model_config_load_json(config, &o->cfg) != ZS_OK)
-            return bad("%s", lib_error());
-    } else if (nsets == 0) {
-        return bad("no model: give --model NAME, --config FILE or --set "
-                   "KEY=VALUE (see zs analyze --help)");
+            return zs_flags_error(CMD, "%s", lib_error());
+    } else if (sets.n == 0) {
+        return zs_flags_error(CMD, "no model: give --model NAME, --config FILE or "
+                              "--set KEY=VALUE (see zs analyze --help)");
     }
-    if (apply_sets(&o->cfg, nsets, sets))
-        return 2;
+    if (apply_sets(&o->cfg, sets.n, sets.items))
+        return ZS_FLAGS_BAD;
     if (zs_model_config_finish(&o->cfg) != ZS_OK)
-        return bad("%s", lib_error());
+        return zs_flags_error(CMD, "%s", lib_error());
     if (!o->par.seq)
         o->par.seq = o->cfg.seq_len;
     if (!o->par.batch)
         o->par.batch = o->par.micro_batch * o->par.dp;
     if (zs_parallel_check(&o->cfg, &o->par) != ZS_OK)
-        return bad("%s", lib_error());
-    return 0;
+        return zs_flags_error(CMD, "%s", lib_error());
+    return ZS_FLAGS_OK;
 }
 
 /* ---- the analysis, computed once for both printers --------------------- */
@@ -240,9 +176,9 @@ static int compute(const opts *o, result *r)
     if (r->nops < 0 ||
         zs_train_flops_compute(&o->cfg, p->batch, p->seq, p->recompute, &r->flops) ||
         zs_memory_analyze(&o->cfg, p, &r->mem) || zs_comm_analyze(&o->cfg, p, &r->comm))
-        return bad("%s", lib_error());
+        return zs_flags_error(CMD, "%s", lib_error());
     if (zs_device_lookup(o->device, &r->dev) != ZS_OK)
-        return bad("%s", lib_error());
+        return zs_flags_error(CMD, "%s", lib_error());
     r->device_mem_gb = o->device_mem_gb > 0 ? o->device_mem_gb : r->dev.mem_gb;
     r->min_dev_fp32 = zs_min_devices(r->mem.fp32.total, r->device_mem_gb * 1e9);
     r->min_dev_mixed = zs_min_devices(r->mem.mixed.total, r->device_mem_gb * 1e9);
@@ -719,13 +655,9 @@ static void json_rest(jw *w, const opts *o, const result *r)
 int zs_cmd_analyze(int argc, char **argv)
 {
     opts o;
-    int rc = parse(argc, argv, &o);
-    if (rc == 1) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc)
-        return rc;
+    int p = parse(argc, argv, &o);
+    if (p != ZS_FLAGS_OK)
+        return zs_flags_exit(p);
     result r;
     if (compute(&o, &r))
         return 2;

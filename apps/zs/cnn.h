@@ -9,6 +9,12 @@
 /* "lenet" or "resnet"; NULL + message for other names. */
 zs_module *zs_app_cnn_new(const char *name, uint64_t seed);
 
+/* Loads the train or test half of an MNIST-format directory and checks
+ * that it suits the CNNs: N > 0 images u8 [N, 28, 28] (the library checks
+ * the labels: [N], < 10). ZS_OK, or an error naming the file and the shape
+ * found; out is empty then. */
+zs_status zs_app_mnist_load(const char *dir, bool train, zs_image_data *out);
+
 typedef struct zs_eval_result {
     double loss, accuracy;
     int64_t n;

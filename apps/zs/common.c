@@ -2,8 +2,10 @@
  * common.c - corpus reading, metadata, timing, progress and loss history
  * shared by the zs subcommands.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "apps/zs/common.h"
@@ -45,28 +47,45 @@ char *zs_app_read_corpus(const char *path, size_t *n)
 {
     FILE *f;
     bool pipe = !path;
+    struct stat st;
+    *n = 0;
+    if (!pipe && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        zs_set_error_code(ZS_ERR_IO, "corpus %s is a directory; give a text file",
+                          path);
+        return NULL;
+    }
     if (pipe)
         f = popen("bible -f 'Gen1:1-Rev22:21' 2>/dev/null", "r");
     else
         f = fopen(path, "rb");
     if (!f) {
-        zs_set_error_code(ZS_ERR_IO, "cannot read corpus %s",
-                          path ? path : "(bible)");
+        zs_set_error_code(ZS_ERR_IO, "cannot read corpus %s: %s",
+                          path ? path : "(bible)", strerror(errno));
         return NULL;
     }
     char *text = slurp(f, n);
+    bool read_error = ferror(f);
+    int err = errno; /* of the failed read, before the close */
     int status = pipe ? pclose(f) : (fclose(f), 0);
+    if (text && read_error) {
+        free(text);
+        zs_set_error_code(ZS_ERR_IO, "cannot read corpus %s: %s",
+                          path ? path : "(bible)", strerror(err));
+        return NULL;
+    }
     if (!text) {
         zs_set_error_code(ZS_ERR_NOMEM, "out of memory reading the corpus");
         return NULL;
     }
     if (*n == 0) {
         free(text);
-        zs_set_error_code(ZS_ERR_FORMAT, "%s",
-                          pipe ? (status ? "the default corpus needs the `bible` "
-                                           "command (Debian package bible-kjv)"
-                                         : "the bible command printed nothing")
-                               : "corpus file is empty");
+        if (pipe)
+            zs_set_error_code(ZS_ERR_FORMAT, "%s", status
+                              ? "the default corpus needs the `bible` command "
+                                "(Debian package bible-kjv)"
+                              : "the bible command printed nothing");
+        else
+            zs_set_error_code(ZS_ERR_FORMAT, "corpus file %s is empty", path);
         return NULL;
     }
     if (memchr(text, '\0', *n)) {

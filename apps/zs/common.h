@@ -33,6 +33,7 @@ void zs_gpt_history_push(zs_gpt_history *h, double step, double train, double va
 void zs_gpt_history_plot(const zs_gpt_history *h, const char *path);
 void zs_gpt_history_free(zs_gpt_history *h);
 
+/* `zs train gpt`: argv[0] is "gpt"; returns the exit status. */
 int zs_cmd_train_gpt(int argc, char **argv);
 
 #endif

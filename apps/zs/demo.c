@@ -4,26 +4,24 @@
  * placeholder main job until `zs train` exists.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "apps/zs/commands.h"
+#include "apps/zs/flags.h"
 #include "zs/zs.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zs demo [--steps N]\n  --steps N  gradient-descent "
+            "steps (default 50)\n");
+}
 
 int zs_cmd_demo(int argc, char **argv)
 {
     int steps = 50;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
-            if (sscanf(argv[++i], "%d", &steps) != 1 || steps < 1) {
-                fprintf(stderr, "zs demo: --steps wants a positive integer\n");
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "zs demo: unknown flag '%s' (known: --steps N)\n",
-                    argv[i]);
-            return 2;
-        }
-    }
+    zs_flag t[] = {ZS_FLAG_NUM("--steps", &steps, 1, 1e6)};
+    int p = zs_flags_parse("zs demo", t, ZS_NFLAGS(t), usage, argc, argv);
+    if (p != ZS_FLAGS_OK)
+        return zs_flags_exit(p);
     zs_tensor *x = zs_uniform(ZS_F32, ZS_SHAPE(256, 1), -1, 1, 1);
     zs_tensor *noise = zs_normal(ZS_F32, ZS_SHAPE(256, 1), 0, 0.05, 2);
     zs_tensor *w = zs_zeros(ZS_F32, ZS_SHAPE(1, 1));
@@ -34,6 +32,7 @@ int zs_cmd_demo(int argc, char **argv)
     zs_set_requires_grad(w, true);
     zs_set_requires_grad(b, true);
     double loss_v = 0;
+    int rc = 0;
     for (int s = 0; s < steps; s++) {
         zs_scope_push();
         zs_tensor *pred = zs_add(zs_mul(x, w), b);
@@ -42,7 +41,8 @@ int zs_cmd_demo(int argc, char **argv)
         if (!loss || zs_backward(loss, NULL, false) != ZS_OK) {
             fprintf(stderr, "zs demo: %s\n", zs_last_error());
             zs_scope_pop();
-            return 1;
+            rc = 1;
+            break;
         }
         loss_v = zs_item(loss);
         zs_axpy_(w, -0.5, zs_grad(w));
@@ -59,5 +59,5 @@ int zs_cmd_demo(int argc, char **argv)
     zs_release(y);
     zs_release(w);
     zs_release(b);
-    return 0;
+    return rc;
 }

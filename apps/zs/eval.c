@@ -9,6 +9,7 @@
 #include "apps/zs/cnn.h"
 #include "apps/zs/commands.h"
 #include "apps/zs/common.h"
+#include "apps/zs/flags.h"
 
 zs_module *zs_app_cnn_new(const char *name, uint64_t seed)
 {
@@ -18,6 +19,26 @@ zs_module *zs_app_cnn_new(const char *name, uint64_t seed)
         return zs_resnet_small_new(seed);
     zs_set_error("unknown model '%s' (known: lenet, resnet)", name);
     return NULL;
+}
+
+zs_status zs_app_mnist_load(const char *dir, bool train, zs_image_data *out)
+{
+    zs_status st = zs_mnist_load(dir, train, out);
+    if (st != ZS_OK)
+        return st;
+    const int64_t *s = out->images->shape;
+    const char *file = train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte";
+    if (s[0] == 0)
+        st = zs_set_error_code(ZS_ERR_FORMAT, "data: %s/%s[.gz] holds no images",
+                               dir, file);
+    else if (s[1] != 28 || s[2] != 28)
+        st = zs_set_error_code(ZS_ERR_FORMAT, "data: %s/%s[.gz] holds images "
+                               "[%lld, %lld, %lld]; lenet and resnet want [N, 28, "
+                               "28]", dir, file, (long long)s[0], (long long)s[1],
+                               (long long)s[2]);
+    if (st != ZS_OK)
+        zs_image_data_free(out);
+    return st;
 }
 
 zs_status zs_app_evaluate(zs_module *m, const zs_image_data *d,
@@ -68,27 +89,44 @@ zs_status zs_app_evaluate(zs_module *m, const zs_image_data *d,
     return st;
 }
 
+static void print_result(const char *model_name, const zs_eval_result *r)
+{
+    printf("model %s, %lld test images: accuracy %.2f%%, loss %.4f\n",
+           model_name, (long long)r->n, 100 * r->accuracy, r->loss);
+    printf("confusion matrix (rows: true class, columns: predicted)\n     ");
+    for (int j = 0; j < 10; j++)
+        printf("%6d", j);
+    printf("\n");
+    for (int i = 0; i < 10; i++) {
+        printf("%4d ", i);
+        for (int j = 0; j < 10; j++)
+            printf("%6lld", (long long)r->confusion[i][j]);
+        printf("\n");
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zs eval --ckpt FILE [flags]\n"
+            "  --ckpt FILE       a checkpoint written by zs train lenet|resnet\n"
+            "  --data DIR        MNIST-format directory whose test set is used\n"
+            "                    (default %s)\n", ZS_FMNIST_DIR);
+}
+
 int zs_cmd_eval(int argc, char **argv)
 {
     const char *ckpt = NULL, *data = ZS_FMNIST_DIR;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--ckpt") && i + 1 < argc) {
-            ckpt = argv[++i];
-        } else if (!strcmp(argv[i], "--data") && i + 1 < argc) {
-            data = argv[++i];
-        } else if (!strcmp(argv[i], "--help")) {
-            printf("usage: zs eval --ckpt FILE [--data DIR]\n");
-            return 0;
-        } else {
-            fprintf(stderr, "zs eval: unknown flag '%s' (see zs eval --help)\n",
-                    argv[i]);
-            return 2;
-        }
-    }
-    if (!ckpt) {
-        fprintf(stderr, "zs eval: --ckpt FILE is required\n");
-        return 2;
-    }
+    zs_flag t[] = {
+        ZS_FLAG_STR("--ckpt", &ckpt),
+        ZS_FLAG_STR("--data", &data),
+    };
+    int p = zs_flags_parse("zs eval", t, ZS_NFLAGS(t), usage, argc, argv);
+    if (p != ZS_FLAGS_OK)
+        return zs_flags_exit(p);
+    if (!ckpt)
+        return zs_flags_error("zs eval", "--ckpt FILE is required (see zs eval "
+                              "--help)");
     zs_tensor_set probe;
     if (zs_safetensors_load(ckpt, &probe) != ZS_OK) {
         fprintf(stderr, "zs eval: %s\n", zs_last_error());
@@ -105,29 +143,17 @@ int zs_cmd_eval(int argc, char **argv)
     }
     zs_image_data test;
     if (zs_checkpoint_load(ckpt, m, NULL, NULL) != ZS_OK ||
-        zs_mnist_load(data, false, &test) != ZS_OK) {
+        zs_app_mnist_load(data, false, &test) != ZS_OK) {
         fprintf(stderr, "zs eval: %s\n", zs_last_error());
         zs_module_free(m);
         return 2;
     }
     zs_eval_result r;
     zs_status st = zs_app_evaluate(m, &test, &r);
-    if (st == ZS_OK) {
-        printf("model %s, %lld test images: accuracy %.2f%%, loss %.4f\n",
-               model_name, (long long)r.n, 100 * r.accuracy, r.loss);
-        printf("confusion matrix (rows: true class, columns: predicted)\n     ");
-        for (int j = 0; j < 10; j++)
-            printf("%6d", j);
-        printf("\n");
-        for (int i = 0; i < 10; i++) {
-            printf("%4d ", i);
-            for (int j = 0; j < 10; j++)
-                printf("%6lld", (long long)r.confusion[i][j]);
-            printf("\n");
-        }
-    } else {
+    if (st == ZS_OK)
+        print_result(model_name, &r);
+    else
         fprintf(stderr, "zs eval: %s\n", zs_last_error());
-    }
     zs_image_data_free(&test);
     zs_module_free(m);
     return st == ZS_OK ? 0 : 1;

@@ -10,6 +10,7 @@
 
 #include "apps/zs/commands.h"
 #include "apps/zs/common.h"
+#include "apps/zs/flags.h"
 
 typedef struct gen_cfg {
     const char *ckpt, *prompt;
@@ -18,80 +19,62 @@ typedef struct gen_cfg {
     int threads;
 } gen_cfg;
 
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zs generate --ckpt DIR [flags]\n"
+            "  --ckpt DIR        a zs train gpt output directory (tokenizer.bpe,\n"
+            "                    checkpoint.safetensors)\n"
+            "  --prompt TEXT     text to continue (default: empty, from end-of-text)\n"
+            "  --max-new N       tokens to generate (default 128)\n"
+            "  --temperature X   0 = greedy (default 0.8)\n"
+            "  --top-k N         sample among the N most likely, 0 = all (default 40)\n"
+            "  --top-p X         nucleus: smallest set of mass >= X, 1 = all (default\n"
+            "                    0.95)\n"
+            "  --seed N          seed of the draws (default 1)\n"
+            "  --threads N       worker threads\n");
+}
+
+/* Parses argv into c: ZS_FLAGS_OK, ZS_FLAGS_HELP or ZS_FLAGS_BAD (printed). */
 static int parse(int argc, char **argv, gen_cfg *c)
 {
     *c = (gen_cfg){NULL, "", 128, {0.8, 40, 0.95, 1}, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--help")) {
-            printf("usage: zs generate --ckpt DIR [--prompt TEXT] [--max-new N] "
-                   "[--temperature X] [--top-k N] [--top-p X] [--seed N] "
-                   "[--threads N]\n");
-            return 1;
-        }
-        if (!v) {
-            fprintf(stderr, "zs generate: unknown flag or missing value: '%s'\n", f);
-            return -1;
-        }
-        i++;
-        char *end = NULL;
-        double x = strtod(v, &end);
-        bool isnum = *v && end && *end == '\0';
-        if (!strcmp(f, "--ckpt")) c->ckpt = v;
-        else if (!strcmp(f, "--prompt")) c->prompt = v;
-        else if (!strcmp(f, "--max-new") && isnum && x >= 1) c->max_new = (int64_t)x;
-        else if (!strcmp(f, "--temperature") && isnum && x >= 0) c->s.temperature = x;
-        else if (!strcmp(f, "--top-k") && isnum && x >= 0) c->s.top_k = (int)x;
-        else if (!strcmp(f, "--top-p") && isnum && x > 0 && x <= 1) c->s.top_p = x;
-        else if (!strcmp(f, "--seed") && isnum && x >= 0) c->s.seed = (uint64_t)x;
-        else if (!strcmp(f, "--threads") && isnum && x >= 1) c->threads = (int)x;
-        else {
-            fprintf(stderr, "zs generate: bad flag or value: %s %s\n", f, v);
-            return -1;
-        }
-    }
-    if (!c->ckpt) {
-        fprintf(stderr, "zs generate: --ckpt DIR is required\n");
-        return -1;
-    }
-    return 0;
+    zs_flag t[] = {
+        ZS_FLAG_STR("--ckpt", &c->ckpt),
+        ZS_FLAG_STR("--prompt", &c->prompt),
+        ZS_FLAG_NUM("--max-new", &c->max_new, 1, 1e9),
+        ZS_FLAG_NUM("--temperature", &c->s.temperature, 0, 1e6),
+        ZS_FLAG_NUM("--top-k", &c->s.top_k, 0, 1e9),
+        ZS_FLAG_NUM_ABOVE("--top-p", &c->s.top_p, 0, 1),
+        ZS_FLAG_NUM("--seed", &c->s.seed, 0, ZS_FLAG_EXACT_MAX),
+        ZS_FLAG_NUM("--threads", &c->threads, 1, 256),
+    };
+    int p = zs_flags_parse("zs generate", t, ZS_NFLAGS(t), usage, argc, argv);
+    if (p != ZS_FLAGS_OK)
+        return p;
+    if (!c->ckpt)
+        return zs_flags_error("zs generate", "--ckpt DIR is required (see zs "
+                              "generate --help)");
+    return ZS_FLAGS_OK;
 }
 
-/* Loads the tokenizer and the model of a training output directory. */
+/* Loads the tokenizer and the model of a training output directory; the
+ * model's config comes from the checkpoint (zs_gpt_load checks it). */
 static int load(const char *dir, zs_bpe **bpe, zs_module **m)
 {
-    char path[4200], *meta = NULL;
+    char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.bpe", dir);
     if (!(*bpe = zs_bpe_load(path)))
         return 2;
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
-    zs_tensor_set probe;
-    if (zs_safetensors_load(path, &probe) != ZS_OK)
+    if (!(*m = zs_gpt_load(path, NULL)))
         return 2;
-    meta = probe.metadata_json ? strdup(probe.metadata_json) : NULL;
-    zs_tensor_set_free(&probe);
-    char arch[16] = "";
-    zs_gpt_config gc = {
-        .vocab = zs_app_meta_int(meta, "vocab", -1),
-        .ctx = zs_app_meta_int(meta, "ctx", -1),
-        .layers = zs_app_meta_int(meta, "layers", -1),
-        .heads = zs_app_meta_int(meta, "heads", -1),
-        .width = zs_app_meta_int(meta, "width", -1),
-    };
-    bool is_gpt = zs_app_meta_str(meta, "arch", arch, sizeof arch);
-    gc.arch = !strcmp(arch, "bloom") ? ZS_BLOOM : ZS_GPT2;
-    free(meta);
-    if (!is_gpt) {
-        zs_set_error("%s is not a GPT checkpoint (no arch in its metadata)", path);
-        return 2;
-    }
-    if (gc.vocab != zs_bpe_vocab_size(*bpe)) {
+    int64_t vocab = zs_gpt_config_of(*m)->vocab;
+    if (vocab != zs_bpe_vocab_size(*bpe)) {
         zs_set_error("tokenizer has %d tokens but the checkpoint's model has %lld",
-                     zs_bpe_vocab_size(*bpe), (long long)gc.vocab);
+                     zs_bpe_vocab_size(*bpe), (long long)vocab);
         return 2;
     }
-    if (!(*m = zs_gpt_new(&gc, 0)) || zs_checkpoint_load(path, *m, NULL, NULL) != ZS_OK)
-        return 2;
     return 0;
 }
 
@@ -104,73 +87,89 @@ static void emit(const zs_bpe *bpe, int32_t id)
     fflush(stdout);
 }
 
-int zs_cmd_generate(int argc, char **argv)
+/* Feeds the prompt ids[0..n) through the cached model, then samples up to
+ * c->max_new tokens, printing each. 0, or 1 + message if the model or the
+ * sampler fails. */
+static int stream(const gen_cfg *c, zs_module *m, zs_kv_cache *kv,
+                  const zs_bpe *bpe, const int32_t *ids, size_t n)
 {
-    gen_cfg c;
-    int p = parse(argc, argv, &c);
-    if (p)
-        return p > 0 ? 0 : 2;
-    if (c.threads)
-        zs_set_num_threads(c.threads);
-    zs_bpe *bpe = NULL;
-    zs_module *m = NULL;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    int rc = load(c.ckpt, &bpe, &m);
-    if (!rc && zs_bpe_encode(bpe, c.prompt, strlen(c.prompt), 0, &ids, &n) != ZS_OK)
-        rc = 2;
-    const zs_gpt_config *g = m ? zs_gpt_config_of(m) : NULL;
-    if (!rc && n == 0) { /* empty prompt: start from end-of-text */
-        ids = realloc(ids, sizeof *ids);
-        ids[0] = zs_bpe_eot(bpe) >= 0 ? zs_bpe_eot(bpe) : 0;
-        n = 1;
+    int64_t *buf = malloc(n * sizeof *buf);
+    if (!buf) {
+        zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
+        return 1;
     }
-    if (!rc && (int64_t)n + c.max_new > g->ctx) {
-        zs_set_error("prompt (%zu tokens) + %lld new tokens exceed the model's "
-                     "context of %lld", n, (long long)c.max_new, (long long)g->ctx);
-        rc = 2;
-    }
-    zs_kv_cache *kv = rc ? NULL : zs_kv_cache_new(m, 1, (int64_t)n + c.max_new);
-    if (!rc && !kv)
-        rc = 1;
-    if (rc) {
-        fprintf(stderr, "zs generate: %s\n", zs_last_error());
-        goto out;
-    }
-    fputs(c.prompt, stdout);
-    zs_tensor *logits = NULL;
-    {
-        int64_t *buf = malloc(n * sizeof *buf);
-        for (size_t i = 0; i < n; i++)
-            buf[i] = ids[i];
-        zs_tensor *x = zs_from_data(ZS_I64, 2, (int64_t[]){1, (int64_t)n}, buf);
-        free(buf);
-        logits = zs_gpt_forward_cached(m, kv, x);
-        zs_release(x);
-    }
+    for (size_t i = 0; i < n; i++)
+        buf[i] = ids[i];
+    zs_tensor *x = zs_from_data(ZS_I64, 2, (int64_t[]){1, (int64_t)n}, buf);
+    free(buf);
+    zs_tensor *logits = zs_gpt_forward_cached(m, kv, x);
+    zs_release(x);
     double t0 = zs_app_now();
-    int64_t produced = 0;
-    for (int64_t t = 0; logits && t < c.max_new; t++) {
+    int64_t produced = 0, next = logits ? 0 : -1; /* -1: failed, message set */
+    for (int64_t t = 0; logits && t < c->max_new; t++) {
         int64_t V = logits->shape[2], last = logits->shape[1] - 1;
         const float *row = (const float *)zs_data(logits) + last * V;
-        int64_t next = zs_sample(row, V, &c.s, (uint64_t)t);
+        next = zs_sample(row, V, &c->s, (uint64_t)t);
         zs_release(logits);
         logits = NULL;
         if (next < 0 || next == zs_bpe_eot(bpe))
             break;
         emit(bpe, (int32_t)next);
         produced++;
-        if (t + 1 == c.max_new)
+        if (t + 1 == c->max_new)
             break;
-        zs_tensor *x = zs_from_data(ZS_I64, 2, (int64_t[]){1, 1}, &next);
+        x = zs_from_data(ZS_I64, 2, (int64_t[]){1, 1}, &next);
         logits = zs_gpt_forward_cached(m, kv, x);
         zs_release(x);
+        if (!logits)
+            next = -1;
     }
-    zs_release(logits);
     double dt = zs_app_now() - t0;
     fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s]\n", (long long)produced,
             dt, dt > 0 ? (double)produced / dt : 0);
-out:
+    return next < 0 ? 1 : 0;
+}
+
+int zs_cmd_generate(int argc, char **argv)
+{
+    gen_cfg c;
+    int p = parse(argc, argv, &c);
+    if (p != ZS_FLAGS_OK)
+        return zs_flags_exit(p);
+    if (c.threads)
+        zs_set_num_threads(c.threads);
+    zs_bpe *bpe = NULL;
+    zs_module *m = NULL;
+    zs_kv_cache *kv = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = load(c.ckpt, &bpe, &m);
+    if (!rc && zs_bpe_encode(bpe, c.prompt, strlen(c.prompt), 0, &ids, &n) != ZS_OK)
+        rc = 2;
+    if (!rc && n == 0) { /* empty prompt: start from end-of-text */
+        free(ids);
+        ids = malloc(sizeof *ids);
+        if (!ids) {
+            zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
+            rc = 1;
+        } else {
+            ids[n++] = zs_bpe_eot(bpe) >= 0 ? zs_bpe_eot(bpe) : 0;
+        }
+    }
+    int64_t ctx = m ? zs_gpt_config_of(m)->ctx : 0;
+    if (!rc && (int64_t)n + c.max_new > ctx) {
+        zs_set_error("prompt (%zu tokens) + %lld new tokens exceed the model's "
+                     "context of %lld", n, (long long)c.max_new, (long long)ctx);
+        rc = 2;
+    }
+    if (!rc && !(kv = zs_kv_cache_new(m, 1, (int64_t)n + c.max_new)))
+        rc = 1;
+    if (!rc) {
+        fputs(c.prompt, stdout);
+        rc = stream(&c, m, kv, bpe, ids, n);
+    }
+    if (rc)
+        fprintf(stderr, "zs generate: %s\n", zs_last_error());
     zs_kv_cache_free(kv);
     free(ids);
     zs_module_free(m);

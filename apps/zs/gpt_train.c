@@ -8,6 +8,7 @@
  * Output directory: tokenizer.bpe, tokens.bin, checkpoint.safetensors,
  * metrics.jsonl, curves.svg.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 #include "apps/zs/commands.h"
 #include "apps/zs/common.h"
+#include "apps/zs/flags.h"
 
 /* How the ranks of a data-parallel run combine their gradients. */
 enum sync_mode { SYNC_ALLREDUCE, SYNC_PS, SYNC_ASYNC, SYNC_SSP };
@@ -85,104 +87,52 @@ static void usage(FILE *f)
             "                    the slowest (default 2)\n");
 }
 
-static int num(const char *flag, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "zs train gpt: %s wants a number in [%g, %g], got '%s'\n",
-                flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
+/* Parses argv (argv[0] = "gpt") into c: ZS_FLAGS_OK, ZS_FLAGS_HELP or
+ * ZS_FLAGS_BAD (printed). */
 static int parse(int argc, char **argv, gpt_cfg *c)
 {
     *c = (gpt_cfg){"small", NULL, "runs/gpt", ZS_GPT2, 4096, 8, 0, 2000, 100,
                    1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, 0, 0,
-                   SYNC_ALLREDUCE, 2, false, 8, 300, ZS_ALLREDUCE_RING, false};
-    for (int i = 2; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double x;
-        if (!strcmp(f, "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!strcmp(f, "--resume")) {
-            c->resume = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "zs train gpt: unknown flag or missing value: '%s'\n", f);
-            return -1;
-        }
-        i++;
-#define NUM(name, lo, hi, field, type)                                        \
-    else if (!strcmp(f, name)) { if (num(f, v, lo, hi, &x)) return -1; c->field = (type)x; }
-        if (!strcmp(f, "--preset")) c->preset = v;
-        else if (!strcmp(f, "--data")) c->data = v;
-        else if (!strcmp(f, "--out")) c->out = v;
-        else if (!strcmp(f, "--allreduce")) {
-            if (!strcmp(v, "ring")) c->algo = ZS_ALLREDUCE_RING;
-            else if (!strcmp(v, "mpi")) c->algo = ZS_ALLREDUCE_MPI;
-            else {
-                fprintf(stderr, "zs train gpt: --allreduce must be ring or mpi, got '%s'\n", v);
-                return -1;
-            }
-        }
-        else if (!strcmp(f, "--sync")) {
-            c->sync = -1;
-            for (int k = 0; k < 4; k++)
-                if (!strcmp(v, sync_names[k]))
-                    c->sync = k;
-            if (c->sync < 0) {
-                fprintf(stderr, "zs train gpt: --sync must be allreduce, ps, async or "
-                        "ssp, got '%s'\n", v);
-                return -1;
-            }
-        }
-        else if (!strcmp(f, "--staleness")) {
-            if (num(f, v, 0, 1e6, &x))
-                return -1;
-            c->staleness = (int)x;
-            c->staleness_set = true;
-        }
-        else if (!strcmp(f, "--arch")) {
-            if (!strcmp(v, "gpt2")) c->arch = ZS_GPT2;
-            else if (!strcmp(v, "bloom")) c->arch = ZS_BLOOM;
-            else {
-                fprintf(stderr, "zs train gpt: --arch must be gpt2 or bloom, got '%s'\n", v);
-                return -1;
-            }
-        }
-        NUM("--vocab", 257, 65536, vocab, int64_t)
-        NUM("--batch", 1, 4096, batch, int64_t)
-        NUM("--seq", 1, 1 << 20, seq, int64_t)
-        NUM("--accum", 1, 1024, accum, int64_t)
-        NUM("--steps", 1, 1e9, steps, int64_t)
-        NUM("--minutes", 0, 1e6, minutes, double)
-        NUM("--stop-after", 1, 1e9, stop_after, int64_t)
-        NUM("--lr", 0, 10, lr, double)
-        NUM("--warmup", 0, 1e9, warmup, int64_t)
-        NUM("--wd", 0, 10, wd, double)
-        NUM("--clip", 0, 1e9, clip, double)
-        NUM("--eval-every", 1, 1e9, eval_every, int64_t)
-        NUM("--seed", 0, 1e18, seed, uint64_t)
-        NUM("--threads", 1, 256, threads, int)
-        NUM("--zero", 0, 3, zero, int)
-        NUM("--dp", 1, 1 << 20, dp, int)
-        NUM("--bucket-mb", 0, 1 << 20, bucket_mb, double)
-        NUM("--comm-timeout", 0, 1e7, comm_timeout, double)
-        else {
-            fprintf(stderr, "zs train gpt: unknown flag '%s' (see zs train gpt --help)\n", f);
-            return -1;
-        }
-#undef NUM
-    }
+                   SYNC_ALLREDUCE, -1, false, 8, 300, ZS_ALLREDUCE_RING, false};
+    int arch = 0, algo = 0; /* indices into the choices below */
+    zs_flag t[] = {
+        ZS_FLAG_STR("--preset", &c->preset),
+        ZS_FLAG_CHOICE("--arch", &arch, "gpt2|bloom"),
+        ZS_FLAG_STR("--data", &c->data),
+        ZS_FLAG_NUM("--vocab", &c->vocab, 257, 65536),
+        ZS_FLAG_NUM("--batch", &c->batch, 1, 4096),
+        ZS_FLAG_NUM("--seq", &c->seq, 1, 1 << 20),
+        ZS_FLAG_NUM("--accum", &c->accum, 1, 1024),
+        ZS_FLAG_NUM("--steps", &c->steps, 1, 1e9),
+        ZS_FLAG_NUM("--minutes", &c->minutes, 0, 1e6),
+        ZS_FLAG_NUM("--lr", &c->lr, 0, 10),
+        ZS_FLAG_NUM("--warmup", &c->warmup, 0, 1e9),
+        ZS_FLAG_NUM("--wd", &c->wd, 0, 10),
+        ZS_FLAG_NUM("--clip", &c->clip, 0, 1e9),
+        ZS_FLAG_NUM("--eval-every", &c->eval_every, 1, 1e9),
+        ZS_FLAG_NUM("--seed", &c->seed, 0, ZS_FLAG_EXACT_MAX),
+        ZS_FLAG_NUM("--threads", &c->threads, 1, 256),
+        ZS_FLAG_STR("--out", &c->out),
+        ZS_FLAG_SWITCH("--resume", &c->resume),
+        ZS_FLAG_NUM("--stop-after", &c->stop_after, 1, 1e9),
+        ZS_FLAG_NUM("--dp", &c->dp, 1, 1 << 20),
+        ZS_FLAG_NUM("--bucket-mb", &c->bucket_mb, 0, 1 << 20),
+        ZS_FLAG_CHOICE("--allreduce", &algo, "ring|mpi"),
+        ZS_FLAG_NUM("--comm-timeout", &c->comm_timeout, 0, 1e7),
+        ZS_FLAG_NUM("--zero", &c->zero, 0, 3),
+        ZS_FLAG_CHOICE("--sync", &c->sync, "allreduce|ps|async|ssp"), /* sync_names */
+        ZS_FLAG_NUM("--staleness", &c->staleness, 0, 1e6),
+    };
+    int p = zs_flags_parse("zs train gpt", t, ZS_NFLAGS(t), usage, argc, argv);
+    if (p != ZS_FLAGS_OK)
+        return p;
+    c->arch = arch ? ZS_BLOOM : ZS_GPT2;
+    c->algo = algo ? ZS_ALLREDUCE_MPI : ZS_ALLREDUCE_RING;
+    c->staleness_set = c->staleness >= 0; /* -1: not given, SSP's default 2 */
+    if (!c->staleness_set)
+        c->staleness = 2;
     c->min_lr = c->lr / 10;
-    return 0;
+    return ZS_FLAGS_OK;
 }
 
 /* Mean loss over eval_batches fixed validation batches. */
@@ -261,7 +211,22 @@ static void run_free(run_state *s)
     zs_bpe_free(s->bpe);
 }
 
-/* Tokenizer and token file: reused from the output directory when present. */
+/* Whether n tokens, split 90/10 as zs_tokens_split does, leave both halves
+ * a window of seq + 1 tokens; false + message otherwise. */
+static bool corpus_fits(const gpt_cfg *c, int64_t n)
+{
+    int64_t val = (int64_t)((double)n * 0.1), train = n - val;
+    if (val >= c->seq + 1 && train >= c->seq + 1)
+        return true;
+    zs_set_error("corpus too small: %lld train / %lld validation tokens for "
+                 "sequences of %lld (give a longer text or a smaller --seq)",
+                 (long long)train, (long long)val, (long long)c->seq);
+    return false;
+}
+
+/* Tokenizer and token file: reused from the output directory when present.
+ * A corpus too small for one sequence is refused before anything is
+ * written or printed. */
 static int prepare_data(const gpt_cfg *c, run_state *s)
 {
     char tpath[4200], kpath[4200];
@@ -280,7 +245,9 @@ static int prepare_data(const gpt_cfg *c, run_state *s)
         double t1 = zs_app_now();
         int32_t *ids = NULL;
         size_t nid = 0;
-        if (!s->bpe || zs_bpe_encode(s->bpe, text, n, 0, &ids, &nid) != ZS_OK) {
+        if (!s->bpe || zs_bpe_encode(s->bpe, text, n, 0, &ids, &nid) != ZS_OK ||
+            !corpus_fits(c, (int64_t)nid)) {
+            free(ids);
             free(text);
             return 2;
         }
@@ -296,14 +263,9 @@ static int prepare_data(const gpt_cfg *c, run_state *s)
         if (st != ZS_OK || zs_tokens_open(kpath, &s->all) != ZS_OK)
             return 2;
     }
-    if (zs_tokens_split(&s->all, 0.1, &s->train, &s->val) != ZS_OK)
+    if (zs_tokens_split(&s->all, 0.1, &s->train, &s->val) != ZS_OK ||
+        !corpus_fits(c, s->all.n))
         return 2;
-    if (s->val.n < c->seq + 1 || s->train.n < c->seq + 1) {
-        zs_set_error("corpus too small: %lld train / %lld validation tokens for "
-                     "sequences of %lld", (long long)s->train.n,
-                     (long long)s->val.n, (long long)c->seq);
-        return 2;
-    }
     return 0;
 }
 
@@ -842,6 +804,35 @@ static bool flags_ok(const gpt_cfg *c, int ranks)
     return why == NULL;
 }
 
+/* What can be checked before any work or output: the preset and the
+ * sequence length (c->seq gets the preset's context when not given), the
+ * output directory (made here), and a checkpoint to resume. ZS_OK or an
+ * error + message. */
+static zs_status check_setup(gpt_cfg *c)
+{
+    zs_gpt_config probe = {0};
+    char path[4200];
+    struct stat st;
+    if (zs_gpt_preset(c->preset, &probe) != 0)
+        return ZS_ERR_ARG;
+    if (c->seq == 0)
+        c->seq = probe.ctx;
+    if (c->seq > probe.ctx)
+        return zs_set_error("--seq %lld is longer than the %s model's context of %lld",
+                            (long long)c->seq, c->preset, (long long)probe.ctx);
+    mkdir("runs", 0755);
+    if (mkdir(c->out, 0755) != 0 && errno != EEXIST)
+        return zs_set_error("cannot create output directory %s: %s", c->out,
+                            strerror(errno));
+    if (stat(c->out, &st) != 0 || !S_ISDIR(st.st_mode))
+        return zs_set_error("--out %s exists and is not a directory", c->out);
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
+    if (c->resume && (stat(path, &st) != 0 || !S_ISREG(st.st_mode)))
+        return zs_set_error("--resume: no checkpoint %s (train without --resume "
+                            "first)", path);
+    return ZS_OK;
+}
+
 /* Parameter-server modes start after any resume: every rank gets rank 0's
  * parameters. */
 static int start_ps(const gpt_cfg *c, run_state *s)
@@ -862,8 +853,8 @@ int zs_cmd_train_gpt(int argc, char **argv)
 {
     gpt_cfg c;
     int p = parse(argc, argv, &c);
-    if (p)
-        return p > 0 ? 0 : 2;
+    if (p != ZS_FLAGS_OK)
+        return zs_flags_exit(p);
     if (c.threads > 0)
         zs_set_num_threads(c.threads);
     run_state s = {0};
@@ -873,16 +864,10 @@ int zs_cmd_train_gpt(int argc, char **argv)
         return 2;
     if (!getenv("ZS_COMM_TIMEOUT")) /* the environment's setting wins */
         zs_comm_set_timeout(zs_comm_world(), c.comm_timeout);
-    zs_gpt_config probe = {0};
-    if (zs_gpt_preset(c.preset, &probe) != 0 || c.seq > probe.ctx) {
-        if (c.seq > probe.ctx && probe.ctx > 0)
-            zs_set_error("--seq %lld is longer than the %s model's context of %lld",
-                         (long long)c.seq, c.preset, (long long)probe.ctx);
+    if (check_setup(&c) != ZS_OK) {
         fprintf(stderr, "zs train gpt: %s\n", zs_last_error());
         return 2;
     }
-    mkdir("runs", 0755);
-    mkdir(c.out, 0755);
     int rc = prepare_data(&c, &s);
     if (!rc)
         rc = build_model(&c, &s);

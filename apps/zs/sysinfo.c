@@ -2,26 +2,24 @@
  * sysinfo.c - `zs sysinfo`: what this machine offers Zhisuan.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "apps/zs/commands.h"
+#include "apps/zs/flags.h"
 #include "zs/zs.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zs sysinfo [--quick]\n  --quick  skip the peak "
+            "and bandwidth measurements\n");
+}
 
 int zs_cmd_sysinfo(int argc, char **argv)
 {
     bool quick = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) {
-            quick = true;
-        } else if (!strcmp(argv[i], "--help")) {
-            printf("usage: zs sysinfo [--quick]\n  --quick  skip the peak "
-                   "and bandwidth measurements\n");
-            return 0;
-        } else {
-            fprintf(stderr, "zs sysinfo: unknown flag '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    zs_flag t[] = {ZS_FLAG_SWITCH("--quick", &quick)};
+    int p = zs_flags_parse("zs sysinfo", t, ZS_NFLAGS(t), usage, argc, argv);
+    if (p != ZS_FLAGS_OK)
+        return zs_flags_exit(p);
     const zs_cpu_features *f = zs_cpu();
     printf("zhisuan %s\n", ZS_VERSION);
     printf("threads        %d (ZS_NUM_THREADS)\n", zs_num_threads());

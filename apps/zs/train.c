@@ -16,6 +16,7 @@
 #include "apps/zs/cnn.h"
 #include "apps/zs/commands.h"
 #include "apps/zs/common.h"
+#include "apps/zs/flags.h"
 
 typedef struct train_cfg {
     const char *model, *data, *out, *optim, *schedule;
@@ -49,85 +50,46 @@ static void usage(FILE *f)
             "  --threads N       worker threads (default ZS_NUM_THREADS)\n"
             "  --data DIR        MNIST-format directory (default %s)\n"
             "  --out DIR         output directory (default runs/<model>)\n"
-            "  --limit N         train on the first N images only\n"
+            "  --limit N         train on the first N images only (all of them\n"
+            "                    when the set has fewer)\n"
             "  --resume          continue from DIR/checkpoint.safetensors\n"
             "  --stop-after N    stop after epoch N (to test --resume)\n",
             ZS_FMNIST_DIR);
 }
 
-static int parse_num(const char *flag, const char *s, double lo, double hi,
-                     double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "zs train: %s wants a number in [%g, %g], got '%s'\n",
-                flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
+/* Parses argv into c: ZS_FLAGS_OK, ZS_FLAGS_HELP or ZS_FLAGS_BAD (printed). */
 static int parse_args(int argc, char **argv, train_cfg *c)
 {
-    if (argc < 2 || argv[1][0] == '-') {
-        if (argc >= 2 && !strcmp(argv[1], "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        fprintf(stderr, "zs train: which model? (lenet or resnet)\n");
-        return -1;
-    }
-    *c = (train_cfg){argv[1], ZS_FMNIST_DIR, NULL, "adam", "constant", 5, 0, 0, 64, 0,
+    *c = (train_cfg){NULL, ZS_FMNIST_DIR, NULL, "adam", "constant", 5, 0, 0, 64, 0,
                      -1, 0.9, 0, 1, false};
-    for (int i = 2; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double x;
-        if (!strcmp(f, "--resume")) {
-            c->resume = true;
-            continue;
-        }
-        if (!strcmp(f, "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!v) {
-            fprintf(stderr, "zs train: unknown flag or missing value: '%s'\n", f);
-            return -1;
-        }
-        i++;
-        if (!strcmp(f, "--data")) c->data = v;
-        else if (!strcmp(f, "--out")) c->out = v;
-        else if (!strcmp(f, "--optim")) c->optim = v;
-        else if (!strcmp(f, "--schedule")) c->schedule = v;
-        else if (!strcmp(f, "--epochs")) { if (parse_num(f, v, 1, 1000, &x)) return -1; c->epochs = (int)x; }
-        else if (!strcmp(f, "--batch")) { if (parse_num(f, v, 1, 1 << 20, &x)) return -1; c->batch = (int64_t)x; }
-        else if (!strcmp(f, "--lr")) { if (parse_num(f, v, 0, 10, &x)) return -1; c->lr = x; }
-        else if (!strcmp(f, "--momentum")) { if (parse_num(f, v, 0, 0.999, &x)) return -1; c->momentum = x; }
-        else if (!strcmp(f, "--wd")) { if (parse_num(f, v, 0, 1, &x)) return -1; c->wd = x; }
-        else if (!strcmp(f, "--seed")) { if (parse_num(f, v, 0, 1e18, &x)) return -1; c->seed = (uint64_t)x; }
-        else if (!strcmp(f, "--threads")) { if (parse_num(f, v, 1, 256, &x)) return -1; c->threads = (int)x; }
-        else if (!strcmp(f, "--limit")) { if (parse_num(f, v, 1, 1e9, &x)) return -1; c->limit = (int64_t)x; }
-        else if (!strcmp(f, "--stop-after")) { if (parse_num(f, v, 1, 1000, &x)) return -1; c->stop_after = (int)x; }
-        else {
-            fprintf(stderr, "zs train: unknown flag '%s' (see zs train --help)\n", f);
-            return -1;
-        }
-    }
-    if (strcmp(c->optim, "sgd") && strcmp(c->optim, "adam") && strcmp(c->optim, "adamw")) {
-        fprintf(stderr, "zs train: --optim must be sgd, adam or adamw, got '%s'\n", c->optim);
-        return -1;
-    }
-    if (strcmp(c->schedule, "constant") && strcmp(c->schedule, "cosine") &&
-        strcmp(c->schedule, "step")) {
-        fprintf(stderr, "zs train: --schedule must be constant, cosine or step, got '%s'\n",
-                c->schedule);
-        return -1;
-    }
+    zs_flag t[] = {
+        ZS_FLAG_ARG("MODEL", &c->model, "lenet|resnet|gpt"),
+        ZS_FLAG_NUM("--epochs", &c->epochs, 1, 1000),
+        ZS_FLAG_NUM("--batch", &c->batch, 1, 1 << 20),
+        ZS_FLAG_CHOICE("--optim", &c->optim, "sgd|adam|adamw"),
+        ZS_FLAG_NUM("--lr", &c->lr, 0, 10),
+        ZS_FLAG_NUM("--momentum", &c->momentum, 0, 0.999),
+        ZS_FLAG_NUM("--wd", &c->wd, 0, 1),
+        ZS_FLAG_CHOICE("--schedule", &c->schedule, "constant|cosine|step"),
+        ZS_FLAG_NUM("--seed", &c->seed, 0, ZS_FLAG_EXACT_MAX),
+        ZS_FLAG_NUM("--threads", &c->threads, 1, 256),
+        ZS_FLAG_STR("--data", &c->data),
+        ZS_FLAG_STR("--out", &c->out),
+        ZS_FLAG_NUM("--limit", &c->limit, 1, 1e9),
+        ZS_FLAG_SWITCH("--resume", &c->resume),
+        ZS_FLAG_NUM("--stop-after", &c->stop_after, 1, 1000),
+    };
+    int p = zs_flags_parse("zs train", t, ZS_NFLAGS(t), usage, argc, argv);
+    if (p != ZS_FLAGS_OK)
+        return p;
+    if (!c->model)
+        return zs_flags_error("zs train", "which model? (lenet or resnet; "
+                              "see zs train --help)");
+    if (!strcmp(c->model, "gpt")) /* zs_cmd_train sends `zs train gpt ...` on */
+        return zs_flags_error("zs train", "gpt comes first: zs train gpt [flags]");
     if (c->lr < 0)
         c->lr = strcmp(c->optim, "sgd") ? 1e-3 : 0.05;
-    return 0;
+    return ZS_FLAGS_OK;
 }
 
 static void progress(bool tty, int epoch, int epochs, int64_t i, int64_t nb,
@@ -194,8 +156,8 @@ static int run(train_cfg *c)
         snprintf(outbuf, sizeof outbuf, "runs/%s", c->model);
         c->out = outbuf;
     }
-    if (zs_mnist_load(c->data, true, &full) != ZS_OK ||
-        zs_mnist_load(c->data, false, &test) != ZS_OK)
+    if (zs_app_mnist_load(c->data, true, &full) != ZS_OK ||
+        zs_app_mnist_load(c->data, false, &test) != ZS_OK)
         goto fail;
     if (c->limit > 0) {
         if (zs_image_data_head(&full, c->limit, &train) != ZS_OK)
@@ -217,8 +179,13 @@ static int run(train_cfg *c)
     if (!(o = zs_optim_new(&oc, 1, &fp)))
         goto fail;
     mkdir("runs", 0755);
+    struct stat so;
     if (mkdir(c->out, 0755) != 0 && access(c->out, W_OK) != 0) {
         zs_set_error("cannot create output directory %s", c->out);
+        goto fail;
+    }
+    if (stat(c->out, &so) != 0 || !S_ISDIR(so.st_mode)) {
+        zs_set_error("--out %s exists and is not a directory", c->out);
         goto fail;
     }
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
@@ -354,16 +321,11 @@ fail:
 int zs_cmd_train(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "gpt"))
-        return zs_cmd_train_gpt(argc, argv);
+        return zs_cmd_train_gpt(argc - 1, argv + 1);
     train_cfg c;
     int p = parse_args(argc, argv, &c);
-    if (p != 0)
-        return p > 0 ? 0 : 2;
-    if (strcmp(c.model, "lenet") && strcmp(c.model, "resnet")) {
-        fprintf(stderr, "zs train: unknown model '%s' (known: lenet, resnet, gpt)\n",
-                c.model);
-        return 2;
-    }
+    if (p != ZS_FLAGS_OK)
+        return zs_flags_exit(p);
     if (c.threads > 0)
         zs_set_num_threads(c.threads);
     return run(&c);

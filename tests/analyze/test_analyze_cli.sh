@@ -89,6 +89,13 @@ expect2 "batch not a multiple of micro-batch x dp" "$zs" analyze --model gpt2 --
 expect2 "heads do not split over tp" "$zs" analyze --model gpt2 --tp 5
 expect2 "bad --set" "$zs" analyze --model gpt2 --set n_layer
 expect2 "bad --set value" "$zs" analyze --model gpt2 --set n_layer=0
+expect2 "fractional integer" "$zs" analyze --model gpt2 --tp 2.5
+expect2 "integer too large" "$zs" analyze --model gpt2 --batch 1e30
+expect2 "not finite" "$zs" analyze --model gpt2 --tokens inf
+expect2 "stray argument" "$zs" analyze --model gpt2 extra
+expect2 "bad precision" "$zs" analyze --model gpt2 --precision fp8
+many=(); for i in $(seq 1 65); do many+=(--set n_layer=2); done
+expect2 "too many --set flags" "$zs" analyze --model gpt2 "${many[@]}"
 grep -q "malformed JSON at line 2, column 13" < <("$zs" analyze --config "$tmp/bad.json" 2>&1)
 check "malformed config message names line and column" '[ $? -eq 0 ]'
 exit $fail

@@ -4,17 +4,34 @@
 # generation streams text, and bad input (empty or binary corpus, a
 # sequence longer than the context, a tokenizer that does not match the
 # checkpoint, unknown flags) gives one clear message and exit status 2.
+# Hostile input (issue 17): flag values that do not fit (--max-new 1e30,
+# --top-k 2.5), a checkpoint of an unknown arch or that is a directory, a
+# corpus that is a directory or too small, --resume with nothing to resume,
+# --out a file: refused before any work, with one line and exit status 2.
 set -uo pipefail
 zs="$ZS_BIN"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 check() { if eval "$2"; then echo "ok $1"; else echo "FAIL $1"; fail=1; fi; }
-expect2() {
+expect2() { # name, command...: exit status 2 and a message of <= 3 lines
   local name=$1; shift
   "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [ $rc -eq 2 ] && [ -s "$tmp/err" ]; then echo "ok $name: $(tail -1 "$tmp/err")"
+  if [ $rc -eq 2 ] && [ -s "$tmp/err" ] && [ "$(wc -l <"$tmp/err")" -le 3 ]; then
+    echo "ok $name: $(tail -1 "$tmp/err")"
   else echo "FAIL $name: exit $rc: $(cat "$tmp/err")"; fail=1; fi
+}
+refused() { # name, needle, command...: exit status 2 before any work: stdout
+  # empty, stderr one line (no progress before it) that contains needle
+  local name=$1 needle=$2; shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] &&
+     grep -q -- "$needle" "$tmp/err"; then
+    echo "ok $name: $(cat "$tmp/err")"
+  else
+    echo "FAIL $name: exit $rc, stdout $(wc -c <"$tmp/out") bytes, stderr: $(cat "$tmp/err")"
+    fail=1
+  fi
 }
 
 for i in $(seq 1 300); do
@@ -46,4 +63,60 @@ expect2 "unknown flag" "$zs" train gpt --warp 9
 cp "$tmp/other/tokenizer.bpe" "$tmp/full/tokenizer.bpe"
 expect2 "tokenizer does not match the checkpoint" "$zs" generate --ckpt "$tmp/full" --prompt x
 expect2 "missing checkpoint" "$zs" generate --ckpt "$tmp/nowhere" --prompt x
+
+# Flag values: integral, finite, in range, or refused (1e30 used to overflow
+# the float-to-int conversions of --max-new, --top-k, --seed, --threads).
+for fv in "--max-new 1e30" "--max-new 0" "--top-k 1e30" "--top-k 2.5" "--top-k -1" \
+          "--seed 1e30" "--seed 1.5" "--threads 1e30" "--threads 0" "--top-p 0" \
+          "--top-p 1.5" "--temperature nan" "--temperature inf" "--max-new 12abc" \
+          "--max-new ''"; do
+  eval "set -- $fv"
+  refused "generate $fv" "$1 wants a number" "$zs" generate --ckpt "$tmp/other" --max-new 5 "$@"
+done
+refused "generate: flag without its value" "needs a value" "$zs" generate --ckpt
+refused "generate: stray argument" "unexpected argument" "$zs" generate --ckpt "$tmp/other" x
+refused "generate: no --ckpt" "required" "$zs" generate --prompt x
+"$zs" generate --help >"$tmp/out" 2>&1
+check "generate --help exits 0 with the usage" '[ $? -eq 0 ] && grep -q "usage: zs generate" "$tmp/out"'
+"$zs" train gpt --help >"$tmp/out" 2>&1
+check "train gpt --help exits 0 with the usage" '[ $? -eq 0 ] && grep -q "usage: zs train gpt" "$tmp/out"'
+refused "train gpt: bad --sync" "must be allreduce, ps, async or ssp" \
+        "$zs" train gpt "${common[@]}" --out "$tmp/e" --sync gossip
+refused "train gpt: bad --arch" "must be gpt2 or bloom" \
+        "$zs" train gpt "${common[@]}" --out "$tmp/e" --arch llama
+refused "train gpt: --steps 2.5" "wants a number" \
+        "$zs" train gpt "${common[@]}" --out "$tmp/e" --steps 2.5
+
+# A checkpoint whose metadata names an arch Zhisuan does not know (the
+# header keeps its length: "gpt2" -> "rwkv") is refused, not read as gpt2.
+cp -r "$tmp/other" "$tmp/rwkv"
+python3 -c '
+import sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+old, new = b"\"arch\":\"gpt2\"", b"\"arch\":\"rwkv\""
+assert b.count(old) == 1, "no arch in the header"
+open(p, "wb").write(b.replace(old, new))' "$tmp/rwkv/checkpoint.safetensors"
+refused "generate: unknown arch in the checkpoint" 'unknown arch "rwkv"' \
+        "$zs" generate --ckpt "$tmp/rwkv" --prompt x --max-new 5
+mkdir -p "$tmp/ckdir/checkpoint.safetensors"
+cp "$tmp/other/tokenizer.bpe" "$tmp/ckdir/"
+refused "generate: the checkpoint is a directory" "directory" \
+        "$zs" generate --ckpt "$tmp/ckdir" --prompt x --max-new 5
+
+# zs train gpt checks what it can before any work or output.
+refused "train gpt: --data is a directory" "is a directory" \
+        "$zs" train gpt "${common[@]}" --steps 2 --data "$tmp" --out "$tmp/e"
+head -3 "$tmp/corpus.txt" > "$tmp/tiny.txt"
+refused "train gpt: corpus too small for one sequence" "corpus too small" \
+        "$zs" train gpt "${common[@]}" --steps 2 --data "$tmp/tiny.txt" --out "$tmp/e"
+head -20 "$tmp/corpus.txt" > "$tmp/short.txt" # ~450 tokens: enough for --seq 32 only
+refused "train gpt: corpus too small for the preset's context" "sequences of 128" \
+        "$zs" train gpt --data "$tmp/short.txt" --preset tiny --vocab 300 --steps 2 \
+        --threads 2 --out "$tmp/e"
+refused "train gpt: --resume without a checkpoint" "no checkpoint" \
+        "$zs" train gpt "${common[@]}" --steps 2 --out "$tmp/fresh" --resume
+: > "$tmp/afile"
+refused "train gpt: --out is a file" "not a directory" \
+        "$zs" train gpt "${common[@]}" --steps 2 --out "$tmp/afile"
 exit $fail

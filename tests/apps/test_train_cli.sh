@@ -20,6 +20,18 @@ expect2() { # name, command...: exit status 2 and a message on stderr
     echo "FAIL $name: exit $rc, stderr: $(cat "$tmp/err")"; fail=1
   fi
 }
+refused() { # name, needle, command...: exit status 2 before any work: stdout
+  # empty, stderr one line (no progress before it) that contains needle
+  local name=$1 needle=$2; shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] &&
+     grep -q -- "$needle" "$tmp/err"; then
+    echo "ok $name: $(cat "$tmp/err")"
+  else
+    echo "FAIL $name: exit $rc, stdout $(wc -c <"$tmp/out") bytes, stderr: $(cat "$tmp/err")"
+    fail=1
+  fi
+}
 
 python3 "$src/tests/apps/make_fake_mnist.py" "$tmp/data" 320 100
 common=(--data "$tmp/data" --batch 32 --epochs 4 --seed 3 --threads 2 --optim sgd --lr 0.05)
@@ -68,4 +80,50 @@ for delay in 0.3 0.7 1.1 1.6 2.2; do
   "$zs" eval --ckpt "$tmp/kill/checkpoint.safetensors" --data "$tmp/data" >/dev/null 2>&1 || ok=0
 done
 check "kill -9 during training leaves a readable checkpoint" '[ $ok -eq 1 ]'
+
+# Hostile input (issue 17). Flag values: integral where an integer is
+# meant, in range, finite; one positional MODEL.
+small=(--data "$tmp/data" --epochs 1 --threads 2 --out "$tmp/x")
+refused "--epochs 2.5" "wants a number" "$zs" train lenet "${small[@]}" --epochs 2.5
+refused "--seed 1e30" "wants a number" "$zs" train lenet "${small[@]}" --seed 1e30
+refused "--batch 0" "wants a number" "$zs" train lenet "${small[@]}" --batch 0
+refused "--lr nan" "wants a number" "$zs" train lenet "${small[@]}" --lr nan
+refused "--optim rmsprop" "must be sgd, adam or adamw" "$zs" train lenet "${small[@]}" --optim rmsprop
+refused "flag without its value" "needs a value" "$zs" train lenet "${small[@]}" --limit
+refused "two models" "unexpected argument" "$zs" train lenet resnet "${small[@]}"
+refused "no model" "which model" "$zs" train "${small[@]}"
+"$zs" train lenet --help >"$tmp/out" 2>&1
+check "train --help exits 0 with the usage" '[ $? -eq 0 ] && grep -q "usage: zs train" "$tmp/out"'
+"$zs" eval --help >"$tmp/out" 2>&1
+check "eval --help exits 0 with the usage" '[ $? -eq 0 ] && grep -q "usage: zs eval" "$tmp/out"'
+refused "eval: stray argument" "unexpected argument" \
+        "$zs" eval --ckpt "$tmp/full/checkpoint.safetensors" extra
+
+# Data the CNNs cannot take is refused before training (it used to fail
+# inside conv2d/linear with exit 1, or after a whole epoch for an empty
+# test set), naming the file and the shape.
+python3 "$src/tests/apps/make_fake_mnist.py" "$tmp/d32" 64 20 32
+python3 "$src/tests/apps/make_fake_mnist.py" "$tmp/notest" 64 0
+python3 "$src/tests/apps/make_fake_mnist.py" "$tmp/notrain" 0 20
+cp -r "$tmp/d32" "$tmp/mixed"
+cp "$tmp/data/train-labels-idx1-ubyte.gz" "$tmp/mixed/" # 320 labels, 64 images
+refused "32x32 images (lenet)" "\[64, 32, 32\].*28, 28" "$zs" train lenet "${small[@]}" --data "$tmp/d32"
+refused "32x32 images (resnet)" "\[64, 32, 32\].*28, 28" "$zs" train resnet "${small[@]}" --data "$tmp/d32"
+refused "32x32 images (eval)" "t10k-images.*\[20, 32, 32\]" \
+        "$zs" eval --ckpt "$tmp/full/checkpoint.safetensors" --data "$tmp/d32"
+refused "empty test set" "t10k-images.* holds no images" \
+        "$zs" train lenet "${small[@]}" --data "$tmp/notest"
+refused "empty test set (eval)" "holds no images" \
+        "$zs" eval --ckpt "$tmp/full/checkpoint.safetensors" --data "$tmp/notest"
+refused "empty training set" "train-images.* holds no images" \
+        "$zs" train lenet "${small[@]}" --data "$tmp/notrain"
+refused "labels do not match the images" "64 images but 320 labels" \
+        "$zs" train lenet "${small[@]}" --data "$tmp/mixed"
+"$zs" train lenet "${small[@]}" --limit 100000 --out "$tmp/lim" >/dev/null 2>"$tmp/err"
+check "--limit above the set's size trains on all of it" \
+      'grep -q "320 train / 100 test images" "$tmp/err"'
+refused "eval: the checkpoint is a directory" "directory" \
+        "$zs" eval --ckpt "$tmp/full" --data "$tmp/data"
+: > "$tmp/afile"
+refused "--out is a file" "not a directory" "$zs" train lenet "${small[@]}" --out "$tmp/afile"
 exit $fail
