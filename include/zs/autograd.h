@@ -18,8 +18,8 @@ extern "C" {
 
 /* Marks a leaf tensor (float dtype) as requiring grad. */
 zs_status zs_set_requires_grad(zs_tensor *t, bool on);
-/* True for leaves marked so and for results of recorded operations. */
-bool zs_requires_grad(const zs_tensor *t);
+/* zs_requires_grad, zs_no_grad_push/pop and zs_grad_enabled are in
+ * zs/core.h (grad mode is core state that operators read too). */
 /* A non-leaf keeps its .grad after backward. */
 zs_status zs_retain_grad(zs_tensor *t);
 /* Borrowed gradient, NULL if none. */
@@ -41,11 +41,6 @@ zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph);
 typedef void (*zs_grad_ready_fn)(void *ctx, zs_tensor *leaf);
 /* Installs fn (NULL: none) for this thread's later backward calls. */
 void zs_set_grad_ready_hook(zs_grad_ready_fn fn, void *ctx);
-
-/* Grad mode: nestable no-grad regions, per thread. */
-void zs_no_grad_push(void);
-void zs_no_grad_pop(void);
-bool zs_grad_enabled(void);
 
 /* Number of live autograd nodes (tests check that tapes are freed). */
 int64_t zs_autograd_live_nodes(void);

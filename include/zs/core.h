@@ -142,6 +142,60 @@ void zs_alloc_trim(void);
 /* Tests: make the n-th allocation from now fail (0 disables). */
 void zs_alloc_fail_after(int64_t n);
 
+/* ---- grad mode ---------------------------------------------------------- */
+
+/* Grad mode: nestable no-grad regions, per thread. While one is open,
+ * operators record nothing for autograd (zs/autograd.h). */
+void zs_no_grad_push(void);
+void zs_no_grad_pop(void);
+bool zs_grad_enabled(void);
+/* True for leaves marked with zs_set_requires_grad and for results of
+ * recorded operations. */
+bool zs_requires_grad(const zs_tensor *t);
+
+/* ---- devices ----------------------------------------------------------- */
+
+/* A device is an id in [0, ZS_MAX_DEVICES): ZS_CPU (0) is always there and
+ * uses the caching host allocator above; others are registered with the
+ * functions that allocate, free and copy their memory (CUDA will be one;
+ * the tests register host memory under another id to test dispatch).
+ * Every storage is allocated by its tensor's device; operators run the
+ * kernel registered for (device, dtype) and refuse tensors on two devices.
+ * Registration is not thread-safe: do it before other threads use the
+ * library. */
+#define ZS_MAX_DEVICES 8
+
+typedef enum zs_copy_kind { ZS_COPY_TO_HOST, ZS_COPY_FROM_HOST } zs_copy_kind;
+
+typedef struct zs_device_ops {
+    const char *name;      /* "cpu", "cuda:0" (borrowed, static) */
+    /* true when the CPU may read and write this memory directly (zs_data
+     * refuses the tensors of other devices) */
+    bool host_accessible;
+    /* nbytes of device memory, NULL + message on failure; free(NULL) is a
+     * no-op. */
+    void *(*alloc)(void *ctx, size_t nbytes);
+    void (*free)(void *ctx, void *p);
+    /* Copies n bytes between host memory and this device's memory. */
+    zs_status (*copy)(void *ctx, void *dst, const void *src, size_t n,
+                      zs_copy_kind kind);
+    void *ctx;
+} zs_device_ops;
+
+/* Registers (ops != NULL; copied) or removes (NULL) device id 1..7. Fails
+ * for the CPU's id, an id out of range, a device that still owns storage,
+ * or ops without alloc, free and copy. */
+zs_status zs_device_register(int device, const zs_device_ops *ops);
+/* The device's ops (borrowed) or NULL when id is not registered. */
+const zs_device_ops *zs_device_get(int device);
+/* "cpu", the registered name, or "device <id> (not registered)". */
+const char *zs_device_name(int device);
+/* Uninitialised contiguous tensor on a device. */
+zs_tensor *zs_empty_on(int device, zs_dtype dt, int ndim, const int64_t *shape);
+/* A contiguous copy of t on device (a new reference; t itself, retained,
+ * when it is already there and contiguous). No autograd. */
+zs_tensor *zs_to_device(zs_tensor *t, int device);
+
 /* ---- tensors: creation ----------------------------------------------- */
 
 /* Uninitialised contiguous tensor. */
@@ -195,7 +249,9 @@ int64_t zs_numel(const zs_tensor *t);
 size_t zs_nbytes(const zs_tensor *t);   /* numel * element size */
 bool zs_is_contiguous(const zs_tensor *t);
 bool zs_same_shape(const zs_tensor *a, const zs_tensor *b);
-/* Pointer to the first element (storage data + offset). Borrowed. */
+/* Pointer to the first element (storage data + offset), for the CPU to
+ * read or write. Borrowed. NULL + message for a tensor on a device whose
+ * memory the CPU cannot address. */
 void *zs_data(const zs_tensor *t);
 /* Writes "[2, 3, 4]" into buf; returns buf. */
 char *zs_shape_str(const zs_tensor *t, char *buf, size_t n);

@@ -17,7 +17,6 @@
 #include "zs/autograd.h"
 #include "zs/ops.h"
 
-static _Thread_local int no_grad_depth;
 static _Thread_local zs_grad_ready_fn ready_hook;
 static _Thread_local void *ready_ctx;
 
@@ -28,24 +27,7 @@ void zs_set_grad_ready_hook(zs_grad_ready_fn fn, void *ctx)
 }
 static int64_t live_nodes; /* approximate under concurrent use */
 
-void zs_no_grad_push(void) { no_grad_depth++; }
-void zs_no_grad_pop(void)
-{
-    if (no_grad_depth > 0)
-        no_grad_depth--;
-}
-bool zs_grad_enabled(void) { return no_grad_depth == 0; }
 int64_t zs_autograd_live_nodes(void) { return live_nodes; }
-
-bool zs_requires_grad(const zs_tensor *t)
-{
-    return t && (t->requires_grad || t->node);
-}
-
-bool zsi_grad_needed(const zs_tensor *t)
-{
-    return no_grad_depth == 0 && zs_requires_grad(t);
-}
 
 zs_status zs_set_requires_grad(zs_tensor *t, bool on)
 {
@@ -53,7 +35,7 @@ zs_status zs_set_requires_grad(zs_tensor *t, bool on)
         return ZS_ERR_ARG;
     if (t->node)
         return zs_set_error("set_requires_grad: tensor is not a leaf (it was "
-                            "made by %s)", t->node->op->name);
+                            "made by %s)", t->node->c.op->name);
     if (on && !zs_dtype_is_float(t->dtype))
         return zs_set_error("set_requires_grad: dtype %s cannot require grad, "
                             "expected a float dtype", zs_dtype_name(t->dtype));
@@ -101,8 +83,8 @@ void zsi_node_retain(zsi_node *n) { n->refcount++; }
 static void node_drop_saved(zsi_node *n)
 {
     for (int k = 0; k < ZSI_MAX_SAVED; k++) {
-        zs_release(n->saved[k]);
-        n->saved[k] = NULL;
+        zs_release(n->c.saved[k]);
+        n->c.saved[k] = NULL;
     }
 }
 
@@ -114,7 +96,7 @@ void zsi_node_release(zsi_node *n)
         zsi_node *next = NULL;
         node_drop_saved(n);
         zs_release(n->gout);
-        for (int i = 0; i < n->nin; i++) {
+        for (int i = 0; i < n->c.nin; i++) {
             zs_release(n->in_leaf[i]);
             if (n->in_node[i]) {
                 if (!next)
@@ -123,10 +105,7 @@ void zsi_node_release(zsi_node *n)
                     zsi_node_release(n->in_node[i]);
             }
         }
-        free(n->in_node);
-        free(n->in_leaf);
-        free(n->in_meta);
-        free(n->extra);
+        free(n->c.extra);
         free(n);
         live_nodes--;
         n = next;
@@ -140,63 +119,54 @@ static void meta_of(zsi_meta *m, const zs_tensor *t)
     memcpy(m->shape, t->shape, sizeof m->shape);
 }
 
-zs_status zsi_record(zsi_op *op, zs_tensor *out, int nin, zs_tensor *const *in,
-                     zsi_node **node)
+/* The recorder installed in the operator layer (ops/op.h): one allocation
+ * holds the node and its per-input arrays. */
+static zs_status record(zsi_op *op, zs_tensor *out, int nin, zs_tensor *const *in,
+                        zsi_ctx **ctx)
 {
-    *node = NULL;
-    if (no_grad_depth > 0)
+    *ctx = NULL;
+    if (!zs_grad_enabled())
         return ZS_OK;
     bool any = false;
     for (int i = 0; i < nin; i++)
         any = any || zs_requires_grad(in[i]);
     if (!any)
         return ZS_OK;
-    zsi_node *n = calloc(1, sizeof *n);
-    if (n) {
-        n->in_node = calloc((size_t)nin, sizeof *n->in_node);
-        n->in_leaf = calloc((size_t)nin, sizeof *n->in_leaf);
-        n->in_meta = calloc((size_t)nin, sizeof *n->in_meta);
-    }
-    if (!n || !n->in_node || !n->in_leaf || !n->in_meta) {
-        if (n) {
-            free(n->in_node);
-            free(n->in_leaf);
-            free(n->in_meta);
-        }
-        free(n);
+    size_t un = (size_t)nin;
+    zsi_node *n = calloc(1, sizeof *n + un * (sizeof *n->in_node +
+                         sizeof *n->in_leaf + sizeof *n->c.in_meta + 1));
+    if (!n)
         return zs_set_error_code(ZS_ERR_NOMEM, "%s: out of memory recording "
                                  "the autograd node", op->name);
-    }
+    n->c.in_meta = (zsi_meta *)(n + 1);
+    n->in_node = (zsi_node **)(n->c.in_meta + un);
+    n->in_leaf = (zs_tensor **)(n->in_node + un);
+    n->c.needs = (uint8_t *)(n->in_leaf + un);
     zsi_node_release_hook = node_hook;
     live_nodes++;
     n->refcount = 1;
-    n->op = op;
-    n->nin = nin;
+    n->c.op = op;
+    n->c.nin = nin;
     for (int i = 0; i < nin; i++) {
-        meta_of(&n->in_meta[i], in[i]);
+        meta_of(&n->c.in_meta[i], in[i]);
         if (in[i]->node) {
             n->in_node[i] = in[i]->node;
             zsi_node_retain(in[i]->node);
         } else if (in[i]->requires_grad) {
             n->in_leaf[i] = zs_retain(in[i]);
         }
+        n->c.needs[i] = n->in_node[i] || n->in_leaf[i];
     }
-    meta_of(&n->out_meta, out);
+    meta_of(&n->c.out_meta, out);
     out->node = n;
     out->requires_grad = true;
-    *node = n;
+    *ctx = &n->c;
     return ZS_OK;
 }
 
-void zsi_save(zsi_node *n, int k, zs_tensor *t)
+__attribute__((constructor)) static void install_recorder(void)
 {
-    if (!n || !t)
-        return;
-    zsi_tracking_pause();
-    zs_tensor *alias = zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
-    zsi_tracking_resume();
-    zs_release(n->saved[k]);
-    n->saved[k] = alias;
+    zsi_set_recorder(record);
 }
 
 /* ---- backward -------------------------------------------------------- */
@@ -231,7 +201,7 @@ static zs_status collect(zsi_node *root, vec *all)
         st = ZS_ERR_NOMEM;
     while (st == ZS_OK && stack.n > 0) {
         zsi_node *n = stack.v[--stack.n];
-        for (int i = 0; i < n->nin; i++) {
+        for (int i = 0; i < n->c.nin; i++) {
             zsi_node *m = n->in_node[i];
             if (!m) {
                 if (n->in_leaf[i])
@@ -300,7 +270,7 @@ static bool meta_matches(const zsi_meta *m, const zs_tensor *g)
  * the hook hears of those with none left (only while all is well). */
 static void leaves_done(zsi_node *n, zs_status st)
 {
-    for (int i = 0; i < n->nin; i++) {
+    for (int i = 0; i < n->c.nin; i++) {
         zs_tensor *leaf = n->in_node[i] ? NULL : n->in_leaf[i];
         if (leaf && --leaf->grad_pending == 0 && ready_hook && st == ZS_OK &&
             leaf->grad)
@@ -314,30 +284,30 @@ static zs_status run_node(zsi_node *n, bool keep_graph)
         return zs_set_error_code(ZS_ERR_STATE,
                                  "backward: the graph through '%s' was freed "
                                  "by an earlier backward; pass keep_graph to "
-                                 "backpropagate twice", n->op->name);
+                                 "backpropagate twice", n->c.op->name);
     zs_status st = ZS_OK;
     if (n->retain_target && n->gout) {
         zs_release(n->retain_target->grad);
         n->retain_target->grad = zs_contiguous(n->gout);
     }
     zs_tensor *stack_gin[8], **gin = stack_gin;
-    if (n->nin > 8 && !(gin = calloc((size_t)n->nin, sizeof *gin)))
+    if (n->c.nin > 8 && !(gin = calloc((size_t)n->c.nin, sizeof *gin)))
         return zs_set_error_code(ZS_ERR_NOMEM, "backward: out of memory");
-    memset(gin, 0, (size_t)(n->nin < 8 ? 8 : n->nin) * sizeof *gin);
+    memset(gin, 0, (size_t)(n->c.nin < 8 ? 8 : n->c.nin) * sizeof *gin);
     if (n->gout) {
-        if (!n->op->backward)
+        if (!n->c.op->backward)
             st = zs_set_error("backward: operator '%s' is not differentiable",
-                              n->op->name);
+                              n->c.op->name);
         else
-            st = n->op->backward(n, n->gout, gin);
+            st = n->c.op->backward(&n->c, n->gout, gin);
     }
-    for (int i = 0; st == ZS_OK && i < n->nin; i++) {
-        if (!gin[i] || !zsi_needs_grad(n, i))
+    for (int i = 0; st == ZS_OK && i < n->c.nin; i++) {
+        if (!gin[i] || !zsi_needs_grad(&n->c, i))
             continue;
-        if (!meta_matches(&n->in_meta[i], gin[i])) {
+        if (!meta_matches(&n->c.in_meta[i], gin[i])) {
             st = zs_set_error_code(ZS_ERR_STATE, "backward: '%s' produced a "
                                    "gradient of the wrong shape for input %d",
-                                   n->op->name, i);
+                                   n->c.op->name, i);
         } else if (n->in_node[i]) {
             st = accumulate_node(n->in_node[i], gin[i]);
         } else {
@@ -345,7 +315,7 @@ static zs_status run_node(zsi_node *n, bool keep_graph)
         }
     }
     leaves_done(n, st);
-    for (int i = 0; i < n->nin; i++)
+    for (int i = 0; i < n->c.nin; i++)
         zs_release(gin[i]);
     if (gin != stack_gin)
         free(gin);
@@ -399,7 +369,7 @@ zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph)
         while (st == ZS_OK && ready.n > 0) {
             zsi_node *n = ready.v[--ready.n];
             st = run_node(n, keep_graph);
-            for (int i = 0; st == ZS_OK && i < n->nin; i++) {
+            for (int i = 0; st == ZS_OK && i < n->c.nin; i++) {
                 zsi_node *m = n->in_node[i];
                 if (m && --m->deps == 0 && !vec_push(&ready, m))
                     st = zs_set_error_code(ZS_ERR_NOMEM, "backward: out of memory");
@@ -414,7 +384,7 @@ zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph)
         if (st != ZS_OK) {
             zs_release(n->gout);
             n->gout = NULL;
-            for (int k = 0; k < n->nin; k++) /* nodes that never ran */
+            for (int k = 0; k < n->c.nin; k++) /* nodes that never ran */
                 if (!n->in_node[k] && n->in_leaf[k])
                     n->in_leaf[k]->grad_pending = 0;
         }

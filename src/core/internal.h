@@ -9,6 +9,21 @@
 /* New contiguous tensor, uninitialised, refcount 1, registered in the
  * current scope unless tracking is paused. NULL + message on failure. */
 zs_tensor *zsi_new_tensor(zs_dtype dt, int ndim, const int64_t *shape);
+/* The same on a device (zs_device_register); zsi_new_tensor is the CPU's. */
+zs_tensor *zsi_new_tensor_on(int device, zs_dtype dt, int ndim,
+                             const int64_t *shape);
+/* Memory of a registered device (NULL + message), freed by zsi_device_free
+ * with the same id; counted so that a device with storage stays. */
+void *zsi_device_alloc(int device, size_t nbytes);
+void zsi_device_free(int device, void *p);
+/* True when the CPU may address the device's memory. */
+bool zsi_device_host(int device);
+/* The first element's address on whatever device t lives, unchecked: for
+ * that device's kernels and copies, never for CPU code on other devices. */
+static inline void *zsi_ptr(const zs_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * (int64_t)zs_dtype_size(t->dtype);
+}
 /* New tensor header sharing base's storage (retained), no autograd. */
 zs_tensor *zsi_new_view(const zs_tensor *base, int ndim, const int64_t *shape,
                         const int64_t *strides, int64_t offset);
@@ -34,6 +49,9 @@ char *zsi_shape_fmt(int ndim, const int64_t *shape, char *buf, size_t n);
 /* Element access as double for any dtype (slow paths, tests, printing). */
 double zsi_load(zs_dtype dt, const void *base, int64_t i);
 void zsi_store(zs_dtype dt, void *base, int64_t i, double v);
+
+/* True if grad mode is on and t needs grad (grad_mode.c). */
+bool zsi_grad_needed(const zs_tensor *t);
 
 /* Set by the autograd layer: called when a tensor with a node is freed, to
  * drop the tensor's reference to its node. */

@@ -161,7 +161,8 @@ static zs_tensor *header_new(void)
     return t;
 }
 
-zs_tensor *zsi_new_tensor(zs_dtype dt, int ndim, const int64_t *shape)
+zs_tensor *zsi_new_tensor_on(int device, zs_dtype dt, int ndim,
+                             const int64_t *shape)
 {
     if ((unsigned)dt >= ZS_DTYPE_COUNT) {
         zs_set_error("tensor: unknown dtype %d", (int)dt);
@@ -174,7 +175,7 @@ zs_tensor *zsi_new_tensor(zs_dtype dt, int ndim, const int64_t *shape)
         return NULL;
     zs_storage *s = calloc(1, sizeof *s);
     size_t nbytes = (size_t)zsi_shape_numel(ndim, shape) * zs_dtype_size(dt);
-    void *data = s ? zs_alloc(nbytes) : NULL;
+    void *data = s ? zsi_device_alloc(device, nbytes) : NULL;
     if (!data) {
         if (!s)
             zs_set_error_code(ZS_ERR_NOMEM, "tensor: out of memory");
@@ -185,13 +186,20 @@ zs_tensor *zsi_new_tensor(zs_dtype dt, int ndim, const int64_t *shape)
     s->data = data;
     s->nbytes = nbytes;
     s->refcount = 1;
+    s->device = (zs_device)device;
     t->storage = s;
     t->dtype = dt;
+    t->device = (zs_device)device;
     t->ndim = ndim;
     if (ndim)
         memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     zsi_contig_strides(ndim, shape, t->strides);
     return zsi_track(t);
+}
+
+zs_tensor *zsi_new_tensor(zs_dtype dt, int ndim, const int64_t *shape)
+{
+    return zsi_new_tensor_on(ZS_CPU, dt, ndim, shape);
 }
 
 zs_tensor *zsi_new_view(const zs_tensor *base, int ndim, const int64_t *shape,
@@ -224,7 +232,7 @@ static void storage_release(zs_storage *s)
 {
     if (s && --s->refcount == 0) {
         if (!s->external)
-            zs_free(s->data);
+            zsi_device_free(s->device, s->data);
         free(s);
     }
 }
@@ -383,7 +391,13 @@ bool zs_same_shape(const zs_tensor *a, const zs_tensor *b)
 
 void *zs_data(const zs_tensor *t)
 {
-    return (char *)t->storage->data + t->offset * (int64_t)zs_dtype_size(t->dtype);
+    if (t->device != ZS_CPU && !zsi_device_host(t->device)) {
+        zs_set_error("data: the tensor is on %s, which the CPU cannot "
+                     "address (copy it with zs_to_device)",
+                     zs_device_name(t->device));
+        return NULL;
+    }
+    return zsi_ptr(t);
 }
 
 char *zs_shape_str(const zs_tensor *t, char *buf, size_t n)

@@ -30,7 +30,7 @@
 #include "ops/internal.h"
 #include "zs/attention.h"
 
-static zs_status attention_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status attention_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_ATTENTION = {.name = "attention", .backward = attention_bw};
 /* Profiler entry of the fused backward kernel (no node of its own). */
@@ -192,7 +192,7 @@ static zs_tensor *record(zs_tensor *out, zs_tensor *const *in,
                          zs_tensor *const *kin, zs_tensor *lse,
                          const zsk_attn *a, bool alibi)
 {
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(&OP_ATTENTION, out, 3, in, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -248,7 +248,7 @@ zs_tensor *zs_attention(zs_tensor *q, zs_tensor *k, zs_tensor *v,
 
 /* ---- backward ---------------------------------------------------------- */
 
-static zs_status attention_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status attention_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     double t0 = zsi_op_begin(&OP_ATTENTION_BW);
     zs_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];

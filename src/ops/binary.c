@@ -7,12 +7,12 @@
  */
 #include "ops/internal.h"
 
-static zs_status add_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status sub_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status mul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status div_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status add_scalar_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status mul_scalar_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status add_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status sub_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status mul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status div_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status add_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status mul_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_ADD = {.name = "add", .backward = add_bw};
 static zsi_op OP_SUB = {.name = "sub", .backward = sub_bw};
@@ -121,7 +121,7 @@ static zs_tensor *binary(zsi_op *op, zsk_binop kop, zs_tensor *a, zs_tensor *b)
     zsk_iter it;
     zsk_iter_init(&it, ndim, shape, 3, (const int64_t *[]){NULL, sa, sb});
     zsk_binary(a->dtype, kop, &it, zs_data(out), zs_data(a), zs_data(b));
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(op, out, 2, (zs_tensor *[]){a, b}, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -153,7 +153,7 @@ static zs_tensor *scalar_op(zsi_op *op, zsk_binop kop, zs_tensor *a, double s)
     zsk_iter it;
     zsk_iter_init(&it, a->ndim, a->shape, 2, (const int64_t *[]){NULL, a->strides});
     zsk_binary_scalar(a->dtype, kop, &it, zs_data(out), zs_data(a), s);
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(op, out, 1, &a, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -205,7 +205,7 @@ zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src)
 
 /* ---- backward ---------------------------------------------------------- */
 
-static zs_status add_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status add_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     for (int i = 0; i < 2; i++)
         if (zsi_needs_grad(n, i) && !(gin[i] = zsi_sum_to(g, &n->in_meta[i])))
@@ -213,7 +213,7 @@ static zs_status add_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
     return ZS_OK;
 }
 
-static zs_status sub_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status sub_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     if (zsi_needs_grad(n, 0) && !(gin[0] = zsi_sum_to(g, &n->in_meta[0])))
         return ZS_ERR_NOMEM;
@@ -227,7 +227,7 @@ static zs_status sub_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
     return ZS_OK;
 }
 
-static zs_status mul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status mul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     for (int i = 0; i < 2; i++) {
         if (!zsi_needs_grad(n, i))
@@ -242,7 +242,7 @@ static zs_status mul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 }
 
 /* d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 */
-static zs_status div_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status div_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *a = n->saved[0], *b = n->saved[1];
     zs_tensor *gb = zs_div(g, b); /* g / b */
@@ -265,13 +265,13 @@ static zs_status div_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
     return ZS_OK;
 }
 
-static zs_status add_scalar_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status add_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     gin[0] = zs_retain(g);
     return ZS_OK;
 }
 
-static zs_status mul_scalar_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status mul_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     gin[0] = zs_mul_scalar(g, n->p.f[0]);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;

@@ -15,7 +15,7 @@
 #include "kernels/cpu/conv.h"
 #include "ops/internal.h"
 
-static zs_status conv2d_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_CONV2D = {.name = "conv2d", .backward = conv2d_bw};
 static zsi_op OP_CONV2D_BW = {.name = "conv2d_backward"};
@@ -126,7 +126,7 @@ zs_tensor *zs_conv2d(zs_tensor *x, zs_tensor *w, zs_tensor *bias,
     zs_no_grad_pop();
     zsi_tracking_resume();
     zs_tensor *out = wc && (bc || !bias) ? conv2d_run(x, wc, bc, &s) : NULL;
-    zsi_node *n = NULL;
+    zsi_ctx *n = NULL;
     if (out && zsi_record(&OP_CONV2D, out, bias ? 3 : 2,
                           (zs_tensor *[]){x, w, bias}, &n) != ZS_OK) {
         zs_release(out);
@@ -149,7 +149,7 @@ zs_tensor *zs_conv2d(zs_tensor *x, zs_tensor *w, zs_tensor *bias,
     return out;
 }
 
-static zs_status conv2d_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     double t0 = zsi_op_begin(&OP_CONV2D_BW);
     zs_tensor *x = n->saved[0], *w = n->saved[1];

@@ -23,7 +23,7 @@
 
 #include "ops/internal.h"
 
-static zs_status dropout_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status dropout_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_DROPOUT = {.name = "dropout", .backward = dropout_bw};
 
@@ -90,7 +90,7 @@ static zs_tensor *dropout_train(zs_tensor *a, double p)
         zs_rng_reserve((uint64_t)n, &c.seed, &c.offset);
         zs_parallel_for((n + 3) / 4, ZSK_GRAIN / 4,
                         a->dtype == ZS_F64 ? drop_fw_f64 : drop_fw_f32, &c);
-        zsi_node *node;
+        zsi_ctx *node;
         if (zsi_record(&OP_DROPOUT, out, 1, &a, &node) != ZS_OK) {
             zs_release(out);
             out = NULL;
@@ -124,7 +124,7 @@ zs_tensor *zs_dropout(zs_tensor *a, double p, bool training)
     return out;
 }
 
-static zs_status dropout_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status dropout_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *gc = zs_contiguous(g);
     zs_tensor *gx = gc ? zsi_new_tensor(g->dtype, g->ndim, g->shape) : NULL;

@@ -20,7 +20,7 @@
 
 #include "ops/internal.h"
 
-static zs_status embedding_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status embedding_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_EMBEDDING = {.name = "embedding", .backward = embedding_bw};
 /* Profiler entry of the fused scatter-add backward (no node of its own). */
@@ -164,7 +164,7 @@ zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx)
                  .out = zs_data(out)};
     zs_parallel_for(n, ZSK_GRAIN / (D > 0 ? D : 1) + 1, emb_fw_rows, &c);
     double rows = zsi_bytes(out);
-    zsi_node *node;
+    zsi_ctx *node;
     if (zsi_record(&OP_EMBEDDING, out, 1, &weight, &node) != ZS_OK) {
         zs_release(out);
         out = NULL;
@@ -176,7 +176,7 @@ zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx)
     return out;
 }
 
-static zs_status embedding_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status embedding_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     double t0 = zsi_op_begin(&OP_EMBEDDING_BW);
     const zsi_meta *m = &n->in_meta[0];

@@ -4,10 +4,9 @@
 #ifndef ZS_OPS_INTERNAL_H
 #define ZS_OPS_INTERNAL_H
 
-#include "autograd/node.h"
 #include "core/internal.h"
 #include "kernels/cpu/kernels.h"
-#include "zs/autograd.h"
+#include "ops/op.h"
 #include "zs/ops.h"
 
 /* Fails (message names op) unless t is f32 or f64 on the CPU. */

@@ -14,7 +14,7 @@
 #include "kernels/cpu/select.h"
 #include "ops/internal.h"
 
-static zs_status concat_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status concat_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_CONCAT = {.name = "concat", .backward = concat_bw};
 
@@ -128,7 +128,7 @@ zs_tensor *zs_concat(int n, zs_tensor *const *ts, int dim)
     zs_tensor *out = zsi_new_tensor(ts[0]->dtype, ts[0]->ndim, shape);
     if (!out)
         return NULL;
-    zsi_node *node;
+    zsi_ctx *node;
     if (concat_fill(n, ts, d, out) != ZS_OK ||
         zsi_record(&OP_CONCAT, out, n, ts, &node) != ZS_OK) {
         zs_release(out);
@@ -254,7 +254,7 @@ int zs_chunk(zs_tensor *t, int n, int dim, zs_tensor **out)
 
 /* ---- backward ---------------------------------------------------------- */
 
-static zs_status concat_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status concat_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     int d = (int)n->p.i[0];
     int64_t start = 0;

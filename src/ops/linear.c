@@ -24,7 +24,7 @@
 
 typedef enum lin_kind { LIN_PLAIN, LIN_GELU, LIN_RESIDUAL } lin_kind;
 
-static zs_status linear_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status linear_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_LINEAR = {.name = "linear", .backward = linear_bw};
 static zsi_op OP_LINEAR_GELU = {.name = "linear_gelu", .backward = linear_bw};
@@ -249,7 +249,7 @@ static zs_tensor *linear_op(zsi_op *op, lin_kind kind, zs_tensor *x,
         in[ib = nin++] = b;
     if (r)
         in[ir = nin++] = r;
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(op, out, nin, in, &n) != ZS_OK) {
         zs_release(out);
         zs_release(h);
@@ -313,7 +313,7 @@ static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
 }
 
 /* dw = gh^T x and db = column sums of gh, over the flattened rows. */
-static zs_status weight_grads(zsi_node *n, zs_tensor *gh, zs_tensor **gin)
+static zs_status weight_grads(zsi_ctx *n, zs_tensor *gh, zs_tensor **gin)
 {
     zs_tensor *x = n->saved[0], *w = n->saved[1];
     int ib = (int)n->p.i[P_BIAS];
@@ -335,7 +335,7 @@ static zs_status weight_grads(zsi_node *n, zs_tensor *gh, zs_tensor **gin)
     return ZS_OK;
 }
 
-static zs_status linear_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status linear_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *w = n->saved[1], *h = n->saved[2];
     int ir = (int)n->p.i[P_RES];

@@ -25,8 +25,8 @@
 #include "kernels/cpu/softmax.h"
 #include "ops/internal.h"
 
-static zs_status cross_entropy_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status mse_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status mse_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_CROSS_ENTROPY = {.name = "cross_entropy",
                                   .backward = cross_entropy_bw};
@@ -123,7 +123,7 @@ zs_tensor *zs_cross_entropy(zs_tensor *logits, zs_tensor *target,
     double v = 0;
     if (count >= 0 && ce_forward(xc, &tg, N, C, count, lse, &v) == ZS_OK)
         out = zsi_new_tensor(logits->dtype, 0, NULL);
-    zsi_node *n = NULL;
+    zsi_ctx *n = NULL;
     if (out) {
         zsi_store(out->dtype, zs_data(out), 0, v);
         if (zsi_record(&OP_CROSS_ENTROPY, out, 1, &logits, &n) != ZS_OK) {
@@ -149,7 +149,7 @@ zs_tensor *zs_cross_entropy(zs_tensor *logits, zs_tensor *target,
     return out;
 }
 
-static zs_status cross_entropy_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     double t0 = zsi_op_begin(&OP_CROSS_ENTROPY_BW);
     zs_tensor *x = n->saved[0], *t = n->saved[1], *lse = n->saved[2];
@@ -200,7 +200,7 @@ zs_tensor *zs_mse_loss(zs_tensor *a, zs_tensor *b)
     }
     zs_release(ac);
     zs_release(bc);
-    zsi_node *n;
+    zsi_ctx *n;
     zs_tensor *in[2] = {a, b};
     if (!out || zsi_record(&OP_MSE, out, 2, in, &n) != ZS_OK) {
         zs_release(out);
@@ -216,7 +216,7 @@ zs_tensor *zs_mse_loss(zs_tensor *a, zs_tensor *b)
     return out;
 }
 
-static zs_status mse_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status mse_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *d = zs_sub(n->saved[0], n->saved[1]);
     zs_tensor *t = d ? zs_mul(d, g) : NULL;

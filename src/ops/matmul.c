@@ -23,7 +23,7 @@
 #include "kernels/cpu/gemm.h"
 #include "ops/internal.h"
 
-static zs_status matmul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status matmul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_MATMUL = {.name = "matmul", .backward = matmul_bw};
 
@@ -215,7 +215,7 @@ zs_tensor *zs_matmul_t(zs_tensor *a, zs_tensor *b, bool trans_a, bool trans_b)
         goto fail;
     zs_release(oa.t);
     zs_release(ob.t);
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(&OP_MATMUL, out, 2, (zs_tensor *[]){a, b}, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -297,7 +297,7 @@ static zs_tensor *folded_grad_b(zs_tensor *a, zs_tensor *g, bool tb)
     return d;
 }
 
-static zs_status matmul_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status matmul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *a = n->saved[0], *b = n->saved[1];
     bool ta = n->p.i[0], tb = n->p.i[1];

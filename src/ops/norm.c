@@ -24,8 +24,8 @@
 #include "kernels/cpu/norm.h"
 #include "ops/internal.h"
 
-static zs_status layer_norm_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status batch_norm_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status layer_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status batch_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_LAYER_NORM = {.name = "layer_norm", .backward = layer_norm_bw};
 static zsi_op OP_BATCH_NORM = {.name = "batch_norm", .backward = batch_norm_bw};
@@ -118,7 +118,7 @@ static zs_tensor *finish(zsi_op *op, zs_tensor *out, zs_tensor *x,
     zs_tensor *in[3];
     int64_t wi, bi;
     int nin = pack_inputs(x, w, b, in, &wi, &bi);
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(op, out, nin, in, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -189,7 +189,7 @@ zs_tensor *zs_layer_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
     return out;
 }
 
-static zs_status layer_norm_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status layer_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     double t0 = zsi_op_begin(&OP_LAYER_NORM_BW);
     zs_tensor *x = n->saved[0], *w = n->saved[1];
@@ -379,7 +379,7 @@ zs_tensor *zs_batch_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
  * gx = w*rstd*(g - mean(g) - xhat*mean(g*xhat)): a = w*rstd; with batch
  * statistics (M values per channel) b = -a*rstd^2*sum(g*(x-mean))/M and
  * k = -a*sum(g)/M - b*mean; with running statistics (constants) b = k = 0. */
-static void bn_dx_coefs(const zsi_node *n, int64_t C, double M,
+static void bn_dx_coefs(const zsi_ctx *n, int64_t C, double M,
                         const double *sg, const double *sgx, double *a,
                         double *b, double *k)
 {
@@ -395,7 +395,7 @@ static void bn_dx_coefs(const zsi_node *n, int64_t C, double M,
     }
 }
 
-static zs_status batch_norm_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status batch_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     double t0 = zsi_op_begin(&OP_BATCH_NORM_BW);
     zs_tensor *x = n->saved[0];

@@ -6,12 +6,15 @@
  * counters; while profiling is on, the wall time too, so zs_profile_print
  * can show achieved GFLOP/s and GB/s per operator. Counters are updated
  * from the calling thread only (operators are called from one thread).
+ *
+ * It also holds the recorder hook and zsi_save (ops/op.h); the driver
+ * zsi_run lives in dispatch.c.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "autograd/node.h"
+#include "ops/op.h"
 #include "core/internal.h"
 #include "zs/ops.h"
 
@@ -43,6 +46,28 @@ void zsi_op_end(zsi_op *op, double t0, double flops, double bytes_read,
     op->bytes += bytes_read + bytes_written;
     if (t0 > 0) /* a composite op's time includes the ops it calls */
         op->seconds += now() - t0;
+}
+
+static zsi_recorder_fn recorder;
+
+void zsi_set_recorder(zsi_recorder_fn fn) { recorder = fn; }
+
+zs_status zsi_record(zsi_op *op, zs_tensor *out, int nin, zs_tensor *const *in,
+                     zsi_ctx **ctx)
+{
+    *ctx = NULL;
+    return recorder ? recorder(op, out, nin, in, ctx) : ZS_OK;
+}
+
+void zsi_save(zsi_ctx *n, int k, zs_tensor *t)
+{
+    if (!n || !t)
+        return;
+    zsi_tracking_pause();
+    zs_tensor *alias = zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
+    zsi_tracking_resume();
+    zs_release(n->saved[k]);
+    n->saved[k] = alias;
 }
 
 void zs_profile_enable(bool on) { profiling = on; }

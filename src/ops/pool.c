@@ -12,8 +12,8 @@
 #include "kernels/cpu/pool.h"
 #include "ops/internal.h"
 
-static zs_status max_pool_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status avg_pool_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status max_pool_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status avg_pool_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_MAX_POOL = {.name = "max_pool2d", .backward = max_pool_bw};
 static zsi_op OP_AVG_POOL = {.name = "avg_pool2d", .backward = avg_pool_bw};
@@ -56,14 +56,14 @@ static zs_status pool_shape(const char *op, const zs_tensor *x,
     return ZS_OK;
 }
 
-static void save_params(zsi_node *n, const zsk_pool2d_shape *s, bool pad)
+static void save_params(zsi_ctx *n, const zsk_pool2d_shape *s, bool pad)
 {
     int64_t v[] = {s->kh, s->kw, s->sh, s->sw, s->ph, s->pw, s->OH, s->OW, pad};
     for (int i = 0; i < 9; i++)
         n->p.i[i] = v[i];
 }
 
-static zsk_pool2d_shape load_params(const zsi_node *n)
+static zsk_pool2d_shape load_params(const zsi_ctx *n)
 {
     const zsi_meta *m = &n->in_meta[0];
     return (zsk_pool2d_shape){
@@ -96,7 +96,7 @@ zs_tensor *zs_max_pool2d(zs_tensor *x, const zs_pool2d_params *p)
         return NULL;
     zsk_max_pool2d(x->dtype, &s, zs_data(x), x->strides, zs_data(out),
                    idx ? zs_data(idx) : NULL);
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(&OP_MAX_POOL, out, 1, &x, &n) != ZS_OK) {
         zs_release(out);
         zs_release(idx);
@@ -126,7 +126,7 @@ zs_tensor *zs_avg_pool2d(zs_tensor *x, const zs_pool2d_params *p)
         return NULL;
     zsk_avg_pool2d(x->dtype, &s, zs_data(x), x->strides, p->count_include_pad,
                    zs_data(out));
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(&OP_AVG_POOL, out, 1, &x, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -138,7 +138,7 @@ zs_tensor *zs_avg_pool2d(zs_tensor *x, const zs_pool2d_params *p)
     return out;
 }
 
-static zs_status max_pool_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status max_pool_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
     double t0 = zsi_op_begin(&OP_MAX_POOL_BW);
@@ -157,7 +157,7 @@ static zs_status max_pool_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
     return gx ? ZS_OK : ZS_ERR_NOMEM;
 }
 
-static zs_status avg_pool_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status avg_pool_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
     double t0 = zsi_op_begin(&OP_AVG_POOL_BW);

@@ -9,7 +9,7 @@
 
 #include "ops/internal.h"
 
-static zs_status sum_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status sum_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_SUM = {.name = "sum", .backward = sum_bw};
 static zsi_op OP_MEAN = {.name = "mean", .backward = sum_bw};
@@ -107,7 +107,7 @@ static zs_tensor *sum_like(zsi_op *op, zs_tensor *a, int naxes,
         zs_fill_(out, 0.0 / 0.0);
     }
     zs_release(p.x);
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(op, out, 1, &a, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -131,7 +131,7 @@ zs_tensor *zs_mean(zs_tensor *a, int naxes, const int *axes, bool keepdim)
     return sum_like(&OP_MEAN, a, naxes, axes, keepdim, true);
 }
 
-static zs_status sum_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status sum_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
     zs_tensor *gs = n->p.f[0] != 1.0 ? zs_mul_scalar(g, n->p.f[0]) : zs_retain(g);

@@ -25,8 +25,8 @@
 #include "kernels/cpu/reduce_ext.h"
 #include "ops/internal.h"
 
-static zs_status max_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status var_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status max_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status var_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_MAX = {.name = "max", .backward = max_bw};
 static zsi_op OP_ARGMAX = {.name = "argmax"};
@@ -76,7 +76,7 @@ zs_tensor *zs_max(zs_tensor *a, int naxes, const int *axes, bool keepdim)
         zsk_reduce_max(a->dtype, zs_data(p.x), p.O, p.R, p.K, zs_data(out),
                        NULL);
     zs_release(p.x);
-    zsi_node *n;
+    zsi_ctx *n;
     if (!out || zsi_record(&OP_MAX, out, 1, &a, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -94,7 +94,7 @@ zs_tensor *zs_max(zs_tensor *a, int naxes, const int *axes, bool keepdim)
 
 /* gx in the plan's layout [kept..., reduced...] (or a's own layout when
  * the reduced axes are one block), then viewed back in a's dim order. */
-static zs_status max_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status max_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *x = n->saved[0], *y = n->saved[1];
     int nd = x->ndim, axes[ZS_MAX_DIMS] = {0};
@@ -189,7 +189,7 @@ zs_tensor *zs_var(zs_tensor *a, int naxes, const int *axes, int correction,
         zsk_reduce_var(a->dtype, zs_data(p.x), p.O, p.R, p.K, correction,
                        zs_data(out), mean ? zs_data(mean) : NULL);
     zs_release(p.x);
-    zsi_node *n = NULL;
+    zsi_ctx *n = NULL;
     if (!out || (zsi_grad_needed(a) && !mean) ||
         zsi_record(&OP_VAR, out, 1, &a, &n) != ZS_OK) {
         zs_release(out);
@@ -210,7 +210,7 @@ zs_tensor *zs_var(zs_tensor *a, int naxes, const int *axes, int correction,
     return out;
 }
 
-static zs_status var_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status var_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *x = n->saved[0], *mean = n->saved[1];
     zs_tensor *d = zs_sub(x, mean);

@@ -19,9 +19,9 @@
 #include "kernels/cpu/select.h"
 #include "ops/internal.h"
 
-static zs_status where_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status masked_fill_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status index_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status where_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status masked_fill_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status index_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_WHERE = {.name = "where", .backward = where_bw};
 static zsi_op OP_MASKED_FILL = {.name = "masked_fill", .backward = masked_fill_bw};
@@ -97,7 +97,7 @@ zs_tensor *zs_where(zs_tensor *cond, zs_tensor *a, zs_tensor *b)
     zsk_iter_init(&it, ndim, shape, 4, (const int64_t *[]){NULL, sc, sa, sb});
     zsk_where(zs_dtype_size(a->dtype), &it, zs_data(out), zs_data(cond),
               zs_data(a), zs_data(b));
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(&OP_WHERE, out, 2, (zs_tensor *[]){a, b}, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -145,7 +145,7 @@ zs_tensor *zs_masked_fill(zs_tensor *a, zs_tensor *mask, double value)
                   (const int64_t *[]){NULL, sm, zero, a->strides});
     zsk_where(zs_dtype_size(a->dtype), &it, zs_data(out), zs_data(mask), &v,
               zs_data(a));
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(&OP_MASKED_FILL, out, 1, &a, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -282,7 +282,7 @@ static zs_tensor *index_forward(zsi_op *op, zs_tensor *a, int d,
     }
     zsk_index_gather(zs_dtype_size(a->dtype), &p, zs_data(out), zs_data(a));
     plan_free(&p);
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(op, out, 1, &a, &n) != ZS_OK) {
         zs_release(out);
         out = NULL;
@@ -344,7 +344,7 @@ zs_tensor *zs_gather(zs_tensor *a, int dim, zs_tensor *idx)
 
 /* ---- backward ---------------------------------------------------------- */
 
-static zs_status where_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status where_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *cond = n->saved[0], *zero = zs_scalar(g->dtype, 0);
     if (!zero)
@@ -364,14 +364,14 @@ static zs_status where_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
     return ZS_OK;
 }
 
-static zs_status masked_fill_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status masked_fill_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     gin[0] = zs_masked_fill(g, n->saved[0], 0.0);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
 
 /* Scatter-adds g (the output's shape) into zeros of the input's shape. */
-static zs_status index_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status index_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
     int d = (int)n->p.i[0];

@@ -17,7 +17,7 @@
 #include "kernels/cpu/softmax.h"
 #include "ops/internal.h"
 
-static zs_status softmax_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status softmax_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_SOFTMAX = {.name = "softmax", .backward = softmax_bw};
 static zsi_op OP_LOG_SOFTMAX = {.name = "log_softmax", .backward = softmax_bw};
@@ -60,7 +60,7 @@ static zs_tensor *softmax_like(zsi_op *op, zs_tensor *a, int dim, bool lg)
     if (out)
         zsk_softmax(a->dtype, zs_data(xc), O, R, K, lg, zs_data(out));
     zs_release(xc);
-    zsi_node *n;
+    zsi_ctx *n;
     if (!out || zsi_record(op, out, 1, &a, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -85,7 +85,7 @@ zs_tensor *zs_log_softmax(zs_tensor *a, int dim)
     return softmax_like(&OP_LOG_SOFTMAX, a, dim, true);
 }
 
-static zs_status softmax_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status softmax_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     bool lg = n->op == &OP_LOG_SOFTMAX;
     zsi_op *bop = lg ? &OP_LOG_SOFTMAX_BW : &OP_SOFTMAX_BW;

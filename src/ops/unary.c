@@ -27,17 +27,17 @@
 
 enum { SAVE_IN = 1, SAVE_OUT = 2 };
 
-static zs_status neg_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status exp_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status log_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status sqrt_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status rsqrt_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status pow_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status sin_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status cos_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status tanh_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status sigmoid_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status mask_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status neg_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status exp_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status log_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status sqrt_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status rsqrt_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status pow_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status sin_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status cos_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status tanh_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status sigmoid_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_NEG = {.name = "neg", .backward = neg_bw};
 static zsi_op OP_EXP = {.name = "exp", .backward = exp_bw};
@@ -88,7 +88,7 @@ static zs_tensor *unary(zsi_op *op, zsk_unop k, zs_tensor *a, double p0,
     zs_tensor *out = apply(k, a, p0, p1);
     if (!out)
         return NULL;
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(op, out, 1, &a, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -120,7 +120,7 @@ zs_tensor *zs_neg(zs_tensor *a)
     zsk_iter it;
     zsk_iter_init(&it, a->ndim, a->shape, 2, (const int64_t *[]){NULL, a->strides});
     zsk_binary_scalar(a->dtype, ZSK_MUL, &it, zs_data(out), zs_data(a), -1.0);
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(&OP_NEG, out, 1, &a, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -244,24 +244,24 @@ static zs_tensor *one_minus(zs_tensor *t, bool square)
         return gin[0] ? ZS_OK : ZS_ERR_NOMEM;                                 \
     } while (0)
 
-static zs_status neg_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status neg_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     RETURN_GIN(zs_neg(g));
 }
 
 /* exp' = exp(x) = out */
-static zs_status exp_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status exp_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     RETURN_GIN(zs_mul(g, n->saved[1]));
 }
 
-static zs_status log_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status log_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     RETURN_GIN(zs_div(g, n->saved[0]));
 }
 
 /* sqrt' = 1 / (2 out) */
-static zs_status sqrt_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status sqrt_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *q = zs_div(g, n->saved[1]);
     zs_tensor *r = q ? zs_mul_scalar(q, 0.5) : NULL;
@@ -270,7 +270,7 @@ static zs_status sqrt_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 }
 
 /* rsqrt' = -x^(-3/2) / 2 = -out^3 / 2 */
-static zs_status rsqrt_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status rsqrt_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *c = zs_pow(n->saved[1], 3.0);
     zs_tensor *d = c ? zs_mul_scalar(c, -0.5) : NULL;
@@ -279,7 +279,7 @@ static zs_status rsqrt_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 }
 
 /* pow' = p x^(p-1); 0 for p = 0 */
-static zs_status pow_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status pow_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     double p = n->p.f[0];
     if (p == 0.0)
@@ -292,13 +292,13 @@ static zs_status pow_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
     RETURN_GIN(mul_take(g, d));
 }
 
-static zs_status sin_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status sin_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     RETURN_GIN(mul_take(g, zs_cos(n->saved[0])));
 }
 
 /* cos' = -sin */
-static zs_status cos_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status cos_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *s = zs_sin(n->saved[0]);
     zs_tensor *d = s ? zs_mul_scalar(s, -1.0) : NULL;
@@ -307,13 +307,13 @@ static zs_status cos_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 }
 
 /* tanh' = 1 - out^2 */
-static zs_status tanh_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status tanh_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     RETURN_GIN(mul_take(g, one_minus(n->saved[1], true)));
 }
 
 /* sigmoid' = out (1 - out) */
-static zs_status sigmoid_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status sigmoid_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *om = one_minus(n->saved[1], false);
     zs_tensor *d = om ? zs_mul(n->saved[1], om) : NULL;
@@ -323,7 +323,7 @@ static zs_status sigmoid_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
 
 /* relu, abs, clamp, gelu, silu: g * d(x) with d the node's derivative
  * kernel (x > 0, sign(x), lo <= x <= hi, gelu', silu') of the saved x. */
-static zs_status mask_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *x = n->saved[0];
     RETURN_GIN(mul_take(g, apply((zsk_unop)n->p.i[P_DERIV], x, n->p.f[0],

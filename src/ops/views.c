@@ -13,13 +13,13 @@
 
 #include "ops/internal.h"
 
-static zs_status reshape_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status permute_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status slice_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status expand_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status identity_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status to_dtype_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
-static zs_status hook_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin);
+static zs_status reshape_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status permute_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status slice_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status expand_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status identity_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status to_dtype_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+static zs_status hook_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 static zsi_op OP_RESHAPE = {.name = "reshape", .backward = reshape_bw};
 static zsi_op OP_PERMUTE = {.name = "permute", .backward = permute_bw};
@@ -33,7 +33,7 @@ static zsi_op OP_HOOK = {.name = "backward_hook", .backward = hook_bw};
 static zs_tensor *finish(zsi_op *op, double t0, zs_tensor *in, zs_tensor *out,
                          double bytes)
 {
-    zsi_node *n;
+    zsi_ctx *n;
     if (zsi_record(op, out, 1, &in, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -139,7 +139,7 @@ zs_tensor *zs_permute(zs_tensor *t, const int *perm)
     zs_tensor *out = view_of(&OP_PERMUTE, t, t->ndim, sh, st, t->offset);
     if (out && out->node)
         for (int d = 0; d < t->ndim; d++)
-            out->node->p.i[d] = perm[d];
+            zsi_ctx_of(out)->p.i[d] = perm[d];
     return out;
 }
 
@@ -186,9 +186,9 @@ zs_tensor *zs_slice(zs_tensor *t, int dim, int64_t start, int64_t end,
     zs_tensor *out = view_of(&OP_SLICE, t, t->ndim, sh, st,
                              t->offset + start * t->strides[d]);
     if (out && out->node) {
-        out->node->p.i[0] = d;
-        out->node->p.i[1] = start;
-        out->node->p.i[2] = step;
+        zsi_ctx_of(out)->p.i[0] = d;
+        zsi_ctx_of(out)->p.i[1] = start;
+        zsi_ctx_of(out)->p.i[2] = step;
     }
     return out;
 }
@@ -382,7 +382,7 @@ zs_tensor *zs_backward_hook(zs_tensor *t, zs_backward_hook_fn fn, void *ctx, int
     }
     double t0 = zsi_op_begin(&OP_HOOK);
     zs_tensor *out = zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
-    zsi_node *n = NULL;
+    zsi_ctx *n = NULL;
     if (!out || zsi_record(&OP_HOOK, out, 1, &t, &n) != ZS_OK) {
         zs_release(out);
         return NULL;
@@ -404,13 +404,13 @@ zs_tensor *zs_backward_hook(zs_tensor *t, zs_backward_hook_fn fn, void *ctx, int
 
 /* ---- backward -------------------------------------------------------- */
 
-static zs_status reshape_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status reshape_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     gin[0] = zs_reshape(g, n->in_meta[0].ndim, n->in_meta[0].shape);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
 
-static zs_status permute_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status permute_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     int inv[ZS_MAX_DIMS];
     for (int d = 0; d < g->ndim; d++)
@@ -419,7 +419,7 @@ static zs_status permute_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
 
-static zs_status slice_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status slice_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
     zs_tensor *z = zs_zeros(g->dtype, m->ndim, m->shape);
@@ -437,19 +437,19 @@ static zs_status slice_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
     return ZS_OK;
 }
 
-static zs_status expand_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status expand_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     gin[0] = zsi_sum_to(g, &n->in_meta[0]);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
 
-static zs_status identity_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status identity_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     gin[0] = zs_retain(g);
     return ZS_OK;
 }
 
-static zs_status hook_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status hook_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const hook_extra *h = n->extra;
     zs_status st = h->fn(h->ctx, n->p.i[0]);
@@ -459,7 +459,7 @@ static zs_status hook_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
     return ZS_OK;
 }
 
-static zs_status to_dtype_bw(zsi_node *n, zs_tensor *g, zs_tensor **gin)
+static zs_status to_dtype_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     gin[0] = zs_to_dtype(g, n->in_meta[0].dtype);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;

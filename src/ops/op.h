@@ -1,0 +1,171 @@
+/*
+ * ops/op.h - operators as data: the descriptor of an operator, the record a
+ * backward rule reads, and the one eager driver that runs every operator.
+ *
+ * An operator is one zsi_opdef (../shared/DESIGN.md, "Operators"): its
+ * name, arity, class, shape and dtype rule (infer), forward kernels indexed
+ * by (device, dtype), what its backward rule needs (save), the backward
+ * rule, and its cost model. zsi_run is the eager call: check inputs and
+ * devices -> infer -> allocate on the device -> dispatch -> record for
+ * autograd -> count the cost. A public operator is a few lines that fill a
+ * zsi_attrs and call zsi_run.
+ *
+ * Layering: this layer never calls autograd. Autograd (above) installs the
+ * recorder (zsi_set_recorder) that makes graph nodes; a node begins with a
+ * zsi_ctx, which is all a backward rule sees. Grad mode lives in core.
+ */
+#ifndef ZS_OPS_OP_H
+#define ZS_OPS_OP_H
+
+#include "core/internal.h"
+
+#define ZSI_MAX_SAVED 6
+#define ZSI_MAX_IN 8 /* inputs of a zsi_run call */
+
+typedef struct zsi_meta {
+    zs_dtype dtype;
+    int ndim;
+    int64_t shape[ZS_MAX_DIMS];
+} zsi_meta;
+
+/* The typed attributes of one call: each operator documents what its
+ * slots mean (clamp: f[0] = lo, f[1] = hi). */
+typedef struct zsi_attrs {
+    double f[4];
+    int64_t i[4];
+} zsi_attrs;
+
+typedef struct zsi_op zsi_op;
+
+/* What a backward rule reads: the recorded call. */
+typedef struct zsi_ctx {
+    const zsi_op *op;
+    int nin;
+    zsi_meta *in_meta;    /* [nin] dtype and shape of each input */
+    uint8_t *needs;       /* [nin] 1 when input i wants a gradient */
+    zsi_meta out_meta;
+    zs_tensor *saved[ZSI_MAX_SAVED];
+    union {
+        double f[16];
+        int64_t i[16];
+    } p;                  /* operator parameters for backward */
+    void *extra;          /* malloc'd parameters, freed with the record */
+} zsi_ctx;
+
+/* Computes gin[i] (new references, or NULL when there is no gradient) for
+ * every input i with zsi_needs_grad(n, i), from gout (borrowed, shape of the
+ * output). Runs with grad mode off and scope tracking paused. */
+typedef zs_status (*zsi_backward_fn)(zsi_ctx *n, zs_tensor *gout,
+                                     zs_tensor **gin);
+
+/* The part of a descriptor every operator has, including the ones not yet
+ * run by zsi_run: name, backward rule, profiler counters. */
+struct zsi_op {
+    const char *name;
+    zsi_backward_fn backward;
+    /* counters, filled by zsi_op_end */
+    uint64_t calls;
+    double flops, bytes, seconds;
+    struct zsi_op *next; /* registry list */
+    bool registered;
+};
+
+typedef enum zsi_op_class {
+    ZSI_OTHER = 0,
+    ZSI_POINTWISE, /* out[i] = scalar(in[0][i], in[1][i], ...) (broadcast) */
+    ZSI_REDUCTION,
+    ZSI_GEMM,
+    ZSI_VIEW,
+} zsi_op_class;
+
+typedef struct zsi_opdef zsi_opdef;
+
+/* One eager call as zsi_run hands it to an operator's functions. infer
+ * fills the output's dtype and shape (and may change `key`, the dtype
+ * whose kernel runs, which starts as in[0]'s). */
+typedef struct zsi_call {
+    const zsi_opdef *def;
+    int nin;
+    zs_tensor *const *in;
+    const zsi_attrs *a;
+    int device;
+    zs_dtype key;
+    zs_dtype dtype;
+    int ndim;
+    int64_t shape[ZS_MAX_DIMS];
+} zsi_call;
+
+typedef struct zsi_cost {
+    double flops, bytes_read, bytes_written;
+} zsi_cost;
+
+/* Checks the inputs (dtypes, shapes, attributes) and fills the output's
+ * dtype and shape; on failure a message naming the operator. */
+typedef zs_status (*zsi_infer_fn)(zsi_call *c);
+/* Writes out (allocated by the driver on c->device with the inferred dtype
+ * and shape, contiguous) from c->in. */
+typedef zs_status (*zsi_kernel_fn)(const zsi_call *c, zs_tensor *out);
+/* Saves in n (zsi_save, n->p) what the backward rule needs. */
+typedef void (*zsi_save_fn)(zsi_ctx *n, const zsi_call *c, zs_tensor *out);
+typedef zsi_cost (*zsi_cost_fn)(const zsi_call *c, const zs_tensor *out);
+/* A pointwise operator's formula on doubles (x[k] = input k's value):
+ * the reference the tests use and what a fusion pass will compose. */
+typedef double (*zsi_scalar_fn)(const double *x, const zsi_attrs *a);
+
+struct zsi_opdef {
+    zsi_op op;           /* first: a zsi_opdef * is a zsi_op * */
+    int arity;
+    zsi_op_class cls;
+    const char *formula; /* pointwise: the formula in words, "a * b" */
+    zsi_scalar_fn scalar;
+    double flops;        /* pointwise: FLOPs per output element */
+    zsi_infer_fn infer;
+    zsi_kernel_fn kernel[ZS_MAX_DEVICES][ZS_DTYPE_COUNT];
+    zsi_save_fn save;    /* NULL: the backward rule needs nothing */
+    zsi_cost_fn cost;    /* NULL: flops per element, inputs read, output written */
+};
+
+/* The eager driver: runs def on nin inputs (NULL inputs: returns NULL with
+ * the first error kept) with attributes a (NULL: zeros). Returns a new
+ * tensor or NULL + message. */
+zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
+                   const zsi_attrs *a);
+/* Installs (or, with fn NULL, removes) the kernel of def for (device,
+ * dtype): how a backend adds itself, and how the tests count calls. */
+zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
+                            zsi_kernel_fn fn);
+/* Every descriptor, for the tests and passes to walk (NULL-terminated). */
+zsi_opdef *const *zsi_opdefs(void);
+
+/* Profiling: call zsi_op_begin first thing, zsi_op_end with the cost model
+ * just before returning the result (zsi_run does both). */
+double zsi_op_begin(zsi_op *op);
+void zsi_op_end(zsi_op *op, double t0, double flops, double bytes_read,
+                double bytes_written);
+
+/* Recording. The recorder (installed by autograd) makes out's node when
+ * grad mode is on and some input requires grad, and returns its record
+ * (owned by out), or NULL when nothing is recorded; it fails only on
+ * allocation failure (message set). Without a recorder nothing is. */
+typedef zs_status (*zsi_recorder_fn)(zsi_op *op, zs_tensor *out, int nin,
+                                     zs_tensor *const *in, zsi_ctx **ctx);
+void zsi_set_recorder(zsi_recorder_fn fn);
+zs_status zsi_record(zsi_op *op, zs_tensor *out, int nin, zs_tensor *const *in,
+                     zsi_ctx **ctx);
+/* The record of the node that made t (NULL for leaves). */
+static inline zsi_ctx *zsi_ctx_of(const zs_tensor *t)
+{
+    return (zsi_ctx *)t->node; /* a node begins with its zsi_ctx */
+}
+/* Saves a detached alias of t in slot k of n (t may be NULL). */
+void zsi_save(zsi_ctx *n, int k, zs_tensor *t);
+static inline bool zsi_needs_grad(const zsi_ctx *n, int i)
+{
+    return n->needs[i] != 0;
+}
+
+/* Sums g over the dims that were broadcast from the shape in m and reshapes
+ * to it; new reference. */
+zs_tensor *zsi_sum_to(zs_tensor *g, const zsi_meta *m);
+
+#endif
