@@ -74,12 +74,15 @@ typedef struct bw_ctx {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* e^x for x <= 88, 0 for x <= -88 (so -inf gives exactly 0). */
+/* e^x for x <= 88, 0 for x <= -88 (so -inf gives exactly 0), NaN for NaN.
+ * The exponent is taken from the bits of the rounding sum in unsigned
+ * arithmetic: a float-to-int conversion of NaN (a NaN weight or score)
+ * would be undefined behaviour (a fuzzed checkpoint found it). */
 INL float exp_f32(float x)
 {
     x = x < -88.0f ? -88.0f : x;
     x = x > 88.0f ? 88.0f : x;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float t = x * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f;
     float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float y = 1.9875691500e-4f;
     y = y * r + 1.3981999507e-3f;
@@ -88,7 +91,9 @@ INL float exp_f32(float x)
     y = y * r + 1.6666665459e-1f;
     y = y * r + 5.0000001201e-1f;
     y = y * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23; /* n = -127 gives 0 */
+    uint32_t tb, e;
+    memcpy(&tb, &t, sizeof tb);
+    e = (tb - 0x4B400000u + 127u) << 23; /* n = -127 gives 0 */
     float s;
     memcpy(&s, &e, sizeof s);
     return y * s;

@@ -12,7 +12,23 @@
 
 #include "kernels/cpu/iter.h"
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+/* One version of each kernel, not clones, where clones do not work:
+ * - under ASan (gcc defines __SANITIZE_ADDRESS__, clang answers
+ *   __has_feature(address_sanitizer); fuzzing builds use ASan too);
+ * - with clang before 18, which names the dispatcher of an external
+ *   function "name.ifunc", so calls from other files (zsk_sum_f32) do not
+ *   link (llvm-project #61219, fixed by PR #71706). */
+#if defined(__SANITIZE_ADDRESS__)
+#define ZSI_NO_CLONES 1
+#elif defined(__clang__) && __clang_major__ < 18
+#define ZSI_NO_CLONES 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZSI_NO_CLONES 1
+#endif
+#endif
+
+#if defined(__x86_64__) && !defined(ZSI_NO_CLONES)
 #define ZSK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define ZSK_CLONES
