@@ -33,6 +33,14 @@ static void note(zsi_opdef *def)
 
 zsi_opdef *const *zsi_opdefs(void) { return defs; }
 
+zsi_opdef *zsi_opdef_find(const char *name)
+{
+    for (int i = 0; i < ndefs; i++)
+        if (!strcmp(defs[i]->op.name, name))
+            return defs[i];
+    return NULL;
+}
+
 zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
                             zsi_kernel_fn fn)
 {

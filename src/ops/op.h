@@ -142,6 +142,8 @@ zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
 zs_status zsi_via_f32(const zsi_call *c, zs_tensor *out, zsi_kernel_fn f32);
 /* Every descriptor, for the tests and passes to walk (NULL-terminated). */
 zsi_opdef *const *zsi_opdefs(void);
+/* The registered descriptor named name, or NULL. */
+zsi_opdef *zsi_opdef_find(const char *name);
 
 /* Profiling: call zsi_op_begin first thing, zsi_op_end with the cost model
  * just before returning the result (zsi_run does both). */
