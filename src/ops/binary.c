@@ -5,6 +5,8 @@
  * Backward: the gradient of a broadcast input is summed back to its shape
  * (zsi_sum_to). mul and div save their inputs.
  */
+#include <string.h>
+
 #include "ops/internal.h"
 
 static zs_status add_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -13,13 +15,6 @@ static zs_status mul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status div_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status add_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status mul_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
-
-static zsi_op OP_ADD = {.name = "add", .backward = add_bw};
-static zsi_op OP_SUB = {.name = "sub", .backward = sub_bw};
-static zsi_op OP_MUL = {.name = "mul", .backward = mul_bw};
-static zsi_op OP_DIV = {.name = "div", .backward = div_bw};
-static zsi_op OP_ADD_SCALAR = {.name = "add_scalar", .backward = add_scalar_bw};
-static zsi_op OP_MUL_SCALAR = {.name = "mul_scalar", .backward = mul_scalar_bw};
 
 /* ---- shared checks (declared in ops/internal.h) ------------------------ */
 
@@ -102,76 +97,134 @@ int zsi_axes_mask(const char *op, int ndim, int naxes, const int *axes,
 
 /* ---- forward ----------------------------------------------------------- */
 
-static zs_tensor *binary(zsi_op *op, zsk_binop kop, zs_tensor *a, zs_tensor *b)
+/* Attributes: i[0] = the zsk_binop; scalar forms f[0] = the scalar. */
+
+/* a, b: one float dtype, shapes that broadcast */
+static zs_status infer_binary(zsi_call *c)
 {
-    if (!a || !b)
-        return NULL;
-    double t0 = zsi_op_begin(op);
-    int ndim;
-    int64_t shape[ZS_MAX_DIMS];
-    if (zsi_check_pair(op->name, a, b) != ZS_OK ||
-        zsi_broadcast_shape(op->name, a, b, &ndim, shape) != ZS_OK)
-        return NULL;
-    zs_tensor *out = zsi_new_tensor(a->dtype, ndim, shape);
-    if (!out)
-        return NULL;
-    int64_t sa[ZS_MAX_DIMS], sb[ZS_MAX_DIMS];
-    zsk_broadcast_strides(a->ndim, a->shape, a->strides, ndim, shape, sa);
-    zsk_broadcast_strides(b->ndim, b->shape, b->strides, ndim, shape, sb);
-    zsk_iter it;
-    zsk_iter_init(&it, ndim, shape, 3, (const int64_t *[]){NULL, sa, sb});
-    zsk_binary(a->dtype, kop, &it, zs_data(out), zs_data(a), zs_data(b));
-    zsi_ctx *n;
-    if (zsi_record(op, out, 2, (zs_tensor *[]){a, b}, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    if (n && (kop == ZSK_MUL || kop == ZSK_DIV)) {
-        zsi_save(n, 0, a);
-        zsi_save(n, 1, b);
-    }
-    zsi_op_end(op, t0, (double)zs_numel(out), zsi_bytes(a) + zsi_bytes(b),
-               zsi_bytes(out));
-    return out;
+    const zs_tensor *a = c->in[0], *b = c->in[1];
+    const char *op = c->def->op.name;
+    const zs_tensor *bad = !zs_dtype_is_float(a->dtype) ? a : b;
+    if (!zs_dtype_is_float(bad->dtype))
+        return zs_set_error("%s: dtype %s is not supported, expected a float "
+                            "dtype (convert with zs_to_dtype)", op,
+                            zs_dtype_name(bad->dtype));
+    if (a->dtype != b->dtype)
+        return zs_set_error("%s: dtypes %s and %s differ, expected equal "
+                            "(convert with zs_to_dtype)", op,
+                            zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
+    c->dtype = a->dtype;
+    return zsi_broadcast_shape(op, a, b, &c->ndim, c->shape);
 }
 
-zs_tensor *zs_add(zs_tensor *a, zs_tensor *b) { return binary(&OP_ADD, ZSK_ADD, a, b); }
-zs_tensor *zs_sub(zs_tensor *a, zs_tensor *b) { return binary(&OP_SUB, ZSK_SUB, a, b); }
-zs_tensor *zs_mul(zs_tensor *a, zs_tensor *b) { return binary(&OP_MUL, ZSK_MUL, a, b); }
-zs_tensor *zs_div(zs_tensor *a, zs_tensor *b) { return binary(&OP_DIV, ZSK_DIV, a, b); }
-
-static zs_tensor *scalar_op(zsi_op *op, zsk_binop kop, zs_tensor *a, double s)
+static zs_status infer_scalar(zsi_call *c)
 {
-    if (!a)
-        return NULL;
-    double t0 = zsi_op_begin(op);
-    if (zsi_check_float(op->name, a) != ZS_OK)
-        return NULL;
-    zs_tensor *out = zsi_new_tensor(a->dtype, a->ndim, a->shape);
-    if (!out)
-        return NULL;
+    const zs_tensor *a = c->in[0];
+    if (!zs_dtype_is_float(a->dtype))
+        return zs_set_error("%s: dtype %s is not supported, expected a float "
+                            "dtype (convert with zs_to_dtype)", c->def->op.name,
+                            zs_dtype_name(a->dtype));
+    c->dtype = a->dtype;
+    c->ndim = a->ndim;
+    memcpy(c->shape, a->shape, sizeof c->shape);
+    return ZS_OK;
+}
+
+static zs_status cpu_binary(const zsi_call *c, zs_tensor *out)
+{
+    const zs_tensor *a = c->in[0], *b = c->in[1];
+    int64_t sa[ZS_MAX_DIMS], sb[ZS_MAX_DIMS];
+    zsk_broadcast_strides(a->ndim, a->shape, a->strides, out->ndim, out->shape, sa);
+    zsk_broadcast_strides(b->ndim, b->shape, b->strides, out->ndim, out->shape, sb);
+    zsk_iter it;
+    zsk_iter_init(&it, out->ndim, out->shape, 3, (const int64_t *[]){NULL, sa, sb});
+    zsk_binary(a->dtype, (zsk_binop)c->a->i[0], &it, zs_data(out), zs_data(a),
+               zs_data(b));
+    return ZS_OK;
+}
+
+static zs_status cpu_scalar(const zsi_call *c, zs_tensor *out)
+{
+    const zs_tensor *a = c->in[0];
     zsk_iter it;
     zsk_iter_init(&it, a->ndim, a->shape, 2, (const int64_t *[]){NULL, a->strides});
-    zsk_binary_scalar(a->dtype, kop, &it, zs_data(out), zs_data(a), s);
-    zsi_ctx *n;
-    if (zsi_record(op, out, 1, &a, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    if (n)
-        n->p.f[0] = s;
-    zsi_op_end(op, t0, (double)zs_numel(out), zsi_bytes(a), zsi_bytes(out));
-    return out;
+    zsk_binary_scalar(a->dtype, (zsk_binop)c->a->i[0], &it, zs_data(out),
+                      zs_data(a), c->a->f[0]);
+    return ZS_OK;
 }
+
+static zs_status cpu_binary_lowp(const zsi_call *c, zs_tensor *out)
+{
+    return zsi_via_f32(c, out, cpu_binary);
+}
+
+static zs_status cpu_scalar_lowp(const zsi_call *c, zs_tensor *out)
+{
+    return zsi_via_f32(c, out, cpu_scalar);
+}
+
+static void save_inputs(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsi_save(n, 0, c->in[0]);
+    zsi_save(n, 1, c->in[1]);
+}
+
+/* The formulas in double: x[1] is b, or the scalar of the scalar forms. */
+static double binary_scalar_fn(const double *x, const zsi_attrs *a)
+{
+    double y = x[1];
+    switch ((zsk_binop)a->i[0]) {
+    case ZSK_ADD: return x[0] + y;
+    case ZSK_SUB: return x[0] - y;
+    case ZSK_MUL: return x[0] * y;
+    default: return x[0] / y;
+    }
+}
+
+#define BINARY(var, nm, form, bw, sv)                                         \
+    static zsi_opdef var = {                                                  \
+        .op = {.name = nm, .backward = bw}, .arity = 2,                       \
+        .cls = ZSI_POINTWISE, .formula = form, .scalar = binary_scalar_fn,    \
+        .flops = 1, .infer = infer_binary,                                    \
+        .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_binary, [ZS_F64] = cpu_binary,  \
+                               [ZS_BF16] = cpu_binary_lowp}},                 \
+        .save = sv}
+#define SCALAR(var, nm, form, bw)                                             \
+    static zsi_opdef var = {                                                  \
+        .op = {.name = nm, .backward = bw}, .arity = 1,                       \
+        .cls = ZSI_POINTWISE, .formula = form, .scalar = binary_scalar_fn,    \
+        .flops = 1, .infer = infer_scalar,                                    \
+        .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_scalar, [ZS_F64] = cpu_scalar,  \
+                               [ZS_BF16] = cpu_scalar_lowp}}}
+
+BINARY(D_ADD, "add", "a + b", add_bw, NULL);
+BINARY(D_SUB, "sub", "a - b", sub_bw, NULL);
+BINARY(D_MUL, "mul", "a * b", mul_bw, save_inputs);
+BINARY(D_DIV, "div", "a / b", div_bw, save_inputs);
+SCALAR(D_ADD_SCALAR, "add_scalar", "a + f0", add_scalar_bw);
+SCALAR(D_MUL_SCALAR, "mul_scalar", "a * f0", mul_scalar_bw);
+
+static zs_tensor *binary(zsi_opdef *d, zsk_binop k, zs_tensor *a, zs_tensor *b)
+{
+    zsi_attrs at = {.i = {k}};
+    return zsi_run(d, 2, (zs_tensor *[]){a, b}, &at);
+}
+
+zs_tensor *zs_add(zs_tensor *a, zs_tensor *b) { return binary(&D_ADD, ZSK_ADD, a, b); }
+zs_tensor *zs_sub(zs_tensor *a, zs_tensor *b) { return binary(&D_SUB, ZSK_SUB, a, b); }
+zs_tensor *zs_mul(zs_tensor *a, zs_tensor *b) { return binary(&D_MUL, ZSK_MUL, a, b); }
+zs_tensor *zs_div(zs_tensor *a, zs_tensor *b) { return binary(&D_DIV, ZSK_DIV, a, b); }
 
 zs_tensor *zs_add_scalar(zs_tensor *a, double s)
 {
-    return scalar_op(&OP_ADD_SCALAR, ZSK_ADD, a, s);
+    zsi_attrs at = {.f = {s}, .i = {ZSK_ADD}};
+    return zsi_run(&D_ADD_SCALAR, 1, &a, &at);
 }
 
 zs_tensor *zs_mul_scalar(zs_tensor *a, double s)
 {
-    return scalar_op(&OP_MUL_SCALAR, ZSK_MUL, a, s);
+    zsi_attrs at = {.f = {s}, .i = {ZSK_MUL}};
+    return zsi_run(&D_MUL_SCALAR, 1, &a, &at);
 }
 
 zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src)

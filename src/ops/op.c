@@ -134,6 +134,15 @@ zs_tensor *zsi_sum_to(zs_tensor *g, const zsi_meta *m)
     }
     if (na == 0)
         return zs_retain(g);
+    if (g->dtype == ZS_BF16 || g->dtype == ZS_F16) {
+        /* low precision: sum in f32, round once */
+        zs_tensor *g32 = zs_to_dtype(g, ZS_F32);
+        zs_tensor *s32 = g32 ? zsi_sum_to(g32, m) : NULL;
+        zs_tensor *r = s32 ? zs_to_dtype(s32, g->dtype) : NULL;
+        zs_release(g32);
+        zs_release(s32);
+        return r;
+    }
     zs_tensor *s = zs_sum(g, na, axes, true);
     if (!s)
         return NULL;

@@ -127,15 +127,23 @@ struct zsi_opdef {
 
 /* The eager driver: runs def on nin inputs (NULL inputs: returns NULL with
  * the first error kept) with attributes a (NULL: zeros). Returns a new
- * tensor or NULL + message. */
+ * tensor or NULL + message. When it records a node, a->f is copied to
+ * n->p.f[0..3] and a->i to n->p.i[4..7] before def->save runs; slots 8..15
+ * are the operator's. */
 zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
                    const zsi_attrs *a);
 /* Installs (or, with fn NULL, removes) the kernel of def for (device,
  * dtype): how a backend adds itself, and how the tests count calls. */
 zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
                             zsi_kernel_fn fn);
+/* A low-precision kernel written once: converts c's bf16/f16/fp8 inputs
+ * to f32, runs the f32 kernel into an f32 result and rounds it into out
+ * (FP32 arithmetic, one rounding). */
+zs_status zsi_via_f32(const zsi_call *c, zs_tensor *out, zsi_kernel_fn f32);
 /* Every descriptor, for the tests and passes to walk (NULL-terminated). */
 zsi_opdef *const *zsi_opdefs(void);
+/* The registered descriptor named name, or NULL. */
+zsi_opdef *zsi_opdef_find(const char *name);
 
 /* Profiling: call zsi_op_begin first thing, zsi_op_end with the cost model
  * just before returning the result (zsi_run does both). */

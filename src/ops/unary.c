@@ -21,11 +21,10 @@
  * with a non-integer exponent give NaN (no error); log(0) = -inf.
  */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/cpu/unary.h"
 #include "ops/internal.h"
-
-enum { SAVE_IN = 1, SAVE_OUT = 2 };
 
 static zs_status neg_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status exp_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -39,146 +38,168 @@ static zs_status tanh_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status sigmoid_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_NEG = {.name = "neg", .backward = neg_bw};
-static zsi_op OP_EXP = {.name = "exp", .backward = exp_bw};
-static zsi_op OP_LOG = {.name = "log", .backward = log_bw};
-static zsi_op OP_SQRT = {.name = "sqrt", .backward = sqrt_bw};
-static zsi_op OP_RSQRT = {.name = "rsqrt", .backward = rsqrt_bw};
-static zsi_op OP_POW = {.name = "pow", .backward = pow_bw};
-static zsi_op OP_SIN = {.name = "sin", .backward = sin_bw};
-static zsi_op OP_COS = {.name = "cos", .backward = cos_bw};
-static zsi_op OP_TANH = {.name = "tanh", .backward = tanh_bw};
-static zsi_op OP_SIGMOID = {.name = "sigmoid", .backward = sigmoid_bw};
-/* These multiply g by a derivative kernel of the saved input (mask_bw). */
-static zsi_op OP_RELU = {.name = "relu", .backward = mask_bw};
-static zsi_op OP_GELU = {.name = "gelu", .backward = mask_bw};
-static zsi_op OP_SILU = {.name = "silu", .backward = mask_bw};
-static zsi_op OP_ABS = {.name = "abs", .backward = mask_bw};
-static zsi_op OP_CLAMP = {.name = "clamp", .backward = mask_bw};
-
-/* Node parameters: p.f[0], p.f[1] = kernel parameters, p.i[2] = the
- * derivative kernel used by mask_bw. */
-#define P_DERIV 2
+/* Attributes of every unary call: i[0] = the zsk_unop kernel, i[1] = the
+ * derivative kernel mask_bw multiplies by (relu, gelu, silu, abs, clamp);
+ * f[0], f[1] = kernel parameters (pow: exponent; clamp: lo, hi). In a
+ * node they sit at p.i[4], p.i[5], p.f[0], p.f[1] (ops/op.h). */
+#define P_KERNEL 4
+#define P_DERIV 5
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* Runs kernel k on a into a new contiguous tensor; no autograd. */
-static zs_tensor *apply(zsk_unop k, zs_tensor *a, double p0, double p1)
+/* float dtypes on any device; the output is like the input */
+static zs_status infer_same(zsi_call *c)
 {
-    zs_tensor *out = zsi_new_tensor(a->dtype, a->ndim, a->shape);
-    if (!out)
-        return NULL;
+    const zs_tensor *a = c->in[0];
+    if (!zs_dtype_is_float(a->dtype))
+        return zs_set_error("%s: dtype %s is not supported, expected a float "
+                            "dtype (convert with zs_to_dtype)", c->def->op.name,
+                            zs_dtype_name(a->dtype));
+    c->dtype = a->dtype;
+    c->ndim = a->ndim;
+    memcpy(c->shape, a->shape, sizeof c->shape);
+    return ZS_OK;
+}
+
+/* Runs kernel k on a into out (any strides in, contiguous out): f32, f64. */
+static void run_unop(zsk_unop k, const zs_tensor *a, zs_tensor *out, double p0,
+                     double p1)
+{
     zsk_iter it;
     zsk_iter_init(&it, a->ndim, a->shape, 2, (const int64_t *[]){NULL, a->strides});
     zsk_unary(a->dtype, k, &it, zs_data(out), zs_data(a), p0, p1);
-    return out;
 }
 
-/* The shared forward: checks, kernel k, node saving what `save` names,
- * parameters p0/p1 (and the derivative kernel for mask_bw), cost model
- * `flops` per element. */
-static zs_tensor *unary(zsi_op *op, zsk_unop k, zs_tensor *a, double p0,
-                        double p1, int save, zsk_unop deriv, double flops)
+static zs_status cpu_unary(const zsi_call *c, zs_tensor *out)
 {
-    if (!a)
-        return NULL;
-    double t0 = zsi_op_begin(op);
-    if (zsi_check_float(op->name, a) != ZS_OK)
-        return NULL;
-    zs_tensor *out = apply(k, a, p0, p1);
-    if (!out)
-        return NULL;
-    zsi_ctx *n;
-    if (zsi_record(op, out, 1, &a, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    if (n) {
-        n->p.f[0] = p0;
-        n->p.f[1] = p1;
-        n->p.i[P_DERIV] = deriv;
-        if (save & SAVE_IN)
-            zsi_save(n, 0, a);
-        if (save & SAVE_OUT)
-            zsi_save(n, 1, out);
-    }
-    zsi_op_end(op, t0, flops * (double)zs_numel(out), zsi_bytes(a),
-               zsi_bytes(out));
-    return out;
+    run_unop((zsk_unop)c->a->i[0], c->in[0], out, c->a->f[0], c->a->f[1]);
+    return ZS_OK;
 }
 
-zs_tensor *zs_neg(zs_tensor *a)
+static zs_status cpu_unary_lowp(const zsi_call *c, zs_tensor *out)
 {
-    if (!a)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_NEG);
-    if (zsi_check_float("neg", a) != ZS_OK)
-        return NULL;
-    zs_tensor *out = zsi_new_tensor(a->dtype, a->ndim, a->shape);
-    if (!out)
-        return NULL;
+    return zsi_via_f32(c, out, cpu_unary);
+}
+
+/* neg: out = -a, the scalar-multiply kernel */
+static zs_status cpu_neg(const zsi_call *c, zs_tensor *out)
+{
+    const zs_tensor *a = c->in[0];
     zsk_iter it;
     zsk_iter_init(&it, a->ndim, a->shape, 2, (const int64_t *[]){NULL, a->strides});
     zsk_binary_scalar(a->dtype, ZSK_MUL, &it, zs_data(out), zs_data(a), -1.0);
-    zsi_ctx *n;
-    if (zsi_record(&OP_NEG, out, 1, &a, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
+    return ZS_OK;
+}
+
+static zs_status cpu_neg_lowp(const zsi_call *c, zs_tensor *out)
+{
+    return zsi_via_f32(c, out, cpu_neg);
+}
+
+static void save_in(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsi_save(n, 0, c->in[0]);
+}
+
+static void save_out(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsi_save(n, 1, out);
+}
+
+/* The formula of every unary operator in double (the reference of the
+ * tests; a fusion pass composes these). */
+static double unary_scalar(const double *x, const zsi_attrs *a)
+{
+    double v = x[0], p0 = a->f[0], p1 = a->f[1];
+    switch ((zsk_unop)a->i[0]) {
+    case ZSK_EXP: return exp(v);
+    case ZSK_LOG: return log(v);
+    case ZSK_SQRT: return sqrt(v);
+    case ZSK_RSQRT: return 1 / sqrt(v);
+    case ZSK_POW: return pow(v, p0);
+    case ZSK_SIN: return sin(v);
+    case ZSK_COS: return cos(v);
+    case ZSK_TANH: return tanh(v);
+    case ZSK_SIGMOID: return 1 / (1 + exp(-v));
+    case ZSK_RELU: return v < 0 ? 0 : v;
+    case ZSK_GELU_ERF: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    case ZSK_GELU_TANH:
+        return 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    case ZSK_SILU: return v / (1 + exp(-v));
+    case ZSK_ABS: return fabs(v);
+    case ZSK_CLAMP: return v < p0 ? p0 : v > p1 ? p1 : v;
+    default: return NAN;
     }
-    zsi_op_end(&OP_NEG, t0, (double)zs_numel(out), zsi_bytes(a), zsi_bytes(out));
-    return out;
 }
 
-zs_tensor *zs_exp(zs_tensor *a)
+static double neg_scalar(const double *x, const zsi_attrs *a) { return -x[0]; }
+
+/* pow costs 1 FLOP per element for p = 2 (a multiply), 20 otherwise */
+static zsi_cost pow_cost(const zsi_call *c, const zs_tensor *out)
 {
-    return unary(&OP_EXP, ZSK_EXP, a, 0, 0, SAVE_OUT, 0, 12);
+    double n = (double)zs_numel(out);
+    return (zsi_cost){(c->a->f[0] == 2.0 ? 1 : 20) * n, (double)zs_nbytes(c->in[0]),
+                      (double)zs_nbytes(out)};
 }
 
-zs_tensor *zs_log(zs_tensor *a)
+#define CPU_KERNELS(f, lowp)                                                  \
+    {[ZS_CPU] = {[ZS_F32] = f, [ZS_F64] = f, [ZS_BF16] = lowp}}
+
+#define UNARY(var, nm, form, fl, sv, bw)                                      \
+    static zsi_opdef var = {                                                  \
+        .op = {.name = nm, .backward = bw}, .arity = 1,                       \
+        .cls = ZSI_POINTWISE, .formula = form, .scalar = unary_scalar,        \
+        .flops = fl, .infer = infer_same,                                     \
+        .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp), .save = sv}
+
+static zsi_opdef D_NEG = {
+    .op = {.name = "neg", .backward = neg_bw}, .arity = 1, .cls = ZSI_POINTWISE,
+    .formula = "-a", .scalar = neg_scalar, .flops = 1, .infer = infer_same,
+    .kernel = CPU_KERNELS(cpu_neg, cpu_neg_lowp)};
+UNARY(D_EXP, "exp", "exp(a)", 12, save_out, exp_bw);
+UNARY(D_LOG, "log", "log(a)", 15, save_in, log_bw);
+UNARY(D_SQRT, "sqrt", "sqrt(a)", 1, save_out, sqrt_bw);
+UNARY(D_RSQRT, "rsqrt", "1 / sqrt(a)", 2, save_out, rsqrt_bw);
+UNARY(D_SIN, "sin", "sin(a)", 15, save_in, sin_bw);
+UNARY(D_COS, "cos", "cos(a)", 15, save_in, cos_bw);
+UNARY(D_TANH, "tanh", "tanh(a)", 18, save_out, tanh_bw);
+UNARY(D_SIGMOID, "sigmoid", "1 / (1 + exp(-a))", 15, save_out, sigmoid_bw);
+/* These multiply g by a derivative kernel of the saved input (mask_bw). */
+UNARY(D_RELU, "relu", "max(a, 0)", 1, save_in, mask_bw);
+UNARY(D_GELU, "gelu", "a Phi(a) (erf) or its tanh form", 40, save_in, mask_bw);
+UNARY(D_SILU, "silu", "a sigmoid(a)", 16, save_in, mask_bw);
+UNARY(D_ABS, "abs", "|a|", 1, save_in, mask_bw);
+UNARY(D_CLAMP, "clamp", "min(max(a, f0), f1)", 2, save_in, mask_bw);
+static zsi_opdef D_POW = {
+    .op = {.name = "pow", .backward = pow_bw}, .arity = 1, .cls = ZSI_POINTWISE,
+    .formula = "a ** f0", .scalar = unary_scalar, .flops = 20, .infer = infer_same,
+    .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp), .save = save_in,
+    .cost = pow_cost};
+
+/* The shared forward: kernel k with parameters p0, p1 and, for mask_bw,
+ * the derivative kernel. */
+static zs_tensor *unary(zsi_opdef *d, zsk_unop k, zs_tensor *a, double p0,
+                        double p1, zsk_unop deriv)
 {
-    return unary(&OP_LOG, ZSK_LOG, a, 0, 0, SAVE_IN, 0, 15);
+    zsi_attrs at = {.f = {p0, p1}, .i = {k, deriv}};
+    return zsi_run(d, 1, &a, &at);
 }
 
-zs_tensor *zs_sqrt(zs_tensor *a)
-{
-    return unary(&OP_SQRT, ZSK_SQRT, a, 0, 0, SAVE_OUT, 0, 1);
-}
+zs_tensor *zs_neg(zs_tensor *a) { return zsi_run(&D_NEG, 1, &a, NULL); }
+zs_tensor *zs_exp(zs_tensor *a) { return unary(&D_EXP, ZSK_EXP, a, 0, 0, 0); }
+zs_tensor *zs_log(zs_tensor *a) { return unary(&D_LOG, ZSK_LOG, a, 0, 0, 0); }
+zs_tensor *zs_sqrt(zs_tensor *a) { return unary(&D_SQRT, ZSK_SQRT, a, 0, 0, 0); }
+zs_tensor *zs_rsqrt(zs_tensor *a) { return unary(&D_RSQRT, ZSK_RSQRT, a, 0, 0, 0); }
+zs_tensor *zs_pow(zs_tensor *a, double p) { return unary(&D_POW, ZSK_POW, a, p, 0, 0); }
+zs_tensor *zs_sin(zs_tensor *a) { return unary(&D_SIN, ZSK_SIN, a, 0, 0, 0); }
+zs_tensor *zs_cos(zs_tensor *a) { return unary(&D_COS, ZSK_COS, a, 0, 0, 0); }
+zs_tensor *zs_tanh(zs_tensor *a) { return unary(&D_TANH, ZSK_TANH, a, 0, 0, 0); }
+zs_tensor *zs_sigmoid(zs_tensor *a) { return unary(&D_SIGMOID, ZSK_SIGMOID, a, 0, 0, 0); }
+zs_tensor *zs_relu(zs_tensor *a) { return unary(&D_RELU, ZSK_RELU, a, 0, 0, ZSK_STEP); }
+zs_tensor *zs_silu(zs_tensor *a) { return unary(&D_SILU, ZSK_SILU, a, 0, 0, ZSK_SILU_GRAD); }
+zs_tensor *zs_abs(zs_tensor *a) { return unary(&D_ABS, ZSK_ABS, a, 0, 0, ZSK_SIGN); }
 
-zs_tensor *zs_rsqrt(zs_tensor *a)
-{
-    return unary(&OP_RSQRT, ZSK_RSQRT, a, 0, 0, SAVE_OUT, 0, 2);
-}
-
-zs_tensor *zs_pow(zs_tensor *a, double p)
-{
-    return unary(&OP_POW, ZSK_POW, a, p, 0, SAVE_IN, 0, p == 2.0 ? 1 : 20);
-}
-
-zs_tensor *zs_sin(zs_tensor *a)
-{
-    return unary(&OP_SIN, ZSK_SIN, a, 0, 0, SAVE_IN, 0, 15);
-}
-
-zs_tensor *zs_cos(zs_tensor *a)
-{
-    return unary(&OP_COS, ZSK_COS, a, 0, 0, SAVE_IN, 0, 15);
-}
-
-zs_tensor *zs_tanh(zs_tensor *a)
-{
-    return unary(&OP_TANH, ZSK_TANH, a, 0, 0, SAVE_OUT, 0, 18);
-}
-
-zs_tensor *zs_sigmoid(zs_tensor *a)
-{
-    return unary(&OP_SIGMOID, ZSK_SIGMOID, a, 0, 0, SAVE_OUT, 0, 15);
-}
-
-zs_tensor *zs_relu(zs_tensor *a)
-{
-    return unary(&OP_RELU, ZSK_RELU, a, 0, 0, SAVE_IN, ZSK_STEP, 1);
-}
-
+/* cost: tanh form 30 FLOPs per element, erf form 40 (D_GELU's default) */
 zs_tensor *zs_gelu(zs_tensor *a, zs_gelu_approx approx)
 {
     if (!a)
@@ -189,19 +210,8 @@ zs_tensor *zs_gelu(zs_tensor *a, zs_gelu_approx approx)
         return NULL;
     }
     if (approx == ZS_GELU_TANH)
-        return unary(&OP_GELU, ZSK_GELU_TANH, a, 0, 0, SAVE_IN,
-                     ZSK_GELU_TANH_GRAD, 30);
-    return unary(&OP_GELU, ZSK_GELU_ERF, a, 0, 0, SAVE_IN, ZSK_GELU_ERF_GRAD, 40);
-}
-
-zs_tensor *zs_silu(zs_tensor *a)
-{
-    return unary(&OP_SILU, ZSK_SILU, a, 0, 0, SAVE_IN, ZSK_SILU_GRAD, 16);
-}
-
-zs_tensor *zs_abs(zs_tensor *a)
-{
-    return unary(&OP_ABS, ZSK_ABS, a, 0, 0, SAVE_IN, ZSK_SIGN, 1);
+        return unary(&D_GELU, ZSK_GELU_TANH, a, 0, 0, ZSK_GELU_TANH_GRAD);
+    return unary(&D_GELU, ZSK_GELU_ERF, a, 0, 0, ZSK_GELU_ERF_GRAD);
 }
 
 /* lo <= hi required (either may be infinite); NaN bounds are an error.
@@ -214,7 +224,7 @@ zs_tensor *zs_clamp(zs_tensor *a, double lo, double hi)
         zs_set_error("clamp: bounds lo %g, hi %g, expected lo <= hi", lo, hi);
         return NULL;
     }
-    return unary(&OP_CLAMP, ZSK_CLAMP, a, lo, hi, SAVE_IN, ZSK_INRANGE, 2);
+    return unary(&D_CLAMP, ZSK_CLAMP, a, lo, hi, ZSK_INRANGE);
 }
 
 /* ---- backward ---------------------------------------------------------- */
@@ -323,9 +333,15 @@ static zs_status sigmoid_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 
 /* relu, abs, clamp, gelu, silu: g * d(x) with d the node's derivative
  * kernel (x > 0, sign(x), lo <= x <= hi, gelu', silu') of the saved x. */
+static zsi_opdef D_DERIV = {
+    .op = {.name = "unary_deriv"}, .arity = 1, .cls = ZSI_POINTWISE,
+    .formula = "the derivative of a unary operator", .scalar = unary_scalar,
+    .flops = 2, .infer = infer_same,
+    .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp)};
+
 static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *x = n->saved[0];
-    RETURN_GIN(mul_take(g, apply((zsk_unop)n->p.i[P_DERIV], x, n->p.f[0],
-                                 n->p.f[1])));
+    zsi_attrs at = {.f = {n->p.f[0], n->p.f[1]}, .i = {n->p.i[P_DERIV]}};
+    RETURN_GIN(mul_take(g, zsi_run(&D_DERIV, 1, &x, &at)));
 }

@@ -1,0 +1,185 @@
+/*
+ * dispatch.c - zsi_run, the one eager driver of every operator described
+ * by a zsi_opdef (ops/op.h), and the descriptor registry.
+ *
+ * A call: NULL inputs pass the first error on; every input must be on one
+ * device; infer checks dtypes and shapes and gives the output's; the
+ * kernel for (device, kernel dtype) is looked up (its absence is an error
+ * listing what exists); the output is allocated by the device; the kernel
+ * runs; autograd's recorder makes a node and the descriptor saves what its
+ * backward needs; the cost model is counted. Measured overhead of one call
+ * on a 1-element tensor: bench/dispatch.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+#define MAX_DEFS 256
+static zsi_opdef *defs[MAX_DEFS + 1];
+static int ndefs;
+
+/* Registers def the first time it runs (and when a kernel is set), so the
+ * tests and passes can walk every descriptor. Single-threaded, like the
+ * profiler counters (ops/op.c). */
+static void note(zsi_opdef *def)
+{
+    for (int i = 0; i < ndefs; i++)
+        if (defs[i] == def)
+            return;
+    if (ndefs < MAX_DEFS)
+        defs[ndefs++] = def;
+}
+
+zsi_opdef *const *zsi_opdefs(void) { return defs; }
+
+zsi_opdef *zsi_opdef_find(const char *name)
+{
+    for (int i = 0; i < ndefs; i++)
+        if (!strcmp(defs[i]->op.name, name))
+            return defs[i];
+    return NULL;
+}
+
+zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
+                            zsi_kernel_fn fn)
+{
+    if (device < 0 || device >= ZS_MAX_DEVICES || (unsigned)dt >= ZS_DTYPE_COUNT)
+        return zs_set_error("%s: no kernel slot for device %d, dtype %d",
+                            def->op.name, device, (int)dt);
+    def->kernel[device][dt] = fn;
+    note(def);
+    return ZS_OK;
+}
+
+/* "f32, f64 on cpu; f32 on testdev" */
+static void kernels_text(const zsi_opdef *def, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int d = 0; d < ZS_MAX_DEVICES && k < n; d++) {
+        bool any = false;
+        for (int t = 0; t < ZS_DTYPE_COUNT && k < n; t++) {
+            if (!def->kernel[d][t])
+                continue;
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", any ? ", " : k ? "; " : "",
+                                  zs_dtype_name((zs_dtype)t));
+            any = true;
+        }
+        if (any && k < n)
+            k += (size_t)snprintf(buf + k, n - k, " on %s", zs_device_name(d));
+    }
+    if (!buf[0])
+        snprintf(buf, n, "none");
+}
+
+static zs_status check_devices(const zsi_call *c)
+{
+    for (int i = 1; i < c->nin; i++)
+        if ((int)c->in[i]->device != c->device)
+            return zs_set_error("%s: inputs on %s and %s: expected one device "
+                                "(move them with zs_to_device)",
+                                c->def->op.name, zs_device_name(c->device),
+                                zs_device_name(c->in[i]->device));
+    return ZS_OK;
+}
+
+static zsi_kernel_fn find_kernel(const zsi_call *c)
+{
+    zsi_kernel_fn k = c->device < ZS_MAX_DEVICES && (unsigned)c->key < ZS_DTYPE_COUNT
+                          ? c->def->kernel[c->device][c->key] : NULL;
+    if (!k) {
+        char have[256];
+        kernels_text(c->def, have, sizeof have);
+        zs_set_error_code(ZS_ERR_UNSUPPORTED, "%s: no kernel for %s on %s "
+                          "(kernels: %s)", c->def->op.name,
+                          zs_dtype_name(c->key), zs_device_name(c->device), have);
+    }
+    return k;
+}
+
+static zsi_cost default_cost(const zsi_call *c, const zs_tensor *out)
+{
+    zsi_cost k = {c->def->flops * (double)zs_numel(out), 0, (double)zs_nbytes(out)};
+    for (int i = 0; i < c->nin; i++)
+        k.bytes_read += (double)zs_nbytes(c->in[i]);
+    return k;
+}
+
+zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
+                   const zsi_attrs *a)
+{
+    static const zsi_attrs none;
+    for (int i = 0; i < nin; i++)
+        if (!in[i])
+            return NULL;
+    bool first = !def->op.registered;
+    double t0 = zsi_op_begin(&def->op);
+    if (first)
+        note(def);
+    zsi_call c = {def, nin, in, a ? a : &none, nin ? (int)in[0]->device : ZS_CPU,
+                  nin ? in[0]->dtype : ZS_F32, nin ? in[0]->dtype : ZS_F32, 0, {0}};
+    if (nin > ZSI_MAX_IN || (def->arity && nin != def->arity)) {
+        zs_set_error("%s: %d inputs, expected %d", def->op.name, nin, def->arity);
+        return NULL;
+    }
+    if (check_devices(&c) != ZS_OK || def->infer(&c) != ZS_OK)
+        return NULL;
+    zsi_kernel_fn k = find_kernel(&c);
+    if (!k)
+        return NULL;
+    zs_tensor *out = zsi_new_tensor_on(c.device, c.dtype, c.ndim, c.shape);
+    if (!out)
+        return NULL;
+    zsi_ctx *n = NULL;
+    if (k(&c, out) != ZS_OK || zsi_record(&def->op, out, nin, in, &n) != ZS_OK) {
+        zs_release(out);
+        return NULL;
+    }
+    if (n) {
+        memcpy(n->p.f, c.a->f, sizeof c.a->f);          /* p.f[0..3] */
+        memcpy(&n->p.i[4], c.a->i, sizeof c.a->i);      /* p.i[4..7] */
+        if (def->save)
+            def->save(n, &c, out);
+    }
+    zsi_cost cost = def->cost ? def->cost(&c, out) : default_cost(&c, out);
+    zsi_op_end(&def->op, t0, cost.flops, cost.bytes_read, cost.bytes_written);
+    return out;
+}
+
+static bool lowp(zs_dtype dt)
+{
+    return dt == ZS_BF16 || dt == ZS_F16 || dt == ZS_F8E4M3 || dt == ZS_F8E5M2;
+}
+
+zs_status zsi_via_f32(const zsi_call *c, zs_tensor *out, zsi_kernel_fn f32)
+{
+    zs_tensor *in32[ZSI_MAX_IN] = {0};
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_status st = ZS_OK;
+    for (int i = 0; i < c->nin; i++) {
+        in32[i] = lowp(c->in[i]->dtype) ? zs_to_dtype(c->in[i], ZS_F32)
+                                        : zs_retain(c->in[i]);
+        if (!in32[i])
+            st = ZS_ERR_NOMEM;
+    }
+    zs_tensor *o32 = st == ZS_OK ? zsi_new_tensor_on(c->device, ZS_F32, out->ndim,
+                                                     out->shape) : NULL;
+    if (o32) {
+        zsi_call c32 = *c;
+        c32.in = in32;
+        c32.key = c32.dtype = ZS_F32;
+        st = f32(&c32, o32);
+        if (st == ZS_OK)
+            st = zs_copy_(out, o32); /* rounds to nearest even, once */
+    } else {
+        st = ZS_ERR_NOMEM;
+    }
+    zs_release(o32);
+    for (int i = 0; i < c->nin; i++)
+        zs_release(in32[i]);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    return st;
+}
