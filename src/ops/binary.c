@@ -41,6 +41,21 @@ zs_status zsi_check_pair(const char *op, const zs_tensor *a, const zs_tensor *b)
     return st;
 }
 
+zs_status zsi_check_same_float(const char *op, const zs_tensor *a,
+                               const zs_tensor *b)
+{
+    const zs_tensor *bad = !zs_dtype_is_float(a->dtype) ? a : b;
+    if (!zs_dtype_is_float(bad->dtype))
+        return zs_set_error("%s: dtype %s is not supported, expected a float "
+                            "dtype (convert with zs_to_dtype)", op,
+                            zs_dtype_name(bad->dtype));
+    if (a->dtype != b->dtype)
+        return zs_set_error("%s: dtypes %s and %s differ, expected equal "
+                            "(convert with zs_to_dtype)", op,
+                            zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
+    return ZS_OK;
+}
+
 zs_status zsi_check_index(const char *op, const zs_tensor *t)
 {
     if (t->dtype != ZS_I32 && t->dtype != ZS_I64)
@@ -103,18 +118,10 @@ int zsi_axes_mask(const char *op, int ndim, int naxes, const int *axes,
 static zs_status infer_binary(zsi_call *c)
 {
     const zs_tensor *a = c->in[0], *b = c->in[1];
-    const char *op = c->def->op.name;
-    const zs_tensor *bad = !zs_dtype_is_float(a->dtype) ? a : b;
-    if (!zs_dtype_is_float(bad->dtype))
-        return zs_set_error("%s: dtype %s is not supported, expected a float "
-                            "dtype (convert with zs_to_dtype)", op,
-                            zs_dtype_name(bad->dtype));
-    if (a->dtype != b->dtype)
-        return zs_set_error("%s: dtypes %s and %s differ, expected equal "
-                            "(convert with zs_to_dtype)", op,
-                            zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
+    if (zsi_check_same_float(c->def->op.name, a, b) != ZS_OK)
+        return ZS_ERR_ARG;
     c->dtype = a->dtype;
-    return zsi_broadcast_shape(op, a, b, &c->ndim, c->shape);
+    return zsi_broadcast_shape(c->def->op.name, a, b, &c->ndim, c->shape);
 }
 
 static zs_status infer_scalar(zsi_call *c)

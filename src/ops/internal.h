@@ -14,6 +14,10 @@ zs_status zsi_check_float(const char *op, const zs_tensor *t);
 /* Fails unless a and b share a float dtype. */
 zs_status zsi_check_pair(const char *op, const zs_tensor *a,
                          const zs_tensor *b);
+/* For descriptors (any device; the driver finds the kernel): fails unless
+ * a and b share a float dtype. */
+zs_status zsi_check_same_float(const char *op, const zs_tensor *a,
+                               const zs_tensor *b);
 /* Fails unless t is an i32 or i64 tensor. */
 zs_status zsi_check_index(const char *op, const zs_tensor *t);
 /* numpy broadcasting of a and b's shapes into (ndim, shape). */

@@ -21,11 +21,11 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_lowp.h"
 #include "ops/internal.h"
 
 static zs_status matmul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_MATMUL = {.name = "matmul", .backward = matmul_bw};
 
 /* FLOPs per product below which the batch loop runs in parallel (each
  * product then runs on one thread). */
@@ -79,25 +79,30 @@ static zs_status operand_init(operand *op, zs_tensor *x, bool trans)
     return ZS_OK;
 }
 
+/* C = op(A) op(B) for inputs of dtype dt: f32 and f64 write C in their
+ * dtype; bf16 accumulates in f32 and writes f32 C (the BF16 GEMM). */
 static void gemm(zs_dtype dt, const operand *a, const operand *b, int64_t M,
                  int64_t N, int64_t K, const void *A, const void *B, void *C)
 {
     if (dt == ZS_F32)
         zsk_sgemm(a->trans, b->trans, M, N, K, 1.0f, A, a->ld, B, b->ld, 0.0f,
                   C, N);
-    else
+    else if (dt == ZS_F64)
         zsk_dgemm(a->trans, b->trans, M, N, K, 1.0, A, a->ld, B, b->ld, 0.0,
                   C, N);
+    else
+        zsk_gemm_bf16(a->trans, b->trans, M, N, K, 1.0f, A, a->ld, B, b->ld,
+                      0.0f, C, N);
 }
 
 typedef struct batch_job {
-    zs_dtype dt;
+    zs_dtype dt;                /* of the inputs */
     const operand *a, *b;
     int64_t M, N, K;
     const int64_t *offa, *offb; /* element offsets per batch index */
     const char *A, *B;
     char *C;
-    size_t esz;
+    size_t esz, csz;            /* bytes per input and per output element */
 } batch_job;
 
 static void batch_range(void *p, int64_t i0, int64_t i1)
@@ -107,7 +112,7 @@ static void batch_range(void *p, int64_t i0, int64_t i1)
         gemm(j->dt, j->a, j->b, j->M, j->N, j->K,
              j->A + (size_t)j->offa[i] * j->esz,
              j->B + (size_t)j->offb[i] * j->esz,
-             j->C + (size_t)(i * j->M * j->N) * j->esz);
+             j->C + (size_t)(i * j->M * j->N) * j->csz);
 }
 
 /* Offsets of x's matrices for every index of the broadcast batch shape. */
@@ -138,7 +143,7 @@ static zs_status run_batched(zs_tensor *out, const operand *a,
      * (nbatch * M) rows. */
     if (b->t->ndim == 2 && !a->trans && zs_is_contiguous(a->t) &&
         a->t->ndim - 2 == nb) {
-        gemm(out->dtype, a, b, nbatch * M, N, K, zs_data(a->t), zs_data(b->t),
+        gemm(a->t->dtype, a, b, nbatch * M, N, K, zs_data(a->t), zs_data(b->t),
              zs_data(out));
         return ZS_OK;
     }
@@ -147,9 +152,9 @@ static zs_status run_batched(zs_tensor *out, const operand *a,
         return zs_set_error_code(ZS_ERR_NOMEM, "matmul: out of memory");
     batch_offsets(a->t, nb, bshape, nbatch, off);
     batch_offsets(b->t, nb, bshape, nbatch, off + nbatch);
-    batch_job j = {out->dtype, a, b, M, N, K, off, off + nbatch,
+    batch_job j = {a->t->dtype, a, b, M, N, K, off, off + nbatch,
                    zs_data(a->t), zs_data(b->t), zs_data(out),
-                   zs_dtype_size(out->dtype)};
+                   zs_dtype_size(a->t->dtype), zs_dtype_size(out->dtype)};
     if (2.0 * (double)M * (double)N * (double)K < SMALL_GEMM_FLOPS)
         zs_parallel_for(nbatch, 1, batch_range, &j);
     else
@@ -191,50 +196,82 @@ static zs_status check_shapes(const zs_tensor *a, const zs_tensor *b, bool ta,
     return ZS_OK;
 }
 
+/* Attributes: i[0] = trans_a, i[1] = trans_b (node: p.i[4], p.i[5]). */
+
+static zs_status infer_matmul(zsi_call *c)
+{
+    const zs_tensor *a = c->in[0], *b = c->in[1];
+    bool ta = c->a->i[0], tb = c->a->i[1];
+    if (zsi_check_same_float("matmul", a, b) != ZS_OK ||
+        check_shapes(a, b, ta, tb, &c->ndim, c->shape) != ZS_OK)
+        return ZS_ERR_ARG;
+    c->shape[c->ndim] = a->shape[a->ndim - (ta ? 1 : 2)];     /* M */
+    c->shape[c->ndim + 1] = b->shape[b->ndim - (tb ? 2 : 1)]; /* N */
+    c->ndim += 2;
+    c->dtype = a->dtype;
+    return ZS_OK;
+}
+
+/* out = op(a) op(b) into out (f32, f64) or, for bf16 inputs, into an f32
+ * tensor of out's shape. */
+static zs_status run_matmul(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *a = c->in[0], *b = c->in[1];
+    bool ta = c->a->i[0], tb = c->a->i[1];
+    int nb = out->ndim - 2;
+    int64_t M = out->shape[nb], N = out->shape[nb + 1];
+    int64_t K = a->shape[a->ndim - (ta ? 2 : 1)];
+    operand oa = {0}, ob = {0};
+    zs_status st = operand_init(&oa, a, ta);
+    if (st == ZS_OK)
+        st = operand_init(&ob, b, tb);
+    if (st == ZS_OK)
+        st = run_batched(out, &oa, &ob, nb, out->shape, M, N, K);
+    zs_release(oa.t);
+    zs_release(ob.t);
+    return st;
+}
+
+/* bf16: the BF16 GEMM (f32 accumulation) into f32, rounded once. */
+static zs_status run_matmul_bf16(const zsi_call *c, zs_tensor *out)
+{
+    zsi_tracking_pause();
+    zs_tensor *acc = zsi_new_tensor_on(c->device, ZS_F32, out->ndim, out->shape);
+    zs_status st = acc ? run_matmul(c, acc) : ZS_ERR_NOMEM;
+    if (st == ZS_OK)
+        st = zs_copy_(out, acc);
+    zs_release(acc);
+    zsi_tracking_resume();
+    return st;
+}
+
+static void save_ab(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsi_save(n, 0, c->in[0]);
+    zsi_save(n, 1, c->in[1]);
+}
+
+/* 2 M N K FLOPs per matrix of the batch */
+static zsi_cost matmul_cost(const zsi_call *c, const zs_tensor *out)
+{
+    const zs_tensor *a = c->in[0];
+    double K = (double)a->shape[a->ndim - (c->a->i[0] ? 2 : 1)];
+    return (zsi_cost){2.0 * (double)zs_numel(out) * K,
+                      (double)(zs_nbytes(a) + zs_nbytes(c->in[1])),
+                      (double)zs_nbytes(out)};
+}
+
+static zsi_opdef D_MATMUL = {
+    .op = {.name = "matmul", .backward = matmul_bw}, .arity = 2,
+    .cls = ZSI_GEMM, .infer = infer_matmul,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = run_matmul, [ZS_F64] = run_matmul,
+                           [ZS_BF16] = run_matmul_bf16}},
+    .save = save_ab, .cost = matmul_cost};
+
 zs_tensor *zs_matmul_t(zs_tensor *a, zs_tensor *b, bool trans_a, bool trans_b)
 {
-    if (!a || !b)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_MATMUL);
-    int nb = 0;
-    int64_t shape[ZS_MAX_DIMS];
-    if (zsi_check_pair("matmul", a, b) != ZS_OK ||
-        check_shapes(a, b, trans_a, trans_b, &nb, shape) != ZS_OK)
-        return NULL;
-    int64_t M = a->shape[a->ndim - (trans_a ? 1 : 2)];
-    int64_t K = a->shape[a->ndim - (trans_a ? 2 : 1)];
-    int64_t N = b->shape[b->ndim - (trans_b ? 2 : 1)];
-    shape[nb] = M;
-    shape[nb + 1] = N;
-    operand oa = {0}, ob = {0};
-    zs_tensor *out = NULL;
-    if (operand_init(&oa, a, trans_a) != ZS_OK ||
-        operand_init(&ob, b, trans_b) != ZS_OK ||
-        !(out = zsi_new_tensor(a->dtype, nb + 2, shape)) ||
-        run_batched(out, &oa, &ob, nb, shape, M, N, K) != ZS_OK)
-        goto fail;
-    zs_release(oa.t);
-    zs_release(ob.t);
-    zsi_ctx *n;
-    if (zsi_record(&OP_MATMUL, out, 2, (zs_tensor *[]){a, b}, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    if (n) {
-        zsi_save(n, 0, a);
-        zsi_save(n, 1, b);
-        n->p.i[0] = trans_a;
-        n->p.i[1] = trans_b;
-    }
-    double nmat = (double)zsi_shape_numel(nb, shape);
-    zsi_op_end(&OP_MATMUL, t0, 2.0 * nmat * (double)M * (double)N * (double)K,
-               zsi_bytes(a) + zsi_bytes(b), zsi_bytes(out));
-    return out;
-fail:
-    zs_release(oa.t);
-    zs_release(ob.t);
-    zs_release(out);
-    return NULL;
+    zsi_attrs at = {.i = {trans_a, trans_b}};
+    return zsi_run(&D_MATMUL, 2, (zs_tensor *[]){a, b}, &at);
 }
 
 /* Promotes 1-D operands, multiplies, squeezes the promoted dims. Views are
@@ -300,7 +337,7 @@ static zs_tensor *folded_grad_b(zs_tensor *a, zs_tensor *g, bool tb)
 static zs_status matmul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *a = n->saved[0], *b = n->saved[1];
-    bool ta = n->p.i[0], tb = n->p.i[1];
+    bool ta = n->p.i[4], tb = n->p.i[5]; /* the call's attributes */
     for (int i = 0; i < 2; i++) {
         if (!zsi_needs_grad(n, i))
             continue;

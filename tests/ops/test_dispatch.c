@@ -297,11 +297,66 @@ static void test_bf16(void)
     zt_section("bf16 elementwise operators, forward and backward");
 }
 
+/* Largest |x - ref| / max(1, |ref|) over the elements of two tensors of
+ * one shape (any dtypes). */
+static double rel_err(const zs_tensor *x, const zs_tensor *ref)
+{
+    double *r = zt_values(ref), e = zt_max_err(x, r, zs_numel(ref));
+    free(r);
+    return e;
+}
+
+/* matmul and linear in bf16 (the BF16 GEMM, f32 accumulation, one rounding
+ * of the result) against float64 on the same rounded inputs, forward and
+ * backward, over transposed, batched and broadcast shapes. Tolerance 2^-6
+ * relative to max(1, |ref|): K <= 37 products accumulate in f32 and the
+ * result rounds to bf16 once; the gradient of a broadcast operand rounds
+ * twice (each batch's product, then their sum). */
+static void test_bf16_gemm(void)
+{
+    static const struct {
+        int na, nb;
+        int64_t a[4], b[4];
+        bool ta, tb;
+    } mm[] = {
+        {2, 2, {5, 37}, {37, 19}, false, false},
+        {2, 2, {37, 5}, {19, 37}, true, true},
+        {3, 2, {3, 7, 9}, {9, 33}, false, false},
+        {4, 3, {2, 1, 7, 9}, {3, 9, 5}, false, false},
+        {3, 3, {2, 9, 7}, {2, 5, 9}, true, true},
+    };
+    double worst = 0;
+    for (size_t i = 0; i < sizeof mm / sizeof *mm; i++) {
+        zs_scope_push();
+        zs_tensor *ab = zs_to_dtype(zt_rand(ZS_F32, mm[i].na, mm[i].a, 300 + i), ZS_BF16);
+        zs_tensor *bb = zs_to_dtype(zt_rand(ZS_F32, mm[i].nb, mm[i].b, 400 + i), ZS_BF16);
+        zs_tensor *ad = zs_to_dtype(ab, ZS_F64), *bd = zs_to_dtype(bb, ZS_F64);
+        zs_tensor *ins[4] = {ab, bb, ad, bd};
+        for (int k = 0; k < 4; k++)
+            zs_set_requires_grad(ins[k], true);
+        zs_tensor *ob = zs_matmul_t(ab, bb, mm[i].ta, mm[i].tb);
+        zs_tensor *od = zs_matmul_t(ad, bd, mm[i].ta, mm[i].tb);
+        bool ok = ob && od && ob->dtype == ZS_BF16 && zs_same_shape(ob, od) &&
+                  zs_backward(ob, zs_ones(ZS_BF16, ob->ndim, ob->shape), false) == ZS_OK &&
+                  zs_backward(od, zs_ones(ZS_F64, od->ndim, od->shape), false) == ZS_OK;
+        double e = ok ? fmax(rel_err(ob, od), fmax(rel_err(zs_grad(ab), zs_grad(ad)),
+                                                 rel_err(zs_grad(bb), zs_grad(bd)))) : 1;
+        ZT_CHECK(ok && zs_grad(ab)->dtype == ZS_BF16 && e < 1.0 / 64,
+                 "matmul bf16 case %zu: rel err %g", i, e);
+        worst = fmax(worst, e);
+        zs_scope_pop();
+    }
+    printf("bf16 matmul: %zu shapes, max rel err %.2g (forward and both gradients)\n",
+           sizeof mm / sizeof *mm, worst);
+    zt_section("bf16 matmul (BF16 GEMM) forward and backward vs float64");
+}
+
 int main(void)
 {
     test_formulas();
     test_errors();
     test_second_device();
     test_bf16();
+    test_bf16_gemm();
     return zt_done();
 }
