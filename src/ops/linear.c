@@ -7,8 +7,11 @@
  * pre-activation h when autograd records) and residual run in the GEMM's
  * epilogue, so the output is written once. Operands whose rows are not
  * unit-stride are copied first; a transposed 2-D x or w is read in place.
- * f64 composes matmul, add and gelu (same math, used by gradient checks);
- * either way one node is recorded with the backward rule below.
+ * bf16: the BF16 GEMM accumulates x w^T in f32, the bias, GeLU and
+ * residual are applied in f32 and the output is rounded once (h, the saved
+ * pre-activation, stays f32). f64 composes matmul, add and gelu (same
+ * math, used by gradient checks); either way one node is recorded with the
+ * backward rule below.
  *
  * Backward (g: [..., N]): gh = g gelu'(h) (GeLU) or g; dx = gh w,
  * dw = gh^T x (over the flattened [M, N] and [M, K]), db = sum of gh over
@@ -19,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_lowp.h"
 #include "kernels/cpu/unary.h"
 #include "ops/internal.h"
 
@@ -43,10 +47,16 @@ static zs_status check_inputs(const char *op, const zs_tensor *x,
                               const zs_tensor *r)
 {
     char s1[96], s2[96];
-    if (zsi_check_pair(op, x, w) != ZS_OK ||
-        (b && zsi_check_pair(op, x, b) != ZS_OK) ||
-        (r && zsi_check_pair(op, x, r) != ZS_OK))
+    if (zsi_check_same_float(op, x, w) != ZS_OK ||
+        (b && zsi_check_same_float(op, x, b) != ZS_OK) ||
+        (r && zsi_check_same_float(op, x, r) != ZS_OK))
         return ZS_ERR_ARG;
+    if (x->device != ZS_CPU || w->device != ZS_CPU || (b && b->device != ZS_CPU) ||
+        (r && r->device != ZS_CPU))
+        return zs_set_error("%s: tensor is not on the CPU", op);
+    if (x->dtype != ZS_F32 && x->dtype != ZS_F64 && x->dtype != ZS_BF16)
+        return zs_set_error("%s: dtype %s is not supported, expected f32, f64 "
+                            "or bf16", op, zs_dtype_name(x->dtype));
     if (x->ndim < 1)
         return zs_set_error("%s: input %s needs at least 1 dim [..., K]", op,
                             zs_shape_str(x, s1, sizeof s1));
@@ -90,7 +100,7 @@ static zs_status check_inputs(const char *op, const zs_tensor *x,
  * transposed or not; hold is a new reference to the tensor read. */
 typedef struct mat {
     zs_tensor *hold;
-    const float *p;
+    const void *p;
     int64_t ld;
     bool trans;
 } mat;
@@ -163,6 +173,45 @@ static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
     return st;
 }
 
+/* ---- bf16: the BF16 GEMM, an f32 epilogue, one rounding ----------------- */
+
+/* out (bf16) = epilogue(x w^T): the product accumulates in f32 (BF16
+ * GEMM); bias, GeLU and residual are applied in f32 by operators; h (f32,
+ * may be NULL) receives the pre-activation, which GeLU's backward reads. */
+static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
+                          zs_tensor *b, zs_tensor *r, zs_tensor *out,
+                          zs_tensor *h)
+{
+    int64_t K = w->shape[1], N = w->shape[0];
+    int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
+    mat m[2] = {{0}};
+    zs_tensor *acc = zsi_new_tensor(ZS_F32, out->ndim, out->shape), *v = NULL, *o = NULL;
+    zs_status st = acc ? mat_init(&m[0], x, M, K, true) : ZS_ERR_NOMEM;
+    if (st == ZS_OK)
+        st = mat_init(&m[1], w, N, K, true);
+    if (st == ZS_OK)
+        zsk_gemm_bf16(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld,
+                      m[1].p, m[1].ld, 0.0f, zs_data(acc), N);
+    zs_no_grad_push();
+    zs_tensor *b32 = b ? zs_to_dtype(b, ZS_F32) : NULL;
+    zs_tensor *r32 = r ? zs_to_dtype(r, ZS_F32) : NULL;
+    if (st == ZS_OK)
+        v = b ? zs_add(acc, b32) : zs_retain(acc);
+    if (v && h)
+        st = zs_copy_(h, v);
+    if (v)
+        o = kind == LIN_GELU ? zs_gelu(v, ZS_GELU_TANH)
+          : kind == LIN_RESIDUAL ? zs_add(v, r32) : zs_retain(v);
+    zs_no_grad_pop();
+    if (st == ZS_OK)
+        st = o ? zs_copy_(out, o) : ZS_ERR_NOMEM;
+    zs_tensor *all[] = {acc, v, o, b32, r32};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        zs_release(all[i]);
+    mats_release(m, 2);
+    return st;
+}
+
 /* ---- f64: composed from operators --------------------------------------- */
 
 /* Sets *out (and *h for GeLU when want_h) to new references; runs with
@@ -211,13 +260,13 @@ static zs_status compute(lin_kind kind, zs_tensor *x, zs_tensor *w,
     shape[x->ndim - 1] = w->shape[0];
     zs_status st = ZS_OK;
     zsi_tracking_pause();
-    if (x->dtype == ZS_F32) {
-        *out = zsi_new_tensor(ZS_F32, x->ndim, shape);
-        if (want_h && kind == LIN_GELU)
+    if (x->dtype == ZS_F32 || x->dtype == ZS_BF16) {
+        *out = zsi_new_tensor(x->dtype, x->ndim, shape);
+        if (want_h && kind == LIN_GELU) /* bf16 too: h stays f32 */
             *h = zsi_new_tensor(ZS_F32, x->ndim, shape);
-        st = !*out || (want_h && kind == LIN_GELU && !*h)
-                 ? ZS_ERR_NOMEM
-                 : run_f32(kind, x, w, b, r, *out, *h);
+        st = !*out || (want_h && kind == LIN_GELU && !*h) ? ZS_ERR_NOMEM
+             : x->dtype == ZS_F32 ? run_f32(kind, x, w, b, r, *out, *h)
+                                  : run_bf16(kind, x, w, b, r, *out, *h);
     } else {
         zs_no_grad_push();
         st = run_f64(kind, x, w, b, r, want_h, out, h);
@@ -307,7 +356,12 @@ static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
     zsk_iter_init(&it, h->ndim, h->shape, 2,
                   (const int64_t *[]){NULL, h->strides});
     zsk_unary(h->dtype, ZSK_GELU_TANH_GRAD, &it, zs_data(d), zs_data(h), 0, 0);
-    zs_tensor *gh = zs_mul(g, d);
+    if (d->dtype != g->dtype) { /* bf16 model: h is f32 */
+        zs_tensor *dl = zs_to_dtype(d, g->dtype);
+        zs_release(d);
+        d = dl;
+    }
+    zs_tensor *gh = d ? zs_mul(g, d) : NULL;
     zs_release(d);
     return gh;
 }
@@ -326,8 +380,8 @@ static zs_status weight_grads(zsi_ctx *n, zs_tensor *gh, zs_tensor **gin)
         gin[1] = x2 ? zs_matmul_t(g2, x2, true, false) : NULL;
         zs_release(x2);
     }
-    if (ib >= 0 && zsi_needs_grad(n, ib))
-        gin[ib] = zs_sum(g2, 1, (int[]){0}, false);
+    if (ib >= 0 && zsi_needs_grad(n, ib)) /* column sums (f32 for bf16) */
+        gin[ib] = zsi_sum_to(g2, &n->in_meta[ib]);
     zs_release(g2);
     if ((zsi_needs_grad(n, 1) && !gin[1]) ||
         (ib >= 0 && zsi_needs_grad(n, ib) && !gin[ib]))

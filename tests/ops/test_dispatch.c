@@ -348,7 +348,41 @@ static void test_bf16_gemm(void)
     }
     printf("bf16 matmul: %zu shapes, max rel err %.2g (forward and both gradients)\n",
            sizeof mm / sizeof *mm, worst);
-    zt_section("bf16 matmul (BF16 GEMM) forward and backward vs float64");
+    /* linear, linear_gelu, linear_residual: x [3, 5, 37], w [19, 37] */
+    double wl = 0;
+    for (int kind = 0; kind < 3; kind++) {
+        zs_scope_push();
+        zs_tensor *src[4] = {zt_rand(ZS_F32, ZS_SHAPE(3, 5, 37), 500),
+                             zt_rand(ZS_F32, ZS_SHAPE(19, 37), 501),
+                             zt_rand(ZS_F32, ZS_SHAPE(19), 502),
+                             zt_rand(ZS_F32, ZS_SHAPE(3, 5, 19), 503)};
+        zs_tensor *lb[4], *ld[4];
+        for (int k = 0; k < 4; k++) {
+            lb[k] = zs_to_dtype(src[k], ZS_BF16);
+            ld[k] = zs_to_dtype(lb[k], ZS_F64);
+            zs_set_requires_grad(lb[k], true);
+            zs_set_requires_grad(ld[k], true);
+        }
+        zs_tensor *ob = kind == 0 ? zs_linear(lb[0], lb[1], lb[2])
+                      : kind == 1 ? zs_linear_gelu(lb[0], lb[1], lb[2])
+                                  : zs_linear_residual(lb[0], lb[1], lb[2], lb[3]);
+        zs_tensor *od = kind == 0 ? zs_linear(ld[0], ld[1], ld[2])
+                      : kind == 1 ? zs_linear_gelu(ld[0], ld[1], ld[2])
+                                  : zs_linear_residual(ld[0], ld[1], ld[2], ld[3]);
+        bool ok = ob && od && ob->dtype == ZS_BF16 &&
+                  zs_backward(ob, zs_ones(ZS_BF16, ob->ndim, ob->shape), false) == ZS_OK &&
+                  zs_backward(od, zs_ones(ZS_F64, od->ndim, od->shape), false) == ZS_OK;
+        double e = ok ? rel_err(ob, od) : 1;
+        for (int k = 0; ok && k < (kind == 2 ? 4 : 3); k++)
+            e = fmax(e, zs_grad(lb[k]) && zs_grad(lb[k])->dtype == ZS_BF16
+                            ? rel_err(zs_grad(lb[k]), zs_grad(ld[k])) : 1);
+        ZT_CHECK(ok && e < 1.0 / 64, "linear kind %d bf16: rel err %g", kind, e);
+        wl = fmax(wl, e);
+        zs_scope_pop();
+    }
+    printf("bf16 linear, linear_gelu, linear_residual: max rel err %.2g (output and "
+           "every gradient)\n", wl);
+    zt_section("bf16 matmul and linear (BF16 GEMM) forward and backward vs float64");
 }
 
 int main(void)
