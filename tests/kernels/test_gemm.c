@@ -6,6 +6,12 @@
  * must neither be read into results nor overwritten), NaN in C with
  * beta = 0, on 1 and 2 threads.
  *
+ * Every registered (element type, ISA) descriptor of the framework that
+ * the CPU runs (zsk_gemm_descs: f32, bf16, f16 on each ISA) also runs
+ * directly through zsk_gemm_run on odd shapes with edge tiles in M and N,
+ * all transposes, alpha/beta, some with a bias epilogue, against float64
+ * on the inputs as rounded to its type (same tolerance).
+ *
  * Tolerance: |c - ref| <= 1e-5 * max(1, s) with s = |alpha| |a_i| |b_j| +
  * |beta c0|, |a_i| and |b_j| the 2-norms of the row of op(A) and column of
  * op(B) (s bounds |ref| by Cauchy-Schwarz): float rounding of a sum of K
@@ -17,6 +23,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "testutil.h"
+#include "zs/core.h"
 
 static const int64_t sizes[] = {1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 65, 129, 257};
 #define NSIZES (int)(sizeof sizes / sizeof *sizes)
@@ -241,6 +248,115 @@ static void test_dgemm(void)
     zt_section("dgemm transposes, padding, NaN in C");
 }
 
+/* One descriptor on one shape: inputs rounded to its type, A and B with
+ * leading dimensions padded by 3, C with NaN when beta == 0. Returns the
+ * number of elements off the float64 reference. */
+static int64_t run_desc(const zsk_gemm_desc *d, bool ta, bool tb, int64_t M,
+                        int64_t N, int64_t K, float alpha, float beta,
+                        bool bias)
+{
+    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 3, ldc = N + 2;
+    int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb;
+    bool half = d->type != ZSK_GEMM_F32;
+    size_t nc = (size_t)(M * ldc);
+    float *af = malloc((size_t)na * sizeof *af);
+    float *bf = malloc((size_t)nb * sizeof *bf);
+    uint16_t *ah = malloc((size_t)na * 2), *bh = malloc((size_t)nb * 2);
+    float *C = malloc(nc * sizeof *C), *C0 = malloc(nc * sizeof *C0);
+    float *bv = malloc((size_t)N * sizeof *bv);
+    for (int p = 0; p < 2; p++) {
+        int64_t n = p ? nb : na;
+        float *x = p ? bf : af;
+        uint16_t *h = p ? bh : ah;
+        for (int64_t i = 0; i < n; i++) {
+            float v = urand();
+            if (d->type == ZSK_GEMM_BF16) {
+                h[i] = zs_f32_to_bf16(v);
+                v = zs_bf16_to_f32(h[i]);
+            } else if (d->type == ZSK_GEMM_F16) {
+                h[i] = zs_f32_to_f16(v);
+                v = zs_f16_to_f32(h[i]);
+            }
+            x[i] = v;
+        }
+    }
+    for (int64_t i = 0; i < M * ldc; i++)
+        C[i] = C0[i] = beta == 0 ? NAN : urand();
+    for (int64_t j = 0; j < N; j++)
+        bv[j] = urand();
+    zsk_epilogue ep = {.bias = bv};
+    zsk_gemm_run(d, ta, tb, M, N, K, alpha, half ? (const void *)ah : af, lda,
+                 half ? (const void *)bh : bf, ldb, beta, C, ldc,
+                 bias ? &ep : NULL);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double sum = 0, na2 = 0, nb2 = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double a = af[ta ? k * lda + i : i * lda + k];
+                double b = bf[tb ? j * ldb + k : k * ldb + j];
+                sum += a * b;
+                na2 += a * a;
+                nb2 += b * b;
+            }
+            double c0 = beta == 0 ? 0 : (double)beta * C0[i * ldc + j];
+            double ref = alpha * sum + c0 + (bias ? bv[j] : 0.0);
+            double mag = fabs((double)alpha) * sqrt(na2 * nb2) + fabs(c0) +
+                         (bias ? fabs(bv[j]) : 0.0);
+            double got = C[i * ldc + j];
+            bad += !(fabs(got - ref) <= 1e-5 * (mag > 1 ? mag : 1));
+        }
+    free(af);
+    free(bf);
+    free(ah);
+    free(bh);
+    free(C);
+    free(C0);
+    free(bv);
+    return bad;
+}
+
+/* Every descriptor the CPU runs, on odd shapes around its tile. */
+static void test_descriptors(void)
+{
+    const zsk_gemm_desc *ds[16];
+    int nd = zsk_gemm_descs(ds, 16);
+    static const int64_t MS[] = {1, 3, 13, 15, 29, 45};
+    static const int64_t NS[] = {1, 5, 17, 33, 47, 70};
+    static const int64_t KS[] = {1, 7, 64, 131};
+    for (int t = 1; t <= 2; t++) {
+        zs_set_num_threads(t);
+        for (int di = 0; di < nd; di++) {
+            int64_t n = 0, bad = 0, cases = 0;
+            for (int mi = 0; mi < 6; mi++)
+                for (int ni = 0; ni < 6; ni++)
+                    for (int ki = 0; ki < 4; ki++, n++) {
+                        int tr = (int)(n % 4);
+                        float alpha = n % 5 == 3 ? -1.5f : 1.0f;
+                        float beta = n % 3 == 0 ? 0.0f : 0.5f;
+                        uint64_t seed = rng_state;
+                        int64_t b = run_desc(ds[di], tr & 1, tr >> 1, MS[mi],
+                                             NS[ni], KS[ki], alpha, beta,
+                                             n % 4 == 1);
+                        cases++;
+                        bad += b;
+                        ZT_CHECK(b == 0,
+                                 "%s threads=%d ta=%d tb=%d M=%lld N=%lld "
+                                 "K=%lld alpha=%g beta=%g seed=%llu: %lld "
+                                 "bad elements\n",
+                                 ds[di]->name, t, tr & 1, tr >> 1,
+                                 (long long)MS[mi], (long long)NS[ni],
+                                 (long long)KS[ki], alpha, beta,
+                                 (unsigned long long)seed, (long long)b);
+                    }
+            printf("  %-24s %d thread(s): %lld shapes, %lld bad\n",
+                   ds[di]->name, t, (long long)cases, (long long)bad);
+        }
+    }
+    zt_section("every (type, ISA) descriptor vs float64: odd shapes, edge "
+               "tiles, transposes, alpha/beta, bias epilogue, 1-2 threads");
+}
+
 int main(void)
 {
     int threads = zs_num_threads();
@@ -250,6 +366,7 @@ int main(void)
     test_edge_tiles();
     test_degenerate();
     test_dgemm();
+    test_descriptors();
     zs_set_num_threads(threads);
     return zt_done();
 }

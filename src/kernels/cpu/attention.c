@@ -28,9 +28,9 @@
  * and 4096, against 50-100 GFLOP/s for matmul + softmax + matmul with
  * zs_* operators in the same run (bench/attention).
  *
- * f32 uses exp_f32, a Cephes-style polynomial (about 2 ulp) that
- * vectorises; f64 uses libm's exp. This file is compiled with
- * fp-contract=fast so the clones use FMA.
+ * f32 uses zsi_exp_f32_clamped (vmath.h), a Cephes-style polynomial
+ * (about 2 ulp) that vectorises; f64 uses libm's exp. This file is
+ * compiled with fp-contract=fast so the clones use FMA.
  */
 #pragma GCC optimize("fp-contract=fast")
 
@@ -40,6 +40,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/vmath.h"
 
 /* Helpers are inlined into the per-ISA clones of their callers. */
 #define INL static inline __attribute__((always_inline))
@@ -74,30 +75,9 @@ typedef struct bw_ctx {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* e^x for x <= 88, 0 for x <= -88 (so -inf gives exactly 0), NaN for NaN.
- * The exponent is taken from the bits of the rounding sum in unsigned
- * arithmetic: a float-to-int conversion of NaN (a NaN weight or score)
- * would be undefined behaviour (a fuzzed checkpoint found it). */
-INL float exp_f32(float x)
-{
-    x = x < -88.0f ? -88.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    float t = x * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f;
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float y = 1.9875691500e-4f;
-    y = y * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * r * r + r + 1.0f;
-    uint32_t tb, e;
-    memcpy(&tb, &t, sizeof tb);
-    e = (tb - 0x4B400000u + 127u) << 23; /* n = -127 gives 0 */
-    float s;
-    memcpy(&s, &e, sizeof s);
-    return y * s;
-}
+/* e^x for x <= 88, 0 for x <= -88 (so -inf gives exactly 0), NaN for NaN
+ * (without undefined behaviour): zsi_exp_f32_clamped of vmath.h. */
+INL float exp_f32(float x) { return zsi_exp_f32_clamped(x); }
 
 static void set_failed(int *flag)
 {

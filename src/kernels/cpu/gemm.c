@@ -1,8 +1,12 @@
 /*
- * gemm.c - the SGEMM driver: BLIS-style packing and cache blocking around a
- * small SIMD micro-kernel, GEMV paths for M = 1 or N = 1, threading, and
- * run-time selection of the micro-kernel (gemm_avx512.c, gemm_avx2.c; the
- * portable gemm_ref.c when neither AVX2+FMA nor AVX-512 is present).
+ * gemm.c - the one GEMM driver of every input type (f32, bf16, f16; f32
+ * accumulation and output): BLIS-style packing and cache blocking around a
+ * small SIMD micro-kernel, threading, edge tiles, beta, the skinny
+ * shortcuts (f32 GEMV for M = 1 or N = 1, 16-bit kernels that read B in
+ * place for M <= 4), the fused epilogue, and run-time selection of the
+ * descriptor (gemm.h: zsk_gemm_desc) per (type, ISA). Descriptors live
+ * with their kernels: gemm_f32_avx512.c, gemm_f32_avx2.c,
+ * gemm_bf16_avx512.c, and the portable gemm_ref.c.
  *
  * Loops, per thread, over its own block of C (rows [m0, m1), columns
  * [n0, n1)):
@@ -14,10 +18,13 @@
  *       ir: MR rows  - micro-kernel: MR x NR tile of C in registers
  *     (epilogue)     - on the last KC step, over the MC x NC block of C
  *                      just written
- * Blocking for Zen 5 (48 KiB L1D, 1 MiB L2 per core, 32 MiB L3) with the
- * 14x32 AVX-512 kernel: KC up to 1024, split evenly over K (one block for
- * K = 768 or 1024), MC = 42, NC = 2048. A block (168 KiB) and the B
- * micro-panel (128 KiB) both sit in L2, which feeds the kernel's ~13 B per
+ * Packed panels hold 4-byte units (a float, or a bf16 pair for vdpbf16ps:
+ * kstep 2); K blocks are balanced and a multiple of kstep. Blocking (KC,
+ * MC, NC) is per descriptor; for the f32 one on Zen 5 (48 KiB L1D, 1 MiB
+ * L2 per core, 32 MiB L3) with the 14x32 AVX-512 kernel: KC up to 1024,
+ * split evenly over K (one block for K = 768 or 1024), MC = 42,
+ * NC = 2048. A block (168 KiB) and the B micro-panel (128 KiB) both sit
+ * in L2, which feeds the kernel's ~13 B per
  * cycle easily; the B block (8 MiB per thread) sits in L3. The deep KC
  * matters most: each micro-kernel call pays a fixed cost (zeroing 28
  * accumulators, reading and writing the C tile, draining the FMA chains),
@@ -26,19 +33,24 @@
  * 245 with KC = 1024; 1024x3072x768 at 219 vs 253. MC and NC moved results
  * by less than the noise (+-2%).
  *
+ * (The 16-bit descriptors' blocking is measured in gemm_bf16_avx512.c.)
+ *
  * Threads: C is cut into a tm x tn grid of blocks (tm * tn = threads,
  * blocks aligned to MR / NR), the grid chosen to minimise each thread's
  * padded work plus its packing; a thread packs the A and B parts its block
  * needs, so threads share nothing and never wait for each other. Skinny
- * shapes therefore split N (small M, huge N) or M (small N). M = 1 or
- * N = 1 is a matrix-vector product, memory-bound: no packing, split over
- * the output.
+ * shapes therefore split N (small M, huge N) or M (small N). For f32,
+ * M = 1 or N = 1 is a matrix-vector product, memory-bound: no packing,
+ * split over the output; the 16-bit descriptors instead have skinny
+ * kernels for M <= ZSK_GEMM_SMALL_M (op(A) copied densely, op(B) read in
+ * place, threads split N in runs of SMALL_COLS columns). Should a packing
+ * buffer allocation fail, a direct triple loop computes the same block.
  *
  * Epilogues (zsk_sgemm_ex: bias, GeLU, residual) run on C once its sum
  * over K is complete, while it is still in cache: per MC x NC block after
- * the last K block (AVX-512 vector code, or scalar on the AVX2 path), per
- * finished block of y in the GEMV paths, per finished row in the portable
- * path; C thus reaches memory once. Measured on 1024x3072x768, 1 thread,
+ * the last K block (the descriptor's epi: AVX-512 vector code, or scalar
+ * on the other paths), per finished block of y in the GEMV paths; C thus
+ * reaches memory once. Measured on 1024x3072x768, 1 thread,
  * cost over the bare GEMM: applying it inside the micro-kernel per 14 x 32
  * tile cost 4% for a bias and 20% for a residual (14 rows 12 KiB apart
  * per tile, 128 bytes each, defeat the hardware prefetchers; software
@@ -47,46 +59,77 @@
  * runs. GeLU adds about 3.5% (its vector math).
  */
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_lowp.h"
 #include "kernels/cpu/kernels.h"
-
-#define MC 42       /* rows of the packed A block: 3 panels of 14 */
-#define KC_MAX 1024 /* depth of the packed blocks, balanced over K */
-#define NC 2048     /* columns of the packed B block */
 
 /* Below this many multiply-adds a GEMM runs on one thread. */
 #define PAR_MIN_MACS (48 * 48 * 48)
 
+bool zsk_lowp_force_fallback;
+bool zsk_lowp_force_bf16_as_f32;
+
+/* ---- descriptor selection ----------------------------------------------- */
+
+/* Every descriptor, best first within a type. */
+static const zsk_gemm_desc *const DESCS[] = {
+    &zsk_gemm_f32_avx512,      &zsk_gemm_f32_avx2,    &zsk_gemm_f32_ref,
+    &zsk_gemm_bf16_avx512bf16, &zsk_gemm_bf16_avx512, &zsk_gemm_bf16_ref,
+    &zsk_gemm_f16_avx512,      &zsk_gemm_f16_ref,
+};
+#define NDESCS (int)(sizeof DESCS / sizeof *DESCS)
+
 static zsk_gemm_isa forced = ZSK_GEMM_AUTO;
 
-static zsk_gemm_isa best_isa(void)
+static bool usable(const zsk_gemm_desc *d)
 {
-    const zs_cpu_features *f = zs_cpu();
-    if (f->avx512f)
-        return ZSK_GEMM_AVX512;
-    if (f->avx2 && f->fma)
-        return ZSK_GEMM_AVX2;
-    return ZSK_GEMM_REF;
+    return !d->usable || d->usable();
 }
 
-static zsk_gemm_isa current_isa(void)
+int zsk_gemm_descs(const zsk_gemm_desc **out, int cap)
 {
-    return forced != ZSK_GEMM_AUTO ? forced : best_isa();
+    int n = 0;
+    for (int i = 0; i < NDESCS; i++)
+        if (usable(DESCS[i])) {
+            if (n < cap)
+                out[n] = DESCS[i];
+            n++;
+        }
+    return n;
+}
+
+/* f32 follows zsk_gemm_set_isa; bf16/f16 follow the zsk_lowp_* hooks. */
+static bool allowed(const zsk_gemm_desc *d)
+{
+    if (d->type == ZSK_GEMM_F32)
+        return forced == ZSK_GEMM_AUTO || d->isa == forced;
+    if (zsk_lowp_force_fallback && d->isa != ZSK_GEMM_REF)
+        return false;
+    return !(zsk_lowp_force_bf16_as_f32 && d->kstep == 2);
+}
+
+const zsk_gemm_desc *zsk_gemm_desc_for(zsk_gemm_type t)
+{
+    for (int i = 0; i < NDESCS; i++)
+        if (DESCS[i]->type == t && allowed(DESCS[i]) && usable(DESCS[i]))
+            return DESCS[i];
+    return NULL; /* not reached: the portable descriptors always qualify */
 }
 
 bool zsk_gemm_set_isa(zsk_gemm_isa isa)
 {
-    const zs_cpu_features *f = zs_cpu();
-    if ((isa == ZSK_GEMM_AVX512 && !f->avx512f) ||
-        (isa == ZSK_GEMM_AVX2 && !(f->avx2 && f->fma)))
-        return false;
-    forced = isa;
-    return true;
+    for (int i = 0; i < NDESCS; i++)
+        if (isa == ZSK_GEMM_AUTO ||
+            (DESCS[i]->type == ZSK_GEMM_F32 && DESCS[i]->isa == isa &&
+             usable(DESCS[i]))) {
+            forced = isa;
+            return true;
+        }
+    return false;
 }
 
-static zsk_sgemm_epi_fn current_epi(void)
+const char *zsk_gemm_isa_name(void)
 {
-    return current_isa() == ZSK_GEMM_AVX512 ? zsk_sgemm_epi_avx512
-                                            : zsk_sgemm_epi_ref;
+    return zsk_gemm_desc_for(ZSK_GEMM_F32)->name;
 }
 
 const zsk_epilogue *zsk_epilogue_at(const zsk_epilogue *ep, int64_t i,
@@ -113,173 +156,110 @@ void zsk_gelu_tanh_f32(float *y, const float *x, int64_t n, bool vector)
         zsk_sgemm_epi_ref(x, n, 1, n, y, n, 0.0f, &ep);
 }
 
-static const zsk_sgemm_ukr *current_ukr(void)
+/* ---- elements ----------------------------------------------------------- */
+
+static size_t elem_size(zsk_gemm_type t)
 {
-    switch (current_isa()) {
-    case ZSK_GEMM_AVX512: return &zsk_sgemm_ukr_avx512;
-    case ZSK_GEMM_AVX2: return &zsk_sgemm_ukr_avx2;
-    default: return NULL;
-    }
+    return t == ZSK_GEMM_F32 ? sizeof(float) : sizeof(uint16_t);
 }
 
-const char *zsk_gemm_isa_name(void)
+static float elem(zsk_gemm_type t, const void *x, int64_t i)
 {
-    const zsk_sgemm_ukr *u = current_ukr();
-    return u ? u->name : "ref";
+    if (t == ZSK_GEMM_F32)
+        return ((const float *)x)[i];
+    uint16_t h = ((const uint16_t *)x)[i];
+    return t == ZSK_GEMM_BF16 ? zs_bf16_to_f32(h) : zs_f16_to_f32(h);
 }
 
-/* ---- packing ------------------------------------------------------------ */
-
-/* Packs rows [i0, i0+m) x depth [p0, p0+kc) of alpha * op(A) into MR-tall
- * panels: dst[panel][k][MR], rows past m zero. */
-ZSK_CLONES static void pack_a(bool ta, const float *A, int64_t lda,
-                              int64_t i0, int64_t m, int64_t p0, int64_t kc,
-                              float alpha, int MR, float *restrict dst)
+static zsk_gemm_src src_at(zsk_gemm_src s, size_t es, int64_t r, int64_t k)
 {
-    for (int64_t ip = 0; ip < m; ip += MR, dst += kc * MR) {
-        int64_t mr = m - ip < MR ? m - ip : MR;
-        if (!ta && MR <= 16) {
-            /* rows have k contiguous: transpose 16-deep blocks through a
-             * small buffer so every store writes a whole MR-wide row */
-            for (int64_t k0 = 0; k0 < kc; k0 += 16) {
-                int64_t kb = kc - k0 < 16 ? kc - k0 : 16;
-                float t[16][16];
-                for (int64_t r = 0; r < MR; r++) {
-                    const float *src = A + (i0 + ip + r) * lda + p0 + k0;
-                    for (int64_t k = 0; k < kb; k++)
-                        t[k][r] = r < mr ? alpha * src[k] : 0.0f;
-                }
-                for (int64_t k = 0; k < kb; k++)
-                    for (int64_t r = 0; r < MR; r++)
-                        dst[(k0 + k) * MR + r] = t[k][r];
-            }
-        } else if (!ta) {
-            for (int64_t r = 0; r < mr; r++) {
-                const float *src = A + (i0 + ip + r) * lda + p0;
-                for (int64_t k = 0; k < kc; k++)
-                    dst[k * MR + r] = alpha * src[k];
-            }
-            for (int64_t r = mr; r < MR; r++)
-                for (int64_t k = 0; k < kc; k++)
-                    dst[k * MR + r] = 0.0f;
-        } else {
-            for (int64_t k = 0; k < kc; k++) {
-                const float *src = A + (p0 + k) * lda + i0 + ip;
-                float *d = dst + k * MR;
-                for (int64_t r = 0; r < mr; r++)
-                    d[r] = alpha * src[r];
-                for (int64_t r = mr; r < MR; r++)
-                    d[r] = 0.0f;
-            }
-        }
-    }
-}
-
-/* Packs depth [p0, p0+kc) x columns [j0, j0+n) of op(B) into NR-wide
- * panels: dst[panel][k][NR], columns past n zero. */
-ZSK_CLONES static void pack_b(bool tb, const float *B, int64_t ldb,
-                              int64_t p0, int64_t kc, int64_t j0, int64_t n,
-                              int NR, float *restrict dst)
-{
-    for (int64_t jp = 0; jp < n; jp += NR, dst += kc * NR) {
-        int64_t nr = n - jp < NR ? n - jp : NR;
-        if (!tb) {
-            for (int64_t k = 0; k < kc; k++) {
-                const float *src = B + (p0 + k) * ldb + j0 + jp;
-                float *d = dst + k * NR;
-                for (int64_t c = 0; c < nr; c++)
-                    d[c] = src[c];
-                for (int64_t c = nr; c < NR; c++)
-                    d[c] = 0.0f;
-            }
-        } else if (NR % 16 == 0) {
-            /* columns have k contiguous: 16 x 16 blocks through a buffer,
-             * so reads and writes both move whole 64-byte lines (scattered
-             * single-float writes ran the dW GEMM of conv2d at 2/3 speed) */
-            for (int64_t k0 = 0; k0 < kc; k0 += 16) {
-                int64_t kb = kc - k0 < 16 ? kc - k0 : 16;
-                for (int64_t c0 = 0; c0 < NR; c0 += 16) {
-                    float t[16][16];
-                    for (int64_t c = 0; c < 16; c++) {
-                        int64_t cc = c0 + c;
-                        const float *src = B + (j0 + jp + cc) * ldb + p0 + k0;
-                        for (int64_t k = 0; k < kb; k++)
-                            t[k][c] = cc < nr ? src[k] : 0.0f;
-                    }
-                    for (int64_t k = 0; k < kb; k++)
-                        for (int64_t c = 0; c < 16; c++)
-                            dst[(k0 + k) * NR + c0 + c] = t[k][c];
-                }
-            }
-        } else {
-            for (int64_t c = 0; c < nr; c++) {
-                const float *src = B + (j0 + jp + c) * ldb + p0;
-                for (int64_t k = 0; k < kc; k++)
-                    dst[k * NR + c] = src[k];
-            }
-            for (int64_t c = nr; c < NR; c++)
-                for (int64_t k = 0; k < kc; k++)
-                    dst[k * NR + c] = 0.0f;
-        }
-    }
+    const char *x = (const char *)s.x + (r * s.rs + k * s.ks) * (int64_t)es;
+    return (zsk_gemm_src){x, s.rs, s.ks};
 }
 
 /* ---- packed GEMM -------------------------------------------------------- */
 
-typedef struct sgemm_job {
-    bool ta, tb;
-    int64_t M, N, K, lda, ldb, ldc;
+typedef struct job {
+    const zsk_gemm_desc *d;
+    int64_t M, N, K, ldc;
     float alpha, beta;
-    const float *A, *B;
+    zsk_gemm_src a, b; /* rows of op(A); columns of op(B) */
     float *C;
-    const zsk_sgemm_ukr *u;
     const zsk_epilogue *ep; /* NULL: none */
-    zsk_sgemm_epi_fn epi;
+    int64_t kcb;            /* depth of the K blocks, a multiple of kstep */
     int tm, tn;             /* thread grid */
-} sgemm_job;
+} job;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t ceil_to(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
 
-/* Depth of the K blocks: at most KC_MAX, all nearly equal. */
-static int64_t kc_for(int64_t K)
+/* Depth of the K blocks: at most d->kc, all nearly equal, whole units. */
+static int64_t kc_for(const zsk_gemm_desc *d, int64_t K)
 {
-    int64_t nk = (K + KC_MAX - 1) / KC_MAX;
-    return (K + nk - 1) / nk;
+    int64_t nk = (K + d->kc - 1) / d->kc;
+    return ceil_to((K + nk - 1) / nk, d->kstep);
 }
 
-/* C[m0:m1, n0:n1] with packing buffers ap (MC x KC) and bp (KC x NC). */
-static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1,
-                        int64_t n0, int64_t n1, float *ap, float *bp)
+/* C[m0:m1, n0:n1] with packing buffers ap (MC x KC units) and bp (KC x NC
+ * units). */
+static void run_block(const job *j, int64_t m0, int64_t m1, int64_t n0,
+                      int64_t n1, float *ap, float *bp)
 {
-    const int MR = j->u->mr, NR = j->u->nr;
-    const int64_t kcb = kc_for(j->K);
-    for (int64_t jc = n0; jc < n1; jc += NC) {
-        int64_t nc = min64(NC, n1 - jc);
-        for (int64_t pc = 0; pc < j->K; pc += kcb) {
-            int64_t kc = min64(kcb, j->K - pc);
+    const zsk_gemm_desc *d = j->d;
+    const int MR = d->mr, NR = d->nr;
+    const size_t es = elem_size(d->type);
+    const float pa = d->alpha_in_pack ? j->alpha : 1.0f;
+    const float ka = d->alpha_in_pack ? 1.0f : j->alpha;
+    for (int64_t jc = n0; jc < n1; jc += d->nc) {
+        int64_t nc = min64(d->nc, n1 - jc);
+        for (int64_t pc = 0; pc < j->K; pc += j->kcb) {
+            int64_t kc = min64(j->kcb, j->K - pc);
+            int64_t ku = (kc + d->kstep - 1) / d->kstep;
             float beta = pc == 0 ? j->beta : 1.0f;
             bool last = pc + kc >= j->K;
-            pack_b(j->tb, j->B, j->ldb, pc, kc, jc, nc, NR, bp);
-            for (int64_t ic = m0; ic < m1; ic += MC) {
-                int64_t mc = min64(MC, m1 - ic);
-                pack_a(j->ta, j->A, j->lda, ic, mc, pc, kc, j->alpha, MR, ap);
+            d->pack_b(src_at(j->b, es, jc, pc), nc, kc, NR, 1.0f, bp);
+            for (int64_t ic = m0; ic < m1; ic += d->mc) {
+                int64_t mc = min64(d->mc, m1 - ic);
+                d->pack_a(src_at(j->a, es, ic, pc), mc, kc, MR, pa, ap);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
-                    const float *b = bp + jr * kc;
+                    const float *b = bp + jr * ku;
                     int n = (int)min64(NR, nc - jr);
                     for (int64_t ir = 0; ir < mc; ir += MR)
-                        j->u->run(kc, ap + ir * kc, b,
-                                  j->C + (ic + ir) * j->ldc + jc + jr, j->ldc,
-                                  beta, (int)min64(MR, mc - ir), n);
+                        d->ukr(ku, ap + ir * ku, b,
+                               j->C + (ic + ir) * j->ldc + jc + jr, j->ldc,
+                               (int)min64(MR, mc - ir), n, ka, beta);
                 }
                 if (last && j->ep) {
                     zsk_epilogue at;
                     float *c = j->C + ic * j->ldc + jc;
-                    j->epi(c, j->ldc, mc, nc, c, j->ldc, 0.0f,
+                    d->epi(c, j->ldc, mc, nc, c, j->ldc, 0.0f,
                            zsk_epilogue_at(j->ep, ic, jc, &at));
                 }
             }
         }
+    }
+}
+
+/* Unpacked triple loop over C[m0:m1, n0:n1], the path of last resort when
+ * packing buffers cannot be allocated. */
+static void run_direct(const job *j, int64_t m0, int64_t m1, int64_t n0,
+                       int64_t n1)
+{
+    zsk_gemm_type t = j->d->type;
+    for (int64_t i = m0; i < m1; i++)
+        for (int64_t n = n0; n < n1; n++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < j->K; k++)
+                acc += elem(t, j->a.x, i * j->a.rs + k * j->a.ks) *
+                       elem(t, j->b.x, n * j->b.rs + k * j->b.ks);
+            float *p = j->C + i * j->ldc + n;
+            *p = j->alpha * acc + (j->beta != 0.0f ? j->beta * *p : 0.0f);
+        }
+    if (j->ep) {
+        zsk_epilogue at;
+        float *c = j->C + m0 * j->ldc + n0;
+        j->d->epi(c, j->ldc, m1 - m0, n1 - n0, c, j->ldc, 0.0f,
+                  zsk_epilogue_at(j->ep, m0, n0, &at));
     }
 }
 
@@ -292,29 +272,25 @@ static void split(int64_t n, int64_t q, int parts, int t, int64_t *b,
     *e = min64(n, nb * (t + 1) / parts * q);
 }
 
-static void sgemm_tiles(void *p, int64_t t0, int64_t t1)
+static void run_tiles(void *p, int64_t t0, int64_t t1)
 {
-    const sgemm_job *j = p;
+    const job *j = p;
+    const zsk_gemm_desc *d = j->d;
     for (int64_t t = t0; t < t1; t++) {
         int64_t m0, m1, n0, n1;
-        split(j->M, j->u->mr, j->tm, (int)(t / j->tn), &m0, &m1);
-        split(j->N, j->u->nr, j->tn, (int)(t % j->tn), &n0, &n1);
+        split(j->M, d->mr, j->tm, (int)(t / j->tn), &m0, &m1);
+        split(j->N, d->nr, j->tn, (int)(t % j->tn), &n0, &n1);
         if (m0 >= m1 || n0 >= n1)
             continue;
-        int64_t kc = kc_for(j->K);
-        size_t na = (size_t)(min64(MC, ceil_to(m1 - m0, j->u->mr)) * kc);
-        size_t nb = (size_t)(min64(NC, ceil_to(n1 - n0, j->u->nr)) * kc);
+        int64_t ku = (j->kcb + d->kstep - 1) / d->kstep;
+        size_t na = (size_t)(ceil_to(min64(d->mc, m1 - m0), d->mr) * ku);
+        size_t nb = (size_t)(ceil_to(min64(d->nc, n1 - n0), d->nr) * ku);
         float *ap = zs_alloc(na * sizeof(float));
         float *bp = zs_alloc(nb * sizeof(float));
-        zsk_epilogue at;
         if (ap && bp)
-            sgemm_block(j, m0, m1, n0, n1, ap, bp);
-        else /* out of memory: the unpacked code needs no buffers */
-            zsk_sgemm_ref(j->ta, j->tb, m1 - m0, n1 - n0, j->K, j->alpha,
-                          j->A + (j->ta ? m0 : m0 * j->lda), j->lda,
-                          j->B + (j->tb ? n0 * j->ldb : n0), j->ldb, j->beta,
-                          j->C + m0 * j->ldc + n0, j->ldc,
-                          zsk_epilogue_at(j->ep, m0, n0, &at));
+            run_block(j, m0, m1, n0, n1, ap, bp);
+        else /* out of memory: the unpacked loop needs no buffers */
+            run_direct(j, m0, m1, n0, n1);
         zs_free(ap);
         zs_free(bp);
     }
@@ -322,17 +298,18 @@ static void sgemm_tiles(void *p, int64_t t0, int64_t t1)
 
 /* Chooses the tm x tn grid for T threads: least padded work per thread
  * plus the elements it packs (A once per NC columns, B once). */
-static void choose_grid(sgemm_job *j, int T)
+static void choose_grid(job *j, int T)
 {
+    const zsk_gemm_desc *d = j->d;
     double best = -1;
     for (int tm = 1; tm <= T; tm++) {
         if (T % tm)
             continue;
         int tn = T / tm;
-        double mt = (double)ceil_to((j->M + tm - 1) / tm, j->u->mr);
-        double nt = (double)ceil_to((j->N + tn - 1) / tn, j->u->nr);
+        double mt = (double)ceil_to((j->M + tm - 1) / tm, d->mr);
+        double nt = (double)ceil_to((j->N + tn - 1) / tn, d->nr);
         double cost = mt * nt * (double)j->K +
-                      (mt * (double)((int64_t)nt + NC - 1) / NC + nt) *
+                      (mt * (double)((int64_t)nt + d->nc - 1) / d->nc + nt) *
                           (double)j->K * 4.0;
         if (best < 0 || cost < best) {
             best = cost;
@@ -342,21 +319,61 @@ static void choose_grid(sgemm_job *j, int T)
     }
 }
 
-static void sgemm_packed(const zsk_sgemm_ukr *u, bool ta, bool tb, int64_t M,
-                         int64_t N, int64_t K, float alpha, const float *A,
-                         int64_t lda, const float *B, int64_t ldb, float beta,
-                         float *C, int64_t ldc, const zsk_epilogue *ep)
+static void run_packed(job *j)
 {
-    sgemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, u,
-                   ep, current_epi(), 1, 1};
     int T = zs_thread_index() == 0 ? zs_num_threads() : 1;
-    if ((double)M * (double)N * (double)K < PAR_MIN_MACS)
+    if ((double)j->M * (double)j->N * (double)j->K < PAR_MIN_MACS)
         T = 1;
-    choose_grid(&j, T);
+    j->kcb = kc_for(j->d, j->K);
+    choose_grid(j, T);
     if (T == 1)
-        sgemm_tiles(&j, 0, 1);
+        run_tiles(j, 0, 1);
     else
-        zs_parallel_for(T, 1, sgemm_tiles, &j);
+        zs_parallel_for(T, 1, run_tiles, j);
+}
+
+/* ---- skinny M (16-bit descriptors): op(B) read in place ----------------- */
+
+typedef struct small_job {
+    const job *j;
+    const void *a;
+    int64_t lda;
+} small_job;
+
+#define SMALL_COLS 128
+
+static void small_range(void *ctx, int64_t b, int64_t e)
+{
+    const small_job *sj = ctx;
+    const job *j = sj->j;
+    j->d->small((int)j->M, b * SMALL_COLS, min64(e * SMALL_COLS, j->N), j->K,
+                j->alpha, sj->a, sj->lda, j->b, j->beta, j->C, j->ldc);
+}
+
+/* op(A) copied to a dense buffer of units (bf16 pairs, K padded to even,
+ * or f32). Returns false (nothing done) when it cannot be allocated. */
+static bool run_small(const job *j)
+{
+    bool pairs = j->d->kstep == 2;
+    int64_t lda = pairs ? j->K + (j->K & 1) : j->K;
+    void *a = zs_alloc((size_t)(j->M * lda) * (pairs ? 2 : 4));
+    if (!a)
+        return false;
+    const uint16_t *x = j->a.x;
+    for (int64_t i = 0; i < j->M; i++)
+        for (int64_t k = 0; k < lda; k++) {
+            int64_t at = i * j->a.rs + k * j->a.ks;
+            if (pairs)
+                ((uint16_t *)a)[i * lda + k] = k < j->K ? x[at] : 0;
+            else
+                ((float *)a)[i * lda + k] = elem(j->d->type, x, at);
+        }
+    small_job sj = {j, a, lda};
+    int64_t nblk = (j->N + SMALL_COLS - 1) / SMALL_COLS;
+    int64_t grain = 1 + (1 << 18) / (2 * SMALL_COLS * j->M * j->K + 1);
+    zs_parallel_for(nblk, grain, small_range, &sj);
+    zs_free(a);
+    return true;
 }
 
 /* ---- matrix-vector ------------------------------------------------------ */
@@ -450,16 +467,17 @@ ZSK_CLONES static void gemv_nk(void *p, int64_t j0, int64_t j1)
 
 /* y = alpha * x P + beta * y with x strided by incx, then the epilogue
  * (col: y is a column of C). False when out of memory (nothing written). */
-static bool sgemv(bool kn, bool col, int64_t N, int64_t K, float alpha,
-                  const float *x, int64_t incx, const float *P, int64_t ld,
-                  float beta, float *y, int64_t incy, const zsk_epilogue *ep)
+static bool sgemv(const zsk_gemm_desc *d, bool kn, bool col, int64_t N,
+                  int64_t K, float alpha, const float *x, int64_t incx,
+                  const float *P, int64_t ld, float beta, float *y,
+                  int64_t incy, const zsk_epilogue *ep)
 {
     float *xs = zs_alloc((size_t)K * sizeof(float));
     if (!xs)
         return false;
     for (int64_t k = 0; k < K; k++)
         xs[k] = alpha * x[k * incx];
-    gemv_job g = {kn, col, K, ld, incy, xs, P, beta, y, ep, current_epi()};
+    gemv_job g = {kn, col, K, ld, incy, xs, P, beta, y, ep, d->epi};
     int64_t grain = 65536 / (K + 1) + 16;
     if (zs_thread_index() != 0 || (double)N * (double)K < PAR_MIN_MACS)
         grain = N;
@@ -468,7 +486,7 @@ static bool sgemv(bool kn, bool col, int64_t N, int64_t K, float alpha,
     return true;
 }
 
-/* ---- entry points ------------------------------------------------------- */
+/* ---- the driver and the entry points ------------------------------------ */
 
 static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
 {
@@ -477,32 +495,43 @@ static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
             C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
 }
 
-void zsk_sgemm_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                  float alpha, const float *A, int64_t lda, const float *B,
-                  int64_t ldb, float beta, float *C, int64_t ldc,
-                  const zsk_epilogue *ep)
+void zsk_gemm_run(const zsk_gemm_desc *d, bool ta, bool tb, int64_t M,
+                  int64_t N, int64_t K, float alpha, const void *A,
+                  int64_t lda, const void *B, int64_t ldb, float beta,
+                  float *C, int64_t ldc, const zsk_epilogue *ep)
 {
     if (M <= 0 || N <= 0)
         return;
     if (K <= 0 || alpha == 0.0f) {
         scale_c(M, N, beta, C, ldc);
         if (ep)
-            current_epi()(C, ldc, M, N, C, ldc, 0.0f, ep);
+            d->epi(C, ldc, M, N, C, ldc, 0.0f, ep);
         return;
     }
-    const zsk_sgemm_ukr *u = current_ukr();
-    if (u && M == 1 &&
-        sgemv(!tb, false, N, K, alpha, A, ta ? lda : 1, B, ldb, beta, C, 1, ep))
+    if (d->gemv && M == 1 &&
+        sgemv(d, !tb, false, N, K, alpha, A, ta ? lda : 1, B, ldb, beta, C, 1,
+              ep))
         return;
-    if (u && N == 1 &&
-        sgemv(ta, true, M, K, alpha, B, tb ? 1 : ldb, A, lda, beta, C, ldc, ep))
+    if (d->gemv && N == 1 &&
+        sgemv(d, ta, true, M, K, alpha, B, tb ? 1 : ldb, A, lda, beta, C, ldc,
+              ep))
         return;
-    if (u)
-        sgemm_packed(u, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                     ep);
-    else
-        zsk_sgemm_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                      ep);
+    job j = {d, M, N, K, ldc, alpha, beta,
+             {A, ta ? 1 : lda, ta ? lda : 1}, {B, tb ? ldb : 1, tb ? 1 : ldb},
+             C, ep, 0, 1, 1};
+    /* the skinny kernels have no epilogue: with one, M <= 4 packs */
+    if (d->small && M <= ZSK_GEMM_SMALL_M && !ep && run_small(&j))
+        return;
+    run_packed(&j);
+}
+
+void zsk_sgemm_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                  float alpha, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc,
+                  const zsk_epilogue *ep)
+{
+    zsk_gemm_run(zsk_gemm_desc_for(ZSK_GEMM_F32), ta, tb, M, N, K, alpha, A,
+                 lda, B, ldb, beta, C, ldc, ep);
 }
 
 void zsk_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -510,6 +539,24 @@ void zsk_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                float beta, float *C, int64_t ldc)
 {
     zsk_sgemm_ex(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
+void zsk_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                   float alpha, const uint16_t *A, int64_t lda,
+                   const uint16_t *B, int64_t ldb, float beta, float *C,
+                   int64_t ldc)
+{
+    zsk_gemm_run(zsk_gemm_desc_for(ZSK_GEMM_BF16), ta, tb, M, N, K, alpha, A,
+                 lda, B, ldb, beta, C, ldc, NULL);
+}
+
+void zsk_gemm_f16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                  float alpha, const uint16_t *A, int64_t lda,
+                  const uint16_t *B, int64_t ldb, float beta, float *C,
+                  int64_t ldc)
+{
+    zsk_gemm_run(zsk_gemm_desc_for(ZSK_GEMM_F16), ta, tb, M, N, K, alpha, A,
+                 lda, B, ldb, beta, C, ldc, NULL);
 }
 
 void zsk_dgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K,

@@ -7,12 +7,18 @@
  * beta == 0 ignores C's old contents (NaN included). Multithreaded over the
  * pool (serial when called from a pool task).
  *
- * zsk_sgemm is a BLIS-style packed GEMM (gemm.c) over an AVX-512 or
- * AVX2+FMA micro-kernel (gemm_avx512.c, gemm_avx2.c) chosen at run time,
- * with a portable fallback (gemm_ref.c); zsk_dgemm is the portable code.
- * zsk_sgemm_ex adds a fused epilogue (bias, GeLU, residual) applied to each
- * block of C right after its last K block, while the block is in cache, so
- * C goes to memory once and no separate elementwise pass runs.
+ * One BLIS-style framework runs every input type (gemm.c): a descriptor
+ * per (element type, ISA) names the packers, the micro-kernel with its
+ * register tile and the cache blocking (zsk_gemm_desc below), and one
+ * driver does the packing, blocking, threading, edge tiles, beta and the
+ * skinny shortcuts for all of them. zsk_sgemm runs the f32 descriptor of
+ * the best ISA (gemm_f32_avx512.c, gemm_f32_avx2.c, portable gemm_ref.c);
+ * zsk_gemm_bf16 / zsk_gemm_f16 (gemm_lowp.h) the 16-bit ones
+ * (gemm_bf16_avx512.c, gemm_ref.c). zsk_dgemm is the portable row-parallel
+ * code of gemm_ref.c. zsk_sgemm_ex adds a fused epilogue (bias, GeLU,
+ * residual) applied to each block of C right after its last K block, while
+ * the block is in cache, so C goes to memory once and no separate
+ * elementwise pass runs.
  */
 #ifndef ZS_KERNELS_CPU_GEMM_H
 #define ZS_KERNELS_CPU_GEMM_H
@@ -60,45 +66,123 @@ void zsk_gelu_tanh_f32(float *y, const float *x, int64_t n, bool vector);
  * CPU lacks it); relative error < 1e-6. For tests. */
 void zsk_tanh_f32_avx512(float *y, const float *x, int64_t n);
 
-/* ---- implementation interface (gemm*.c, tests, bench) ----------------- */
+/* ---- the GEMM framework (gemm*.c, tests, bench) ---------------------- */
 
 typedef enum zsk_gemm_isa {
     ZSK_GEMM_AUTO = 0, /* best the CPU supports */
     ZSK_GEMM_REF,      /* portable C */
     ZSK_GEMM_AVX2,     /* AVX2 + FMA micro-kernel */
-    ZSK_GEMM_AVX512,   /* AVX-512F micro-kernel */
+    ZSK_GEMM_AVX512,   /* AVX-512 micro-kernel */
 } zsk_gemm_isa;
 
 /* Forces the SGEMM code path (tests, benchmarks); false (and no change)
  * when the CPU lacks it. Not thread-safe against running GEMMs. */
 bool zsk_gemm_set_isa(zsk_gemm_isa isa);
-/* Name of the path in use, e.g. "avx512 14x32". */
+/* Name of the SGEMM path in use, e.g. "avx512 14x32". */
 const char *zsk_gemm_isa_name(void);
 
-/* A micro-kernel computes one MR x NR tile of C from packed panels:
- * a[k * MR + i] (alpha already applied) and b[k * NR + j], k < kc (b is
- * 64-byte aligned), then c[i * ldc + j] = acc + beta * c (beta == 0: c is
- * not read) for i < m <= MR, j < n <= NR. */
-typedef void (*zsk_sgemm_ukr_fn)(int64_t kc, const float *a, const float *b,
-                                 float *c, int64_t ldc, float beta, int m,
-                                 int n);
-typedef struct zsk_sgemm_ukr {
-    const char *name;
-    int mr, nr;
-    zsk_sgemm_ukr_fn run;
-} zsk_sgemm_ukr;
+/* Element type of A and B; C and the accumulators are always float32. */
+typedef enum zsk_gemm_type {
+    ZSK_GEMM_F32,
+    ZSK_GEMM_BF16, /* raw bfloat16 bit patterns (uint16_t) */
+    ZSK_GEMM_F16,  /* raw IEEE half bit patterns (uint16_t) */
+} zsk_gemm_type;
 
-extern const zsk_sgemm_ukr zsk_sgemm_ukr_avx512;
-extern const zsk_sgemm_ukr zsk_sgemm_ukr_avx2;
+/* Rows to pack, in elements of the type: element (r, k) is
+ * x[r * rs + k * ks] (rows of op(A), or columns of op(B)). One of rs, ks is
+ * 1 for every transpose; packers take the k-contiguous path when ks == 1,
+ * else the rows-contiguous one (rs == 1). */
+typedef struct zsk_gemm_src {
+    const void *x;
+    int64_t rs, ks;
+} zsk_gemm_src;
+
+/* Packs rows [0, rows) and k [0, kc) of s into panels of w rows: panel p
+ * holds 4-byte units [u][r] (u < ku = ceil(kc / kstep), r < w) at
+ * out + p * w * ku; a unit is one float (kstep 1) or a bf16 pair, k = 2u
+ * in the low half (kstep 2). f32 units are multiplied by alpha; pair
+ * packers ignore it. Rows past `rows` and k past kc are zero. */
+typedef void (*zsk_gemm_pack_fn)(zsk_gemm_src s, int64_t rows, int64_t kc,
+                                 int w, float alpha, void *out);
+/* The micro-kernel: with packed panels a (MR-wide) and b (NR-wide, 64-byte
+ * aligned) of ku units, c[i * ldc + j] = alpha * sum_u a[u][i] b[u][j] +
+ * beta * c[i * ldc + j] for i < m <= MR, j < n <= NR (beta == 0: c is not
+ * read). Kernels of descriptors with alpha_in_pack are called with
+ * alpha = 1 and may ignore it. */
+typedef void (*zsk_gemm_ukr_fn)(int64_t ku, const void *a, const void *b,
+                                float *c, int64_t ldc, int m, int n,
+                                float alpha, float beta);
+/* Skinny path, M <= ZSK_GEMM_SMALL_M, no packing of B:
+ * C[0:M, n0:n1] = alpha * a . op(B)[:, n0:n1] + beta * C, where a is op(A)
+ * as a dense M x lda buffer of units (bf16 with K zero-padded to even for
+ * kstep 2, f32 for kstep 1); b views the columns of op(B). */
+#define ZSK_GEMM_SMALL_M 4
+typedef void (*zsk_gemm_small_fn)(int M, int64_t n0, int64_t n1, int64_t K,
+                                  float alpha, const void *a, int64_t lda,
+                                  zsk_gemm_src b, float beta, float *C,
+                                  int64_t ldc);
+
+typedef void (*zsk_sgemm_epi_fn)(const float *t, int64_t ldt, int64_t m,
+                                 int64_t n, float *c, int64_t ldc, float beta,
+                                 const zsk_epilogue *ep);
+
+/* One (input type, ISA) implementation: what the generic driver of gemm.c
+ * needs to run it. Blocking is per descriptor, measured with its kernel. */
+typedef struct zsk_gemm_desc {
+    const char *name;      /* "avx512 14x32", "bf16 avx512bf16 14x32" */
+    zsk_gemm_type type;    /* elements of A and B */
+    zsk_gemm_isa isa;      /* what zsk_gemm_set_isa calls it */
+    bool (*usable)(void);  /* the CPU runs it; NULL: always */
+    int mr, nr;            /* register tile of C */
+    int kstep;             /* k elements per packed unit: 1 or 2 */
+    bool alpha_in_pack;    /* pack_a applies alpha, the kernel gets 1 */
+    int kc, mc, nc;        /* cache blocks: k depth (max; K is split in
+                            * equal blocks), rows of A, columns of B */
+    zsk_gemm_pack_fn pack_a, pack_b;
+    zsk_gemm_ukr_fn ukr;
+    zsk_sgemm_epi_fn epi;  /* the epilogue (zsk_sgemm_ex) on this ISA */
+    bool gemv;             /* M = 1 or N = 1: unpacked f32 GEMV (f32 only) */
+    zsk_gemm_small_fn small; /* M <= ZSK_GEMM_SMALL_M, or NULL */
+} zsk_gemm_desc;
+
+/* The descriptors (gemm_ref.c, gemm_f32_avx2.c, gemm_f32_avx512.c,
+ * gemm_bf16_avx512.c). */
+extern const zsk_gemm_desc zsk_gemm_f32_ref, zsk_gemm_bf16_ref,
+    zsk_gemm_f16_ref;
+extern const zsk_gemm_desc zsk_gemm_f32_avx2;
+extern const zsk_gemm_desc zsk_gemm_f32_avx512;
+extern const zsk_gemm_desc zsk_gemm_bf16_avx512bf16, zsk_gemm_bf16_avx512,
+    zsk_gemm_f16_avx512;
+
+/* The f32 AVX-512 micro-kernel (14 x 32), also run by the 16-bit
+ * descriptors that convert to f32 panels. */
+void zsk_gemm_f32_avx512_14x32(int64_t ku, const void *a, const void *b,
+                               float *c, int64_t ldc, int m, int n,
+                               float alpha, float beta);
+
+/* Every descriptor the CPU can run, into out[0 .. cap); returns how many
+ * there are (tests run each one). */
+int zsk_gemm_descs(const zsk_gemm_desc **out, int cap);
+/* The descriptor that the entry points use now for type t (after
+ * zsk_gemm_set_isa and the zsk_lowp_* hooks). */
+const zsk_gemm_desc *zsk_gemm_desc_for(zsk_gemm_type t);
+/* The generic driver: C = alpha op(A) op(B) + beta C, then ep (NULL: none),
+ * the contract of zsk_sgemm_ex with A and B of d's element type. */
+void zsk_gemm_run(const zsk_gemm_desc *d, bool ta, bool tb, int64_t M,
+                  int64_t N, int64_t K, float alpha, const void *A,
+                  int64_t lda, const void *B, int64_t ldb, float beta,
+                  float *C, int64_t ldc, const zsk_epilogue *ep);
+
+/* The portable packer of f32 rows into f32 panels (gemm_ref.c), shared by
+ * the f32 descriptors of every ISA. */
+void zsk_gemm_pack_f32(zsk_gemm_src s, int64_t rows, int64_t kc, int w,
+                       float alpha, void *out);
 
 /* Writes c[i * ldc + j] = epilogue(t[i * ldt + j] + beta * c[i * ldc + j])
  * for i < m, j < n (beta == 0: c is not read; ep NULL: no epilogue); ep's
  * pointers are offset to the block's origin. t may be c itself
  * (ldt == ldc). Single-threaded: portable scalar code (gemm_ref.c) and
- * AVX-512 (gemm_avx512.c). */
-typedef void (*zsk_sgemm_epi_fn)(const float *t, int64_t ldt, int64_t m,
-                                 int64_t n, float *c, int64_t ldc, float beta,
-                                 const zsk_epilogue *ep);
+ * AVX-512 (gemm_f32_avx512.c). */
 void zsk_sgemm_epi_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
                        float *c, int64_t ldc, float beta,
                        const zsk_epilogue *ep);
@@ -110,8 +194,9 @@ void zsk_sgemm_epi_avx512(const float *t, int64_t ldt, int64_t m, int64_t n,
 const zsk_epilogue *zsk_epilogue_at(const zsk_epilogue *ep, int64_t i,
                                     int64_t j, zsk_epilogue *out);
 
-/* Portable row-parallel GEMMs (any transposes, strides, beta; the f32 one
- * applies ep, which may be NULL, to each finished row). */
+/* Portable unpacked row-parallel GEMMs (any transposes, strides, beta; the
+ * f32 one applies ep, which may be NULL, to each finished row): zsk_dgemm,
+ * and the f32 reference of the tests. */
 void zsk_sgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                    float alpha, const float *A, int64_t lda, const float *B,
                    int64_t ldb, float beta, float *C, int64_t ldc,

@@ -1,9 +1,18 @@
 /*
- * gemm_ref.c - portable GEMM: parallel over rows of C, K-blocked, with an
- * i-k-j loop order that the compiler vectorises along N (ZSK_CLONES).
- * Correct for all transposes and strides. It is zsk_dgemm, and zsk_sgemm
- * on CPUs without AVX2+FMA (and the fallback when packing buffers cannot be
- * allocated); tests/kernels/test_gemm.c runs it beside the packed paths.
+ * gemm_ref.c - the portable C parts of the GEMM framework (gemm.h):
+ *
+ * - the packers of f32 panels from f32, bf16 or f16 rows (zsk_gemm_pack_f32
+ *   is also the packer of the f32 AVX2 and AVX-512 descriptors), with
+ *   16 x 16 transposes through a buffer where k is contiguous, so reads and
+ *   writes both move whole 64-byte lines (scattered single-float writes
+ *   ran the dW GEMM of conv2d at 2/3 speed);
+ * - a plain-C 4 x 16 micro-kernel that the compiler vectorises
+ *   (ZSK_CLONES), and the portable descriptors f32/bf16/f16 built on them:
+ *   what the generic driver runs on CPUs without AVX2+FMA (f32) or
+ *   AVX-512 (bf16, f16);
+ * - the unpacked row-parallel GEMM (K-blocked, i-k-j loop order that
+ *   vectorises along N): zsk_dgemm, and zsk_sgemm_ref, the f32 reference
+ *   that tests/kernels/test_gemm.c runs beside the packed paths;
  *
  * Also the scalar epilogue (zsk_sgemm_epi_ref) used by every path but the
  * AVX-512 one: evaluated per element in double (GeLU as v sigmoid(2u), the
@@ -14,6 +23,7 @@
 #include "kernels/cpu/gemm.h"
 
 #include "kernels/cpu/kernels.h"
+#include "zs/core.h"
 
 #define KB 256
 
@@ -114,3 +124,121 @@ void zsk_dgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
     dg_ctx c = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL};
     zs_parallel_for(M, 1 + 65536 / (N * (K + 1) + 1), dg_rows, &c);
 }
+
+/* ---- packers ------------------------------------------------------------ */
+
+static inline float bf16_to_f32(uint16_t h)
+{
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
+#define CVT_F32(x) (x)
+
+/* The packer of gemm.h for kstep 1 (units are floats) from elements of
+ * type T, converted by CVT. Three paths: k contiguous with w <= 16 (rows of
+ * A) and with w a multiple of 16 (columns of B^T) transpose 16 x 16
+ * blocks through a buffer, so every store writes a whole run of units;
+ * rows contiguous copies a run of rows per k (memcpy for f32 and B). */
+#define DEFINE_PACK(NAME, T, CVT)                                             \
+    ZSK_CLONES void NAME(zsk_gemm_src s, int64_t rows, int64_t kc, int w,     \
+                         float alpha, void *out)                              \
+    {                                                                         \
+        const T *x = s.x;                                                     \
+        float *restrict dst = out;                                            \
+        for (int64_t ip = 0; ip < rows; ip += w, dst += kc * w) {             \
+            int64_t nr = rows - ip < w ? rows - ip : w;                       \
+            if (s.ks == 1 && w <= 16) {                                       \
+                for (int64_t k0 = 0; k0 < kc; k0 += 16) {                     \
+                    int64_t kb = kc - k0 < 16 ? kc - k0 : 16;                 \
+                    float t[16][16];                                          \
+                    for (int64_t r = 0; r < w; r++) {                         \
+                        const T *src = x + (ip + r) * s.rs + k0;              \
+                        for (int64_t k = 0; k < kb; k++)                      \
+                            t[k][r] = r < nr ? alpha * CVT(src[k]) : 0.0f;    \
+                    }                                                         \
+                    for (int64_t k = 0; k < kb; k++)                          \
+                        for (int64_t r = 0; r < w; r++)                       \
+                            dst[(k0 + k) * w + r] = t[k][r];                  \
+                }                                                             \
+            } else if (s.ks == 1 && w % 16 == 0) {                            \
+                for (int64_t k0 = 0; k0 < kc; k0 += 16) {                     \
+                    int64_t kb = kc - k0 < 16 ? kc - k0 : 16;                 \
+                    for (int64_t c0 = 0; c0 < w; c0 += 16) {                  \
+                        float t[16][16];                                      \
+                        for (int64_t c = 0; c < 16; c++) {                    \
+                            int64_t cc = c0 + c;                              \
+                            const T *src = x + (ip + cc) * s.rs + k0;         \
+                            for (int64_t k = 0; k < kb; k++)                  \
+                                t[k][c] = cc < nr ? alpha * CVT(src[k]) : 0.0f; \
+                        }                                                     \
+                        for (int64_t k = 0; k < kb; k++)                      \
+                            for (int64_t c = 0; c < 16; c++)                  \
+                                dst[(k0 + k) * w + c0 + c] = t[k][c];         \
+                    }                                                         \
+                }                                                             \
+            } else if (s.ks == 1) {                                           \
+                for (int64_t r = 0; r < nr; r++) {                            \
+                    const T *src = x + (ip + r) * s.rs;                       \
+                    for (int64_t k = 0; k < kc; k++)                          \
+                        dst[k * w + r] = alpha * CVT(src[k]);                 \
+                }                                                             \
+                for (int64_t r = nr; r < w; r++)                              \
+                    for (int64_t k = 0; k < kc; k++)                          \
+                        dst[k * w + r] = 0.0f;                                \
+            } else {                                                          \
+                for (int64_t k = 0; k < kc; k++) {                            \
+                    const T *src = x + k * s.ks + ip;                         \
+                    float *d = dst + k * w;                                   \
+                    if (alpha == 1.0f)                                        \
+                        for (int64_t r = 0; r < nr; r++)                      \
+                            d[r] = CVT(src[r]);                               \
+                    else                                                      \
+                        for (int64_t r = 0; r < nr; r++)                      \
+                            d[r] = alpha * CVT(src[r]);                       \
+                    for (int64_t r = nr; r < w; r++)                          \
+                        d[r] = 0.0f;                                          \
+                }                                                             \
+            }                                                                 \
+        }                                                                     \
+    }
+
+DEFINE_PACK(zsk_gemm_pack_f32, float, CVT_F32)
+static DEFINE_PACK(pack_bf16, uint16_t, bf16_to_f32)
+static DEFINE_PACK(pack_f16, uint16_t, zs_f16_to_f32)
+
+/* ---- micro-kernel and descriptors --------------------------------------- */
+
+#define PMR 4
+#define PNR 16
+
+/* gemm_f32_portable_4x16: a: [ku][PMR] f32, b: [ku][PNR] f32. */
+ZSK_CLONES static void ukr_4x16(int64_t ku, const void *ap, const void *bp,
+                                float *c, int64_t ldc, int m, int n,
+                                float alpha, float beta)
+{
+    const float *a = ap, *b = bp;
+    float acc[PMR][PNR] = {{0}};
+    for (int64_t u = 0; u < ku; u++)
+        for (int i = 0; i < PMR; i++)
+            for (int j = 0; j < PNR; j++)
+                acc[i][j] += a[u * PMR + i] * b[u * PNR + j];
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float *p = c + i * ldc + j;
+            *p = alpha * acc[i][j] + (beta != 0.0f ? beta * *p : 0.0f);
+        }
+}
+
+/* Blocking: KC 256, MC 128, NC 1024 (not tuned; the 4x16 kernel's panels
+ * are small next to any cache). */
+#define PORTABLE(NAME, STR, TYPE, PACK)                                            \
+    const zsk_gemm_desc NAME = {                                              \
+        .name = STR, .type = TYPE, .isa = ZSK_GEMM_REF,                \
+        .mr = PMR, .nr = PNR, .kstep = 1, .alpha_in_pack = true,              \
+        .kc = 256, .mc = 128, .nc = 1024, .pack_a = PACK, .pack_b = PACK,     \
+        .ukr = ukr_4x16, .epi = zsk_sgemm_epi_ref, .gemv = TYPE == ZSK_GEMM_F32}
+
+PORTABLE(zsk_gemm_f32_ref, "ref 4x16", ZSK_GEMM_F32, zsk_gemm_pack_f32);
+PORTABLE(zsk_gemm_bf16_ref, "bf16 ref 4x16", ZSK_GEMM_BF16, pack_bf16);
+PORTABLE(zsk_gemm_f16_ref, "f16 ref 4x16", ZSK_GEMM_F16, pack_f16);

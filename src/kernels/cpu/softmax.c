@@ -11,10 +11,10 @@
  * columns of one [R, K] slab with per-column accumulators, so every loop
  * is still unit-stride.
  *
- * exp for f32 is a local branch-free Cephes-style approximation (exp_f32,
- * measured max relative error 1.4 ulp on [-87, 88]), applied 16 lanes at
- * a time with GCC vector extensions in the row loops (exp16); f64 uses
- * libm exp. Measured (AMD EPYC, AVX-512, 2 threads): softmax over the
+ * exp for f32 is the branch-free Cephes-style approximation of vmath.h
+ * (zsi_exp_f32, measured max relative error 1.4 ulp on [-87, 88]), applied
+ * 16 lanes at a time with GCC vector extensions in the row loops
+ * (zsi_exp_v16f); f64 uses libm exp. Measured (AMD EPYC, AVX-512, 2 threads): softmax over the
  * rows of [4096, 1024] f32 at ~30 GB/s (one read + one write).
  */
 #include <math.h>
@@ -24,46 +24,21 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/reduce_ext.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cpu/vmath.h"
 
 #define STRIP 1024
 #define BLOCK 256
 
-/* exp(x) = 2^n e^r with n = round(x log2 e) (by the 1.5 * 2^23 trick) and
- * r = x - n ln 2 in two parts; degree-6 polynomial for e^r (Cephes expf).
- * x < -87 gives 0, x > 88 gives inf, NaN stays NaN. The range tests are
- * integer compares on the bits combined with masks: float compares would
- * keep the loops from vectorising under the default -ftrapping-math. */
-static inline float exp_f32(float x)
-{
-    union { float f; uint32_t u; int32_t i; } xb = {x}, xc, t, s, y;
-    uint32_t lo = -(uint32_t)(xb.u > 0xC2AE0000u); /* < -87, -inf, -NaN */
-    uint32_t hi = -(uint32_t)(xb.i > 0x42B00000);  /* > 88, +inf, +NaN */
-    uint32_t nan = -(uint32_t)((xb.u & 0x7FFFFFFFu) > 0x7F800000u);
-    xc.u = (lo & 0xC2AE0000u) | (hi & 0x42B00000u) | (~(lo | hi) & xb.u);
-    t.f = xc.f * 1.44269504088896341f + 12582912.0f;
-    float n = t.f - 12582912.0f;
-    float r = xc.f - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    s.u = (t.u - 0x4B400000u + 127u) << 23;
-    y.f = p * s.f;
-    y.u = (~(lo | hi | nan) & y.u) | (hi & 0x7F800000u) | (nan & xb.u);
-    return y.f;
-}
+/* exp of f32: zsi_exp_f32 (vmath.h); x < -87 gives 0, x > 88 inf, NaN
+ * stays NaN. */
+static inline float exp_f32(float x) { return zsi_exp_f32(x); }
 
 /* ---- f32 exp over arrays, 16 lanes -----------------------------------------
  * GCC vector extensions (one zmm on AVX-512, two ymm on AVX2, four xmm on
  * the baseline clone) keep the accumulators in registers; plain lane
  * arrays got spilled to the stack, which made the loop latency-bound. */
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef zsi_v16f v16f;
 
 #define VINLINE static inline __attribute__((always_inline))
 
@@ -82,28 +57,7 @@ VINLINE float hsum16(const v16f *v)
 }
 
 /* *v = exp_f32 of each lane (same operations, same results). */
-VINLINE void exp16(v16f *v)
-{
-    v16u xb = (v16u)*v;
-    v16u lo = (v16u)(xb > 0xC2AE0000u);
-    v16u hi = (v16u)((v16i)xb > 0x42B00000);
-    v16u nan = (v16u)((xb & 0x7FFFFFFFu) > 0x7F800000u);
-    v16f xc = (v16f)((lo & 0xC2AE0000u) | (hi & 0x42B00000u) |
-                     (~(lo | hi) & xb));
-    v16f t = xc * 1.44269504088896341f + 12582912.0f;
-    v16f n = t - 12582912.0f;
-    v16f r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-    v16f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    v16u sc = ((v16u)t - 0x4B400000u + 127u) << 23;
-    v16u y = (v16u)(p * (v16f)sc);
-    y = (~(lo | hi | nan) & y) | (hi & 0x7F800000u) | (nan & xb);
-    *v = (v16f)y;
-}
+VINLINE void exp16(v16f *v) { zsi_exp_v16f(v); }
 
 /* sum of exp(x - sub) over x[0, n) in double (float lanes per block of
  * BLOCK, block totals in double); y (or NULL) receives the terms. */

@@ -49,6 +49,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/unary.h"
+#include "kernels/cpu/vmath.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -183,28 +184,12 @@ static inline AVX512 __m512 v_recip(__m512 d)
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, SPLAT(2.0f)));
 }
 
-/* exp for x in [-104, 89] or NaN; below -104 it still gives 0 down to
- * about -2^22 (scalef saturates), which the gelu caller relies on. */
-static inline AVX512 __m512 v_exp_nc(__m512 x)
-{
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, SPLAT(1.44269504088896341)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, SPLAT(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, SPLAT(-2.12194440e-4f), r);
-    __m512 p = SPLAT(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, SPLAT(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, SPLAT(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
+/* exp (vmath.h): v_exp_nc for x in [-104, 89] or NaN (below -104 it
+ * still gives 0 down to about -2^22, which the gelu caller relies on);
+ * v_exp clamps x to [-104, 89]. */
+static inline AVX512 __m512 v_exp_nc(__m512 x) { return zsi_exp_m512_nc(x); }
 
-static inline AVX512 __m512 v_exp(__m512 x)
-{
-    return v_exp_nc(v_clampf(x, SPLAT(-104.0f), SPLAT(89.0f)));
-}
+static inline AVX512 __m512 v_exp(__m512 x) { return zsi_exp_m512(x); }
 
 static inline AVX512 __m512 v_log(__m512 x)
 {

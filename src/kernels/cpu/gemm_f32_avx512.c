@@ -1,6 +1,8 @@
 /*
- * gemm_avx512.c - AVX-512 SGEMM micro-kernels (see gemm.h for the packed
- * panel contract).
+ * gemm_f32_avx512.c - the f32 AVX-512 descriptor of the GEMM framework:
+ * micro-kernels (see gemm.h for the packed panel contract) on the portable
+ * f32 packer, and the vector epilogue. The 16-bit AVX-512 descriptors that
+ * convert to f32 panels (gemm_bf16_avx512.c) run the same kernel.
  *
  * A tile of MR rows x NV*16 columns lives in MR*NV zmm accumulators; per k
  * the kernel loads NV vectors of the B panel and broadcasts MR values of the
@@ -20,8 +22,8 @@
  * driver has just finished. GeLU = 0.5 v (1 + tanh u), u = sqrt(2/pi)(v +
  * 0.044715 v^3), is evaluated as v (1 + tanh u) / 2 with 1 + tanh u =
  * 2 / (1 + e) for u >= 0 and 2 e / (1 + e) for u < 0, e = exp(-2|u|): no
- * cancellation for negative v. exp: Cody-Waite reduction by ln 2 and a
- * degree-6 polynomial (Cephes expf coefficients), scaled by scalef; tanh
+ * cancellation for negative v. exp: zsi_exp_m512_nc of vmath.h (Cody-Waite
+ * reduction by ln 2, the degree-6 Cephes expf polynomial, scalef); tanh
  * for |x| < 0.625 by the Cephes tanhf odd polynomial, else (1 - e) /
  * (1 + e); 1 / (1 + e) by rcp14 and one Newton step (relative error ~1e-8
  * before rounding), cheaper than vdivps. Measured
@@ -32,6 +34,7 @@
 #include <math.h>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/vmath.h"
 #include "zs/core.h"
 
 #define TGT __attribute__((target("avx512f"), always_inline)) static inline
@@ -45,22 +48,12 @@ TGT __mmask16 col_mask(int n, int v)
 #define SPLAT(x) _mm512_set1_ps((float)(x))
 #define AVX512 __attribute__((target("avx512f")))
 
-/* e^x for x <= 0 (x below -104 gives 0 or a subnormal; NaN stays NaN). */
+/* e^x for x <= 0 (x below -104 gives 0 or a subnormal; NaN stays NaN):
+ * the exp of vmath.h. */
 TGT __m512 v_exp_neg(__m512 x)
 {
     x = _mm512_max_ps(SPLAT(-104.0f), x); /* NaN x: max returns x */
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, SPLAT(1.44269504088896341)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, SPLAT(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, SPLAT(-2.12194440e-4f), r);
-    __m512 p = SPLAT(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, SPLAT(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, SPLAT(1.0f)));
-    return _mm512_scalef_ps(p, n);
+    return zsi_exp_m512_nc(x);
 }
 
 /* e = exp(-2|u|) and d = 1 / (1 + e), the parts of tanh and GeLU. */
@@ -219,11 +212,24 @@ typedef void (*tile_fn)(int64_t, const float *, const float *, float *,
      ukr_11x##NV, ukr_12x##NV, ukr_13x##NV, ukr_14x##NV}
 static const tile_fn TILES[2][14] = {ROW(1), ROW(2)};
 
-/* The gemm.h micro-kernel: the instance for m rows and 1 or 2 vectors. */
-static void ukr_14x32(int64_t kc, const float *a, const float *b, float *c,
-                      int64_t ldc, float beta, int m, int n)
+/* The gemm.h micro-kernel: the instance for m rows and 1 or 2 vectors;
+ * alpha is applied by the packer (alpha_in_pack). */
+void zsk_gemm_f32_avx512_14x32(int64_t ku, const void *a, const void *b,
+                               float *c, int64_t ldc, int m, int n,
+                               float alpha, float beta)
 {
-    TILES[n > 16][m - 1](kc, a, b, c, ldc, &beta, n);
+    TILES[n > 16][m - 1](ku, a, b, c, ldc, &beta, n);
 }
 
-const zsk_sgemm_ukr zsk_sgemm_ukr_avx512 = {"avx512 14x32", 14, 32, ukr_14x32};
+static bool usable(void)
+{
+    return zs_cpu()->avx512f;
+}
+
+/* Blocking: KC 1024 (balanced over K), MC 42, NC 2048; see gemm.c. */
+const zsk_gemm_desc zsk_gemm_f32_avx512 = {
+    .name = "avx512 14x32", .type = ZSK_GEMM_F32, .isa = ZSK_GEMM_AVX512,
+    .usable = usable, .mr = 14, .nr = 32, .kstep = 1, .alpha_in_pack = true,
+    .kc = 1024, .mc = 42, .nc = 2048, .pack_a = zsk_gemm_pack_f32,
+    .pack_b = zsk_gemm_pack_f32, .ukr = zsk_gemm_f32_avx512_14x32,
+    .epi = zsk_sgemm_epi_avx512, .gemv = true};

@@ -1,6 +1,7 @@
 /*
- * gemm_lowp_avx512.c - AVX-512 packers and micro-kernels for the 16-bit
- * GEMMs of gemm_lowp.c (contracts in gemm_lowp.h).
+ * gemm_bf16_avx512.c - the AVX-512 descriptors of the GEMM framework
+ * (gemm.h) for 16-bit inputs, bf16 and f16 (the two share the packers):
+ * packers, the bf16 pair micro-kernel and the skinny-M kernels.
  *
  * bf16 with AVX512_BF16: panels hold bf16 pairs (k = 2u, 2u+1 in one 32-bit
  * unit), the layout vdpbf16ps multiplies pairwise; the micro-kernel keeps a
@@ -8,8 +9,9 @@
  * two B vectors and broadcasts 14 A pairs (vdpbf16ps with {1to16} memory
  * operands). 28 independent chains cover vdpbf16ps' latency x throughput.
  * Odd K: the last unit's high half is zero.
- * f16 (and bf16 on AVX-512 without BF16): panels are converted to f32 while
- * packing (vcvtph2ps / shift) and a 14 x 32 f32 FMA kernel runs on them.
+ * f16 (and bf16 on AVX-512 without BF16): panels are converted to f32 (and
+ * A scaled by alpha) while packing (vcvtph2ps / shift), and the 14 x 32
+ * f32 kernel of gemm_f32_avx512.c runs on them.
  * Packing is one of two vector paths: k contiguous (rows of A, or columns
  * of B^T: 16x16 32-bit transposes) or rows contiguous (interleave /
  * convert whole k rows).
@@ -19,21 +21,24 @@
  * Measured 1 thread, (1,768,768) bf16: 110 GFLOP/s against 18 through the
  * packed path (zsk_sgemm at that time: 50).
  */
-#include "kernels/cpu/gemm_lowp.h"
-
 #include <immintrin.h>
 #include <string.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/gemm.h"
 #include "zs/core.h"
 
-#if defined(__x86_64__)
-
-#ifndef MR /* overridable to measure other register blocks */
+/* 14 x 32: the tile of the f32 kernel, which the f32-panel descriptors
+ * share. */
 #define MR 14
 #define NV 2
-#endif
 #define NR (16 * NV)
+
+/* zsk_gemm_src with its element type: x[r * rs + k * ks]. */
+typedef struct hsrc {
+    const uint16_t *x;
+    int64_t rs, ks;
+} hsrc;
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define TBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -106,9 +111,17 @@ T512 static INL __m512i load_rrun(enum fmt f, const uint16_t *p, int64_t ks,
 }
 
 /* One panel of w rows (nrows valid) with k contiguous: 16 x 16 transposes. */
-T512 static INL void pack_panel_kcontig(enum fmt f, zsk_lowp_src s,
+/* v times alpha when scale (f32 units only). */
+T512 static INL __m512i scaled(__m512i v, bool scale, __m512 va)
+{
+    return scale ? _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(v), va))
+                 : v;
+}
+
+T512 static INL void pack_panel_kcontig(enum fmt f, hsrc s,
                                         int64_t nrows, int64_t kc, int64_t ku,
-                                        int w, uint32_t *out)
+                                        int w, bool scale, __m512 va,
+                                        uint32_t *out)
 {
     int kstep = f == FMT_PAIRS ? 2 : 1;
     for (int g0 = 0; g0 < w; g0 += 16) {
@@ -124,59 +137,66 @@ T512 static INL void pack_panel_kcontig(enum fmt f, zsk_lowp_src s,
             transpose16(r);
             int64_t un = ku - u0 < 16 ? ku - u0 : 16;
             for (int64_t u = 0; u < un; u++)
-                _mm512_mask_storeu_epi32(out + (u0 + u) * w + g0, sm, r[u]);
+                _mm512_mask_storeu_epi32(out + (u0 + u) * w + g0, sm,
+                                         scaled(r[u], scale, va));
         }
     }
 }
 
 /* One panel of w rows (nrows valid) with rows contiguous. */
-T512 static INL void pack_panel_rcontig(enum fmt f, zsk_lowp_src s,
+T512 static INL void pack_panel_rcontig(enum fmt f, hsrc s,
                                         int64_t nrows, int64_t kc, int64_t ku,
-                                        int w, uint32_t *out)
+                                        int w, bool scale, __m512 va,
+                                        uint32_t *out)
 {
     for (int64_t u = 0; u < ku; u++) {
         for (int g0 = 0; g0 < w; g0 += 16) {
             int gw = w - g0 < 16 ? w - g0 : 16;
             int64_t rv = nrows - g0 < 0 ? 0 : nrows - g0;
-            __m512i v = load_rrun(f, s.x + g0, s.ks, u, kc, rv);
+            __m512i v = scaled(load_rrun(f, s.x + g0, s.ks, u, kc, rv), scale,
+                               va);
             _mm512_mask_storeu_epi32(out + u * w + g0,
                                      (__mmask16)((1u << gw) - 1), v);
         }
     }
 }
 
-T512 static INL void pack_any(enum fmt f, zsk_lowp_src s, int64_t rows,
-                              int64_t kc, int w, uint32_t *out)
+T512 static INL void pack_any(enum fmt f, zsk_gemm_src src, int64_t rows,
+                              int64_t kc, int w, float alpha, void *dst)
 {
+    hsrc s = {src.x, src.rs, src.ks};
+    uint32_t *out = dst;
     int kstep = f == FMT_PAIRS ? 2 : 1;
     int64_t ku = (kc + kstep - 1) / kstep;
+    bool scale = f != FMT_PAIRS && alpha != 1.0f;
+    __m512 va = _mm512_set1_ps(alpha);
     for (int64_t r0 = 0; r0 < rows; r0 += w) {
-        zsk_lowp_src p = {s.x + r0 * s.rs, s.rs, s.ks};
+        hsrc p = {s.x + r0 * s.rs, s.rs, s.ks};
         int64_t nrows = rows - r0 < w ? rows - r0 : w;
         uint32_t *o = out + r0 * ku;
         if (s.ks == 1)
-            pack_panel_kcontig(f, p, nrows, kc, ku, w, o);
+            pack_panel_kcontig(f, p, nrows, kc, ku, w, scale, va, o);
         else
-            pack_panel_rcontig(f, p, nrows, kc, ku, w, o);
+            pack_panel_rcontig(f, p, nrows, kc, ku, w, scale, va, o);
     }
 }
 
-T512 static void pack_pairs(zsk_lowp_src s, int64_t rows, int64_t kc, int w,
-                            uint32_t *out)
+T512 static void pack_pairs(zsk_gemm_src s, int64_t rows, int64_t kc, int w,
+                            float alpha, void *out)
 {
-    pack_any(FMT_PAIRS, s, rows, kc, w, out);
+    pack_any(FMT_PAIRS, s, rows, kc, w, alpha, out);
 }
 
-T512 static void pack_f16(zsk_lowp_src s, int64_t rows, int64_t kc, int w,
-                          uint32_t *out)
+T512 static void pack_f16(zsk_gemm_src s, int64_t rows, int64_t kc, int w,
+                          float alpha, void *out)
 {
-    pack_any(FMT_F16, s, rows, kc, w, out);
+    pack_any(FMT_F16, s, rows, kc, w, alpha, out);
 }
 
-T512 static void pack_bf16f32(zsk_lowp_src s, int64_t rows, int64_t kc, int w,
-                              uint32_t *out)
+T512 static void pack_bf16f32(zsk_gemm_src s, int64_t rows, int64_t kc, int w,
+                              float alpha, void *out)
 {
-    pack_any(FMT_BF16F32, s, rows, kc, w, out);
+    pack_any(FMT_BF16F32, s, rows, kc, w, alpha, out);
 }
 
 /* ---- micro-kernels ---------------------------------------------------- */
@@ -216,11 +236,11 @@ T512 static INL void store_tile(__m512 acc[MR][NV], float *c, int64_t ldc,
 }
 
 /* gemm_bf16_avx512_14x32: ku bf16 pairs; a: [ku][MR], b: [ku][NR]. */
-TBF16 static void kernel_bf16(int64_t ku, const uint32_t *restrict a,
-                              const uint32_t *restrict b, float *c,
-                              int64_t ldc, int mr, int nr, float alpha,
-                              float beta)
+TBF16 static void kernel_bf16(int64_t ku, const void *ap, const void *bp,
+                              float *c, int64_t ldc, int mr, int nr,
+                              float alpha, float beta)
 {
+    const uint32_t *restrict a = ap, *restrict b = bp;
     __m512 acc[MR][NV];
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < NV; v++)
@@ -233,29 +253,6 @@ TBF16 static void kernel_bf16(int64_t ku, const uint32_t *restrict a,
             __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[u * MR + i]);
             for (int v = 0; v < NV; v++)
                 acc[i][v] = _mm512_dpbf16_ps(acc[i][v], bv[v], av);
-        }
-    }
-    store_tile(acc, c, ldc, mr, nr, alpha, beta);
-}
-
-/* gemm_f32_avx512_14x32: ku f32 units; a: [ku][MR], b: [ku][NR]. */
-T512 static void kernel_f32(int64_t ku, const uint32_t *restrict a,
-                            const uint32_t *restrict b, float *c, int64_t ldc,
-                            int mr, int nr, float alpha, float beta)
-{
-    const float *af = (const float *)a, *bf = (const float *)b;
-    __m512 acc[MR][NV];
-    for (int i = 0; i < MR; i++)
-        for (int v = 0; v < NV; v++)
-            acc[i][v] = _mm512_setzero_ps();
-    for (int64_t u = 0; u < ku; u++) {
-        __m512 bv[NV];
-        for (int v = 0; v < NV; v++)
-            bv[v] = _mm512_load_ps(bf + u * NR + 16 * v);
-        for (int i = 0; i < MR; i++) {
-            __m512 av = _mm512_set1_ps(af[u * MR + i]);
-            for (int v = 0; v < NV; v++)
-                acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
         }
     }
     store_tile(acc, c, ldc, mr, nr, alpha, beta);
@@ -307,7 +304,7 @@ static INL uint32_t load_pair(const uint16_t *p)
  * lanes (lo: 8L+0..3, hi: 8L+4..7); the epilogue puts them back. */
 TBF16 static INL void small_bf16_nn(enum fmt f, const int MS, int64_t n0, int64_t n1,
                                     int64_t K, float alpha, const uint16_t *a,
-                                    int64_t lda, zsk_lowp_src b, float beta,
+                                    int64_t lda, hsrc b, float beta,
                                     float *C, int64_t ldc)
 {
     const int NS = NN_SUB(MS);
@@ -356,7 +353,7 @@ TBF16 static INL void small_bf16_nn(enum fmt f, const int MS, int64_t n0, int64_
 /* bf16, k contiguous in B's columns: dot products, 32 k per step. */
 TBF16 static INL void small_bf16_nt(enum fmt f, const int MS, int64_t n0, int64_t n1,
                                     int64_t K, float alpha, const uint16_t *a,
-                                    int64_t lda, zsk_lowp_src b, float beta,
+                                    int64_t lda, hsrc b, float beta,
                                     float *C, int64_t ldc)
 {
     const int NCOL = NT_COLS(MS);
@@ -402,7 +399,7 @@ T512 static INL __m512 load16_f32(enum fmt f, const uint16_t *p, __mmask16 m)
 /* f32 FMA on B converted in registers, rows of B contiguous. */
 T512 static INL void small_f32_nn(enum fmt f, const int MS, int64_t n0,
                                   int64_t n1, int64_t K, float alpha,
-                                  const float *a, int64_t lda, zsk_lowp_src b,
+                                  const float *a, int64_t lda, hsrc b,
                                   float beta, float *C, int64_t ldc)
 {
     const int NS = 2 * NN_SUB(MS);
@@ -434,7 +431,7 @@ T512 static INL void small_f32_nn(enum fmt f, const int MS, int64_t n0,
 /* f32 FMA dot products, k contiguous in B's columns, 16 k per step. */
 T512 static INL void small_f32_nt(enum fmt f, const int MS, int64_t n0,
                                   int64_t n1, int64_t K, float alpha,
-                                  const float *a, int64_t lda, zsk_lowp_src b,
+                                  const float *a, int64_t lda, hsrc b,
                                   float beta, float *C, int64_t ldc)
 {
     const int NCOL = NT_COLS(MS);
@@ -466,7 +463,7 @@ T512 static INL void small_f32_nt(enum fmt f, const int MS, int64_t n0,
     }
 }
 
-/* Instantiates a skinny entry point for M = 1..4 (ZSK_LOWP_SMALL_M) with
+/* Instantiates a skinny entry point for M = 1..4 (ZSK_GEMM_SMALL_M) with
  * the row count a compile-time constant, so accumulators stay in zmm. */
 #define SMALL_CALL(NN, NT, F, MS)                                             \
     (b.ks == 1 ? NT(F, MS, n0, n1, K, alpha, ap, lda, b, beta, C, ldc)        \
@@ -474,9 +471,11 @@ T512 static INL void small_f32_nt(enum fmt f, const int MS, int64_t n0,
 #define SMALL_ENTRY(NAME, TGT, NN, NT, AT, F)                                 \
     TGT static void NAME(int M, int64_t n0, int64_t n1, int64_t K,            \
                          float alpha, const void *a, int64_t lda,             \
-                         zsk_lowp_src b, float beta, float *C, int64_t ldc)   \
+                         zsk_gemm_src bs, float beta, float *C,       \
+                         int64_t ldc)                                         \
     {                                                                         \
         const AT *ap = a;                                                     \
+        hsrc b = {bs.x, bs.rs, bs.ks};                                        \
         switch (M) {                                                          \
         case 1: SMALL_CALL(NN, NT, F, 1); break;                              \
         case 2: SMALL_CALL(NN, NT, F, 2); break;                              \
@@ -491,7 +490,7 @@ SMALL_ENTRY(small_f16, T512, small_f32_nn, small_f32_nt, float, FMT_F16)
 SMALL_ENTRY(small_bf16f32, T512, small_f32_nn, small_f32_nt, float,
             FMT_BF16F32)
 
-/* ---- schemes ---------------------------------------------------------- */
+/* ---- descriptors -------------------------------------------------------- */
 
 /* Cache blocks in 4-byte units, measured on Zen 5 (48 KiB L1d, 1 MiB L2)
  * with bf16 2048^3 and (1024,3072,768), 1 thread: KU 384 / MC 112 / NC 1024
@@ -504,38 +503,33 @@ SMALL_ENTRY(small_bf16f32, T512, small_f32_nn, small_f32_nt, float,
 #define MC 112
 #define NC 1024
 
-static const zsk_lowp_scheme BF16_DP = {
-    "bf16-avx512bf16-14x32", MR, NR, 2, KU, MC, NC,
-    pack_pairs, pack_pairs, kernel_bf16, small_bf16};
-static const zsk_lowp_scheme BF16_F32 = {
-    "bf16-avx512f-14x32", MR, NR, 1, KU, MC, NC,
-    pack_bf16f32, pack_bf16f32, kernel_f32, small_bf16f32};
-static const zsk_lowp_scheme F16_F32 = {
-    "f16-avx512f-14x32", MR, NR, 1, KU, MC, NC,
-    pack_f16, pack_f16, kernel_f32, small_f16};
-
 static bool have_avx512(void)
 {
     const zs_cpu_features *c = zs_cpu();
     return c->avx512f && c->avx512bw && c->avx512vl;
 }
 
-const zsk_lowp_scheme *zsk_lowp_scheme_bf16_avx512(void)
+static bool have_avx512bf16(void)
 {
-    if (!have_avx512())
-        return NULL;
-    bool dp = zs_cpu()->avx512_bf16 && !zsk_lowp_force_bf16_as_f32;
-    return dp ? &BF16_DP : &BF16_F32;
+    return have_avx512() && zs_cpu()->avx512_bf16;
 }
 
-const zsk_lowp_scheme *zsk_lowp_scheme_f16_avx512(void)
-{
-    return have_avx512() ? &F16_F32 : NULL;
-}
-
-#else
-
-const zsk_lowp_scheme *zsk_lowp_scheme_bf16_avx512(void) { return NULL; }
-const zsk_lowp_scheme *zsk_lowp_scheme_f16_avx512(void) { return NULL; }
-
-#endif
+const zsk_gemm_desc zsk_gemm_bf16_avx512bf16 = {
+    .name = "bf16 avx512bf16 14x32", .type = ZSK_GEMM_BF16,
+    .isa = ZSK_GEMM_AVX512, .usable = have_avx512bf16, .mr = MR, .nr = NR,
+    .kstep = 2, .alpha_in_pack = false, .kc = 2 * KU, .mc = MC, .nc = NC,
+    .pack_a = pack_pairs, .pack_b = pack_pairs, .ukr = kernel_bf16,
+    .epi = zsk_sgemm_epi_avx512, .small = small_bf16};
+const zsk_gemm_desc zsk_gemm_bf16_avx512 = {
+    .name = "bf16 avx512f 14x32", .type = ZSK_GEMM_BF16,
+    .isa = ZSK_GEMM_AVX512, .usable = have_avx512, .mr = MR, .nr = NR,
+    .kstep = 1, .alpha_in_pack = true, .kc = KU, .mc = MC, .nc = NC,
+    .pack_a = pack_bf16f32, .pack_b = pack_bf16f32,
+    .ukr = zsk_gemm_f32_avx512_14x32, .epi = zsk_sgemm_epi_avx512,
+    .small = small_bf16f32};
+const zsk_gemm_desc zsk_gemm_f16_avx512 = {
+    .name = "f16 avx512f 14x32", .type = ZSK_GEMM_F16,
+    .isa = ZSK_GEMM_AVX512, .usable = have_avx512, .mr = MR, .nr = NR,
+    .kstep = 1, .alpha_in_pack = true, .kc = KU, .mc = MC, .nc = NC,
+    .pack_a = pack_f16, .pack_b = pack_f16, .ukr = zsk_gemm_f32_avx512_14x32,
+    .epi = zsk_sgemm_epi_avx512, .small = small_f16};

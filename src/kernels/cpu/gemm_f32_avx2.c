@@ -1,6 +1,7 @@
 /*
- * gemm_avx2.c - AVX2+FMA SGEMM micro-kernel, 6 x 16 (see gemm.h for the
- * packed panel contract).
+ * gemm_f32_avx2.c - the f32 AVX2+FMA descriptor of the GEMM framework: a
+ * 6 x 16 micro-kernel (see gemm.h for the packed panel contract) on the
+ * portable f32 packer, with the scalar epilogue.
  *
  * 12 ymm accumulators (6 rows x 2 vectors), 2 B loads and 6 broadcasts per
  * k step: 12 FMAs cover the FMA latency on two pipes and leave 4 of the 16
@@ -9,14 +10,17 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm.h"
+#include "zs/core.h"
 
 #define MR 6
 #define NR 16
 
+/* alpha is applied by the packer (alpha_in_pack). */
 __attribute__((target("avx2,fma"))) static void ukr_6x16(
-    int64_t kc, const float *restrict a, const float *restrict b,
-    float *restrict c, int64_t ldc, float beta, int m, int n)
+    int64_t kc, const void *ap, const void *bp, float *restrict c,
+    int64_t ldc, int m, int n, float alpha, float beta)
 {
+    const float *restrict a = ap, *restrict b = bp;
     __m256 acc[MR][2];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++)
@@ -56,4 +60,16 @@ __attribute__((target("avx2,fma"))) static void ukr_6x16(
             c[i * ldc + j] = t[i][j] + (beta != 0.0f ? beta * c[i * ldc + j] : 0.0f);
 }
 
-const zsk_sgemm_ukr zsk_sgemm_ukr_avx2 = {"avx2 6x16", MR, NR, ukr_6x16};
+static bool usable(void)
+{
+    return zs_cpu()->avx2 && zs_cpu()->fma;
+}
+
+/* Blocking: the f32 AVX-512 one (gemm.c); not measured on an AVX2-only
+ * CPU. */
+const zsk_gemm_desc zsk_gemm_f32_avx2 = {
+    .name = "avx2 6x16", .type = ZSK_GEMM_F32, .isa = ZSK_GEMM_AVX2,
+    .usable = usable, .mr = MR, .nr = NR, .kstep = 1, .alpha_in_pack = true,
+    .kc = 1024, .mc = 42, .nc = 2048, .pack_a = zsk_gemm_pack_f32,
+    .pack_b = zsk_gemm_pack_f32, .ukr = ukr_6x16, .epi = zsk_sgemm_epi_ref,
+    .gemv = true};
