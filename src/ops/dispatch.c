@@ -106,6 +106,30 @@ static zsi_cost default_cost(const zsi_call *c, const zs_tensor *out)
     return k;
 }
 
+bool zsi_call_records(const zsi_call *c)
+{
+    for (int i = 0; i < c->nin; i++)
+        if (zsi_grad_needed(c->in[i]))
+            return true;
+    return false;
+}
+
+/* The output: a view of an input (ZSI_VIEW), or a fresh tensor on the
+ * device written by the (device, dtype) kernel. */
+static zs_tensor *make_output(zsi_call *c)
+{
+    if (c->def->view)
+        return c->def->view(c);
+    zsi_kernel_fn k = find_kernel(c);
+    zs_tensor *out = k ? zsi_new_tensor_on(c->device, c->dtype, c->ndim, c->shape)
+                       : NULL;
+    if (out && k(c, out) != ZS_OK) {
+        zs_release(out);
+        out = NULL;
+    }
+    return out;
+}
+
 zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
                    const zsi_attrs *a)
 {
@@ -117,24 +141,21 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
     double t0 = zsi_op_begin(&def->op);
     if (first)
         note(def);
+    zs_tensor *aux[ZSI_MAX_AUX] = {0};
     zsi_call c = {def, nin, in, a ? a : &none, nin ? (int)in[0]->device : ZS_CPU,
-                  nin ? in[0]->dtype : ZS_F32, nin ? in[0]->dtype : ZS_F32, 0, {0}};
+                  nin ? in[0]->dtype : ZS_F32, nin ? in[0]->dtype : ZS_F32, 0, {0},
+                  aux};
     if (nin > ZSI_MAX_IN || (def->arity && nin != def->arity)) {
         zs_set_error("%s: %d inputs, expected %d", def->op.name, nin, def->arity);
         return NULL;
     }
     if (check_devices(&c) != ZS_OK || def->infer(&c) != ZS_OK)
         return NULL;
-    zsi_kernel_fn k = find_kernel(&c);
-    if (!k)
-        return NULL;
-    zs_tensor *out = zsi_new_tensor_on(c.device, c.dtype, c.ndim, c.shape);
-    if (!out)
-        return NULL;
+    zs_tensor *out = make_output(&c);
     zsi_ctx *n = NULL;
-    if (k(&c, out) != ZS_OK || zsi_record(&def->op, out, nin, in, &n) != ZS_OK) {
+    if (out && zsi_record(&def->op, out, nin, in, &n) != ZS_OK) {
         zs_release(out);
-        return NULL;
+        out = NULL;
     }
     if (n) {
         memcpy(n->p.f, c.a->f, sizeof c.a->f);          /* p.f[0..3] */
@@ -142,6 +163,10 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
         if (def->save)
             def->save(n, &c, out);
     }
+    for (int i = 0; i < ZSI_MAX_AUX; i++)
+        zs_release(aux[i]);
+    if (!out)
+        return NULL;
     zsi_cost cost = def->cost ? def->cost(&c, out) : default_cost(&c, out);
     zsi_op_end(&def->op, t0, cost.flops, cost.bytes_read, cost.bytes_written);
     return out;

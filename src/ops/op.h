@@ -93,7 +93,16 @@ typedef struct zsi_call {
     zs_dtype dtype;
     int ndim;
     int64_t shape[ZS_MAX_DIMS];
+    /* Extra results a kernel makes for the backward rule (argmax indices,
+     * a norm's mean and rstd, a dropout mask): the kernel stores new
+     * references here, save keeps what it needs (zsi_save), and the driver
+     * releases all of them after save. Kernels make them only when
+     * zsi_call_records(c) says a node will be recorded, and with scope
+     * tracking paused (zsi_tracking_pause): the driver owns them. */
+    zs_tensor **aux;
 } zsi_call;
+
+#define ZSI_MAX_AUX 4
 
 typedef struct zsi_cost {
     double flops, bytes_read, bytes_written;
@@ -105,6 +114,9 @@ typedef zs_status (*zsi_infer_fn)(zsi_call *c);
 /* Writes out (allocated by the driver on c->device with the inferred dtype
  * and shape, contiguous) from c->in. */
 typedef zs_status (*zsi_kernel_fn)(const zsi_call *c, zs_tensor *out);
+/* View operators (class ZSI_VIEW) make their output from the input's
+ * storage instead of a kernel writing a fresh tensor: a new reference. */
+typedef zs_tensor *(*zsi_view_fn)(const zsi_call *c);
 /* Saves in n (zsi_save, n->p) what the backward rule needs. */
 typedef void (*zsi_save_fn)(zsi_ctx *n, const zsi_call *c, zs_tensor *out);
 typedef zsi_cost (*zsi_cost_fn)(const zsi_call *c, const zs_tensor *out);
@@ -121,6 +133,7 @@ struct zsi_opdef {
     double flops;        /* pointwise: FLOPs per output element */
     zsi_infer_fn infer;
     zsi_kernel_fn kernel[ZS_MAX_DEVICES][ZS_DTYPE_COUNT];
+    zsi_view_fn view;    /* ZSI_VIEW: replaces allocation and kernel */
     zsi_save_fn save;    /* NULL: the backward rule needs nothing */
     zsi_cost_fn cost;    /* NULL: flops per element, inputs read, output written */
 };
@@ -132,6 +145,9 @@ struct zsi_opdef {
  * are the operator's. */
 zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
                    const zsi_attrs *a);
+/* True when grad mode is on and an input of c requires grad: a node will
+ * be recorded, so kernels should make the aux results save needs. */
+bool zsi_call_records(const zsi_call *c);
 /* Installs (or, with fn NULL, removes) the kernel of def for (device,
  * dtype): how a backend adds itself, and how the tests count calls. */
 zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
