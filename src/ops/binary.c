@@ -18,15 +18,21 @@ static zs_status mul_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 /* ---- shared checks (declared in ops/internal.h) ------------------------ */
 
-zs_status zsi_check_float(const char *op, const zs_tensor *t)
+zs_status zsi_check_float_dtype(const char *op, const zs_tensor *t)
 {
     if (t->dtype != ZS_F32 && t->dtype != ZS_F64)
         return zs_set_error("%s: dtype %s is not supported, expected f32 or "
                             "f64 (convert with zs_to_dtype)", op,
                             zs_dtype_name(t->dtype));
-    if (t->device != ZS_CPU)
-        return zs_set_error("%s: tensor is not on the CPU", op);
     return ZS_OK;
+}
+
+zs_status zsi_check_float(const char *op, const zs_tensor *t)
+{
+    zs_status st = zsi_check_float_dtype(op, t);
+    if (st == ZS_OK && t->device != ZS_CPU)
+        return zs_set_error("%s: tensor is not on the CPU", op);
+    return st;
 }
 
 zs_status zsi_check_pair(const char *op, const zs_tensor *a, const zs_tensor *b)
@@ -34,6 +40,19 @@ zs_status zsi_check_pair(const char *op, const zs_tensor *a, const zs_tensor *b)
     zs_status st = zsi_check_float(op, a);
     if (st == ZS_OK)
         st = zsi_check_float(op, b);
+    if (st == ZS_OK && a->dtype != b->dtype)
+        st = zs_set_error("%s: dtypes %s and %s differ, expected equal "
+                          "(convert with zs_to_dtype)", op,
+                          zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
+    return st;
+}
+
+zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
+                               const zs_tensor *b)
+{
+    zs_status st = zsi_check_float_dtype(op, a);
+    if (st == ZS_OK)
+        st = zsi_check_float_dtype(op, b);
     if (st == ZS_OK && a->dtype != b->dtype)
         st = zs_set_error("%s: dtypes %s and %s differ, expected equal "
                           "(convert with zs_to_dtype)", op,
@@ -88,26 +107,6 @@ zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,
     }
     *ndim = n;
     return ZS_OK;
-}
-
-int zsi_axes_mask(const char *op, int ndim, int naxes, const int *axes,
-                  bool *mask)
-{
-    for (int d = 0; d < ZS_MAX_DIMS; d++)
-        mask[d] = naxes == 0 || !axes;
-    if (naxes == 0 || !axes)
-        return 0;
-    for (int i = 0; i < naxes; i++) {
-        int d = zsi_norm_dim(op, axes[i], ndim);
-        if (d < 0)
-            return -1;
-        if (mask[d]) {
-            zs_set_error("%s: axis %d repeated", op, axes[i]);
-            return -1;
-        }
-        mask[d] = true;
-    }
-    return 0;
 }
 
 /* ---- forward ----------------------------------------------------------- */

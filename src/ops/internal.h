@@ -11,9 +11,15 @@
 
 /* Fails (message names op) unless t is f32 or f64 on the CPU. */
 zs_status zsi_check_float(const char *op, const zs_tensor *t);
-/* Fails unless a and b share a float dtype. */
+/* For descriptors (the driver checks devices): fails unless t is f32 or
+ * f64; the same message as zsi_check_float. */
+zs_status zsi_check_float_dtype(const char *op, const zs_tensor *t);
+/* Fails unless a and b share a float dtype (f32 or f64 on the CPU). */
 zs_status zsi_check_pair(const char *op, const zs_tensor *a,
                          const zs_tensor *b);
+/* zsi_check_pair for descriptors: the dtypes only. */
+zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
+                               const zs_tensor *b);
 /* For descriptors (any device; the driver finds the kernel): fails unless
  * a and b share a float dtype. */
 zs_status zsi_check_same_float(const char *op, const zs_tensor *a,
@@ -26,26 +32,30 @@ zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,
 /* Reads index i of an i32/i64 tensor, any layout (flat row-major i). */
 int64_t zsi_index_at(const zs_tensor *t, int64_t i);
 
-/* Parses an axes list (NULL/0 = all) into a mask; -1 + message on a bad or
- * repeated axis. */
-int zsi_axes_mask(const char *op, int ndim, int naxes, const int *axes,
-                  bool *mask);
+/* Reductions (reduce.c). The axes list (NULL/0 = all) as a mask, bit d =
+ * axis d; -1 + message naming op on a bad or repeated axis. */
+int64_t zsi_axes_bits(const char *op, int ndim, int naxes, const int *axes);
+/* keep = shape with the masked dims set to 1; returns the product of the
+ * masked dims (R). */
+int64_t zsi_reduce_keep(int ndim, const int64_t *shape, int64_t mask,
+                        int64_t *keep);
+/* Infer of a reduction with attributes i[0] = mask, i[1] = keepdim: an f32
+ * or f64 input; the output has its dtype and the reduced shape. */
+zs_status zsi_infer_reduce(zsi_call *c);
+/* def->flops FLOPs per input element, input read, output written. */
+zsi_cost zsi_reduce_cost(const zsi_call *c, const zs_tensor *out);
 
-/* A reduction over `axes` seen as a contiguous [O, R, K] array: x is a new
- * reference to a contiguous tensor (the input itself, or a permuted copy
- * when the reduced axes are not one block), O = product of kept dims before
- * the block, R = reduced size, K = kept size after. out_shape receives the
- * result shape (with keepdim) and out_ndim its rank. */
+/* A reduction over the masked axes seen as a contiguous [O, R, K] array: x
+ * is a new reference to a contiguous tensor (the input itself, or a
+ * permuted copy when the reduced axes are not one block), O = product of
+ * kept dims before the block, R = reduced size, K = kept size after. Made
+ * without autograd or scope tracking; fails only on allocation. */
 typedef struct zsi_reduce_plan {
     zs_tensor *x;
     int64_t O, R, K;
-    int out_ndim;
-    int64_t out_shape[ZS_MAX_DIMS];
     int64_t keep_shape[ZS_MAX_DIMS]; /* shape with reduced dims = 1 */
 } zsi_reduce_plan;
-zs_status zsi_reduce_plan_make(const char *op, zs_tensor *a, int naxes,
-                               const int *axes, bool keepdim,
-                               zsi_reduce_plan *p);
+zs_status zsi_reduce_plan_make(zs_tensor *a, int64_t mask, zsi_reduce_plan *p);
 
 /* Bytes of t's elements (for cost models). */
 static inline double zsi_bytes(const zs_tensor *t)

@@ -1,9 +1,20 @@
 /*
- * reduce.c - sum and mean over any set of axes, with keepdim, and the
- * [O, R, K] reduction plan shared by the other reductions.
+ * reduce.c - sum and mean over any set of axes, with keepdim, as
+ * descriptors (class ZSI_REDUCTION), and what every reduction shares: the
+ * axes given as a mask (bit d = axis d), the shape rule, the [O, R, K]
+ * plan and the cost model.
+ *
+ * Attributes of the reductions: i[0] = mask of reduced axes, i[1] =
+ * keepdim (node: p.i[4], p.i[5]); var adds i[2] = correction. The public
+ * functions turn the axes list into the mask (zsi_axes_bits) before
+ * zsi_run, so a bad axis is reported first.
  *
  * Backward: the gradient is reshaped to the keepdim shape and expanded back
  * to the input shape (a stride-0 view, no copy); mean also scales by 1/R.
+ * Nothing is saved: the shapes come from the node's input record and mask.
+ *
+ * Cost model: def->flops per input element (sum, mean, max, argmax 1;
+ * var 3), the input read once, the output written once.
  */
 #include <string.h>
 
@@ -11,131 +22,161 @@
 
 static zs_status sum_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_SUM = {.name = "sum", .backward = sum_bw};
-static zsi_op OP_MEAN = {.name = "mean", .backward = sum_bw};
+/* ---- shared by the reductions (ops/internal.h) ------------------------- */
 
-zs_status zsi_reduce_plan_make(const char *op, zs_tensor *a, int naxes,
-                               const int *axes, bool keepdim,
-                               zsi_reduce_plan *p)
+int64_t zsi_axes_bits(const char *op, int ndim, int naxes, const int *axes)
 {
-    bool mask[ZS_MAX_DIMS];
-    memset(p, 0, sizeof *p);
-    if (zsi_axes_mask(op, a->ndim, naxes, axes, mask) < 0)
+    if (naxes == 0 || !axes)
+        return ((int64_t)1 << ndim) - 1;
+    int64_t mask = 0;
+    for (int i = 0; i < naxes; i++) {
+        int d = zsi_norm_dim(op, axes[i], ndim);
+        if (d < 0)
+            return -1;
+        if (mask >> d & 1) {
+            zs_set_error("%s: axis %d repeated", op, axes[i]);
+            return -1;
+        }
+        mask |= (int64_t)1 << d;
+    }
+    return mask;
+}
+
+int64_t zsi_reduce_keep(int ndim, const int64_t *shape, int64_t mask,
+                        int64_t *keep)
+{
+    int64_t R = 1;
+    for (int d = 0; d < ndim; d++) {
+        bool r = mask >> d & 1;
+        keep[d] = r ? 1 : shape[d];
+        R *= r ? shape[d] : 1;
+    }
+    return R;
+}
+
+zs_status zsi_infer_reduce(zsi_call *c)
+{
+    const zs_tensor *a = c->in[0];
+    if (zsi_check_float_dtype(c->def->op.name, a) != ZS_OK)
         return ZS_ERR_ARG;
+    int64_t mask = c->a->i[0], keep[ZS_MAX_DIMS];
+    zsi_reduce_keep(a->ndim, a->shape, mask, keep);
+    c->dtype = a->dtype;
+    c->ndim = 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (!(mask >> d & 1) || c->a->i[1])
+            c->shape[c->ndim++] = keep[d];
+    return ZS_OK;
+}
+
+zsi_cost zsi_reduce_cost(const zsi_call *c, const zs_tensor *out)
+{
+    const zs_tensor *a = c->in[0];
+    return (zsi_cost){c->def->flops * (double)zs_numel(a),
+                      (double)zs_nbytes(a), (double)zs_nbytes(out)};
+}
+
+zs_status zsi_reduce_plan_make(zs_tensor *a, int64_t mask, zsi_reduce_plan *p)
+{
+    memset(p, 0, sizeof *p);
     int first = -1, last = -1;
-    p->out_ndim = 0;
-    for (int d = 0; d < a->ndim; d++) {
-        p->keep_shape[d] = mask[d] ? 1 : a->shape[d];
-        if (mask[d]) {
-            if (first < 0)
-                first = d;
+    p->R = zsi_reduce_keep(a->ndim, a->shape, mask, p->keep_shape);
+    for (int d = 0; d < a->ndim; d++)
+        if (mask >> d & 1) {
+            first = first < 0 ? d : first;
             last = d;
         }
-        if (!mask[d] || keepdim)
-            p->out_shape[p->out_ndim++] = p->keep_shape[d];
-    }
     bool block = true;
     for (int d = first; first >= 0 && d <= last; d++)
-        block = block && mask[d];
+        block = block && (mask >> d & 1);
+    int perm[ZS_MAX_DIMS], k = 0;
+    p->O = p->K = 1;
     if (first < 0) { /* 0-d input, or nothing to reduce */
         p->O = zs_numel(a);
-        p->R = 1;
-        p->K = 1;
-        p->x = zs_contiguous(a);
-        return p->x ? ZS_OK : ZS_ERR_NOMEM;
-    }
-    if (block) {
-        p->O = p->R = p->K = 1;
+    } else if (block) {
         for (int d = 0; d < a->ndim; d++) {
             if (d < first)
                 p->O *= a->shape[d];
-            else if (d <= last)
-                p->R *= a->shape[d];
-            else
+            else if (d > last)
                 p->K *= a->shape[d];
         }
-        p->x = zs_contiguous(a);
-        return p->x ? ZS_OK : ZS_ERR_NOMEM;
+    } else { /* kept dims first, reduced dims last, then copy */
+        for (int pass = 0; pass < 2; pass++)
+            for (int d = 0; d < a->ndim; d++)
+                if ((int)(mask >> d & 1) == pass) {
+                    perm[k++] = d;
+                    p->O *= pass ? 1 : a->shape[d];
+                }
     }
-    /* Kept dims first, reduced dims last, then copy. */
-    int perm[ZS_MAX_DIMS], k = 0;
-    p->O = p->R = p->K = 1;
-    for (int d = 0; d < a->ndim; d++)
-        if (!mask[d]) {
-            perm[k++] = d;
-            p->O *= a->shape[d];
-        }
-    for (int d = 0; d < a->ndim; d++)
-        if (mask[d]) {
-            perm[k++] = d;
-            p->R *= a->shape[d];
-        }
-    zs_tensor *t = zs_permute(a, perm);
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *t = k ? zs_permute(a, perm) : zs_retain(a);
     p->x = t ? zs_contiguous(t) : NULL;
     zs_release(t);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
     return p->x ? ZS_OK : ZS_ERR_NOMEM;
 }
 
-static zs_tensor *sum_like(zsi_op *op, zs_tensor *a, int naxes,
-                           const int *axes, bool keepdim, bool mean)
+/* ---- sum, mean --------------------------------------------------------- */
+
+static zsi_opdef D_MEAN;
+
+static zs_status cpu_sum(const zsi_call *c, zs_tensor *out)
 {
-    if (!a)
-        return NULL;
-    double t0 = zsi_op_begin(op);
-    if (zsi_check_float(op->name, a) != ZS_OK)
-        return NULL;
     zsi_reduce_plan p;
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_status st = zsi_reduce_plan_make(op->name, a, naxes, axes, keepdim, &p);
-    zs_no_grad_pop();
-    zsi_tracking_resume();
-    if (st != ZS_OK)
-        return NULL;
-    zs_tensor *out = zsi_new_tensor(a->dtype, p.out_ndim, p.out_shape);
-    if (!out) {
-        zs_release(p.x);
-        return NULL;
-    }
-    zsk_reduce_sum(a->dtype, zs_data(p.x), p.O, p.R, p.K, zs_data(out));
-    if (mean && p.R > 0) {
+    if (zsi_reduce_plan_make(c->in[0], c->a->i[0], &p) != ZS_OK)
+        return ZS_ERR_NOMEM;
+    zsk_reduce_sum(out->dtype, zs_data(p.x), p.O, p.R, p.K, zs_data(out));
+    if (c->def == &D_MEAN && p.R > 0) {
         zsk_iter it;
         zsk_iter_init(&it, out->ndim, out->shape, 2, (const int64_t *[]){NULL, NULL});
         zsk_binary_scalar(out->dtype, ZSK_MUL, &it, zs_data(out), zs_data(out),
                           1.0 / (double)p.R);
-    } else if (mean) {
+    } else if (c->def == &D_MEAN) {
         zs_fill_(out, 0.0 / 0.0);
     }
     zs_release(p.x);
-    zsi_ctx *n;
-    if (zsi_record(op, out, 1, &a, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    if (n) {
-        n->p.f[0] = mean ? 1.0 / (double)p.R : 1.0;
-        for (int d = 0; d < a->ndim; d++)
-            n->p.i[1 + d] = p.keep_shape[d];
-    }
-    zsi_op_end(op, t0, (double)zs_numel(a), zsi_bytes(a), zsi_bytes(out));
-    return out;
+    return ZS_OK;
+}
+
+static zsi_opdef D_SUM = {
+    .op = {.name = "sum", .backward = sum_bw}, .arity = 1,
+    .cls = ZSI_REDUCTION, .flops = 1, .infer = zsi_infer_reduce,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
+    .cost = zsi_reduce_cost};
+static zsi_opdef D_MEAN = {
+    .op = {.name = "mean", .backward = sum_bw}, .arity = 1,
+    .cls = ZSI_REDUCTION, .flops = 1, .infer = zsi_infer_reduce,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
+    .cost = zsi_reduce_cost};
+
+static zs_tensor *reduce(zsi_opdef *def, zs_tensor *a, int naxes,
+                         const int *axes, bool keepdim)
+{
+    int64_t mask = a ? zsi_axes_bits(def->op.name, a->ndim, naxes, axes) : -1;
+    zsi_attrs at = {.i = {mask, keepdim}};
+    return mask < 0 ? NULL : zsi_run(def, 1, &a, &at);
 }
 
 zs_tensor *zs_sum(zs_tensor *a, int naxes, const int *axes, bool keepdim)
 {
-    return sum_like(&OP_SUM, a, naxes, axes, keepdim, false);
+    return reduce(&D_SUM, a, naxes, axes, keepdim);
 }
 
 zs_tensor *zs_mean(zs_tensor *a, int naxes, const int *axes, bool keepdim)
 {
-    return sum_like(&OP_MEAN, a, naxes, axes, keepdim, true);
+    return reduce(&D_MEAN, a, naxes, axes, keepdim);
 }
 
 static zs_status sum_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
-    zs_tensor *gs = n->p.f[0] != 1.0 ? zs_mul_scalar(g, n->p.f[0]) : zs_retain(g);
-    zs_tensor *r = gs ? zs_reshape(gs, m->ndim, n->p.i + 1) : NULL;
+    int64_t keep[ZS_MAX_DIMS];
+    int64_t R = zsi_reduce_keep(m->ndim, m->shape, n->p.i[4], keep);
+    double scale = n->op == &D_MEAN.op ? 1.0 / (double)R : 1.0;
+    zs_tensor *gs = scale != 1.0 ? zs_mul_scalar(g, scale) : zs_retain(g);
+    zs_tensor *r = gs ? zs_reshape(gs, m->ndim, keep) : NULL;
     gin[0] = r ? zs_expand(r, m->ndim, m->shape) : NULL;
     zs_release(gs);
     zs_release(r);

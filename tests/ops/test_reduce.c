@@ -375,9 +375,60 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+/* Output shapes on random shapes (0 to 5 dims, sizes 1 to 4), random axis
+ * sets and keepdim against the plain rule: reduced dims dropped, or kept
+ * as 1 with keepdim. */
+static void test_random_shapes(void)
+{
+    uint64_t seed = 12345, r = seed;
+    for (int it = 0; it < 200; it++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        int nd = (int)(r >> 33) % 6;
+        int64_t shape[5];
+        int axes[5] = {0}, naxes = 0;
+        for (int d = 0; d < nd; d++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            shape[d] = 1 + (int64_t)((r >> 35) % 4);
+            if ((r >> 20) & 1)
+                axes[naxes++] = (r >> 21) & 1 ? d - nd : d;
+        }
+        bool keep = (r >> 40) & 1, mask[5] = {false};
+        for (int d = 0; d < nd; d++)
+            mask[d] = naxes == 0;
+        for (int i = 0; i < naxes; i++)
+            mask[axes[i] < 0 ? axes[i] + nd : axes[i]] = true;
+        zs_tensor *x = zt_rand(ZS_F32, nd, shape, seed + (uint64_t)it);
+        for (kind k = SUM; k <= ARGMAX; k++) {
+            bool m1[5] = {false};
+            int ax0 = axes[0]; /* argmax: axes[0], or 0 */
+            if (k == ARGMAX && nd > 0)
+                m1[ax0 < 0 ? ax0 + nd : ax0] = true;
+            const bool *m = k == ARGMAX ? m1 : mask;
+            int64_t want[5];
+            int wnd = 0;
+            for (int d = 0; d < nd; d++)
+                if (!m[d] || keep)
+                    want[wnd++] = m[d] ? 1 : shape[d];
+            zs_tensor *y = run(k, x, naxes, axes, keep, 0);
+            bool ok = y && y->ndim == wnd &&
+                      y->dtype == (k == ARGMAX ? ZS_I64 : ZS_F32);
+            for (int d = 0; ok && d < wnd; d++)
+                ok = y->shape[d] == want[d];
+            char sx[96];
+            ZT_CHECK(ok, "%s shape of x%s naxes %d keepdim %d (seed %llu, "
+                     "case %d)", kind_name[k], zs_shape_str(x, sx, sizeof sx),
+                     naxes, keep, (unsigned long long)seed, it);
+            zs_release(y);
+        }
+        zs_release(x);
+    }
+    zt_section("shapes: sum mean var max argmax on 200 random shapes");
+}
+
 int main(void)
 {
     test_forward();
+    test_random_shapes();
     test_large();
     test_ties_nan();
     test_grad();
