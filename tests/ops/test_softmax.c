@@ -267,9 +267,42 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+/* Output shapes on random shapes (0 to 5 dims, sizes 1 to 4) and dims
+ * (negative too) against the rule: the input's shape and dtype. */
+static void test_random_shapes(void)
+{
+    uint64_t seed = 777, r = seed;
+    for (int it = 0; it < 100; it++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        int nd = (int)(r >> 33) % 6, n1 = nd > 0 ? nd : 1;
+        int dim = (int)((r >> 40) % (uint64_t)(2 * n1)) - n1;
+        int64_t shape[5];
+        for (int d = 0; d < nd; d++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            shape[d] = 1 + (int64_t)((r >> 35) % 4);
+        }
+        zs_tensor *x = zt_rand(ZS_F64, nd, shape, seed + (uint64_t)it);
+        for (int lg = 0; lg < 2; lg++) {
+            zs_tensor *y = lg ? zs_log_softmax(x, dim) : zs_softmax(x, dim);
+            bool ok = y && y->ndim == nd && y->dtype == ZS_F64;
+            for (int d = 0; ok && d < nd; d++)
+                ok = y->shape[d] == shape[d];
+            char sx[96];
+            ZT_CHECK(ok, "%s shape of x%s dim %d (seed %llu, case %d)",
+                     lg ? "log_softmax" : "softmax",
+                     zs_shape_str(x, sx, sizeof sx), dim,
+                     (unsigned long long)seed, it);
+            zs_release(y);
+        }
+        zs_release(x);
+    }
+    zt_section("shapes: softmax log_softmax on 100 random shapes");
+}
+
 int main(void)
 {
     test_forward();
+    test_random_shapes();
     test_stability();
     test_backward();
     test_grad();
