@@ -1,19 +1,22 @@
 /*
- * loss.c - zs_cross_entropy and zs_mse_loss.
+ * loss.c - zs_cross_entropy and zs_mse_loss, as descriptors (class
+ * ZSI_OTHER) run by zsi_run.
  *
  * cross_entropy is one fused kernel (kernels/cpu/softmax.c): per row the
  * log-sum-exp and the picked logit, then a mean over the rows whose target
  * is not ignore_index, summed in row order in double (0 when every row is
- * ignored). Targets are checked before any work: one outside [0, C) that
- * is not ignore_index fails with a message naming its position. Saved:
- * 0 contiguous logits [N, C], 1 contiguous targets, 2 per-row log-sum-exp
- * (f64 [N]); p.i = {ignore_index, count, N, C}. The backward is a fused
+ * ignored). Targets are checked by the kernel before any work: one
+ * outside [0, C) that is not ignore_index fails with a message naming its
+ * position. Node inputs: logits, target; attribute i[0] = ignore_index
+ * (p.i[4]). Saved (aux results of the kernel, made only when a node is
+ * recorded): 0 contiguous logits [N, C], 1 contiguous targets, 2 per-row
+ * log-sum-exp (f64 [N]); p.i[8..10] = count, N, C. The backward is a fused
  * kernel, gx = g * (softmax(x) - onehot(t)) / count on counted rows and 0
  * on ignored ones, not itself differentiable ("cross_entropy_backward").
  *
  * mse_loss = mean((a - b)^2) over equal shapes, a fused sum of squared
  * differences; backward (with zs_* ops): ga = 2 (a - b) g / n, gb = -ga.
- * Saved: 0 a, 1 b; p.f[0] = 2 / n.
+ * Saved: 0 a, 1 b; p.f[8] = 2 / n.
  *
  * Cost models: inputs read once, a scalar written; cross entropy about
  * 5 FLOPs per logit, mse 3 per element.
@@ -28,17 +31,18 @@
 static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status mse_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_CROSS_ENTROPY = {.name = "cross_entropy",
-                                  .backward = cross_entropy_bw};
 static zsi_op OP_CROSS_ENTROPY_BW = {.name = "cross_entropy_backward"};
-static zsi_op OP_MSE = {.name = "mse_loss", .backward = mse_bw};
 
 /* ---- cross entropy ----------------------------------------------------- */
 
-/* target must be logits.shape[:-1], or 1-D with N elements. */
-static zs_status ce_check(zs_tensor *x, zs_tensor *t)
+/* target must be logits.shape[:-1], or 1-D with N elements; the output
+ * is a 0-d tensor of the logits' dtype. */
+static zs_status infer_cross_entropy(zsi_call *c)
 {
-    zs_status st = zsi_check_float("cross_entropy", x);
+    const zs_tensor *x = c->in[0], *t = c->in[1];
+    c->dtype = x->dtype;
+    c->ndim = 0;
+    zs_status st = zsi_check_float_dtype("cross_entropy", x);
     if (st == ZS_OK && x->ndim < 1)
         st = zs_set_error("cross_entropy: logits are 0-d, expected [N, C] "
                           "or [..., C]");
@@ -101,52 +105,79 @@ static zs_status ce_forward(zs_tensor *xc, const zsk_targets *tg, int64_t N,
     return ZS_OK;
 }
 
-zs_tensor *zs_cross_entropy(zs_tensor *logits, zs_tensor *target,
-                            int64_t ignore_index)
+/* i[0] = ignore_index. aux: 0 contiguous logits, 1 contiguous targets,
+ * 2 per-row log-sum-exp, 3 the count (0-d i64), when a node is recorded. */
+static zs_status cpu_cross_entropy(const zsi_call *c, zs_tensor *out)
 {
-    if (!logits || !target)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_CROSS_ENTROPY);
-    if (ce_check(logits, target) != ZS_OK)
-        return NULL;
+    zs_tensor *logits = c->in[0], *target = c->in[1];
     int64_t C = logits->shape[logits->ndim - 1], N = zs_numel(logits) / C;
+    bool rec = zsi_call_records(c);
     zsi_tracking_pause();
     zs_no_grad_push();
     zs_tensor *xc = zs_contiguous(logits), *tc = zs_contiguous(target);
     zs_tensor *lse = zsi_new_tensor(ZS_F64, 1, &N);
+    zs_tensor *cnt = rec ? zsi_new_tensor(ZS_I64, 0, NULL) : NULL;
     zs_no_grad_pop();
     zsi_tracking_resume();
-    zs_tensor *out = NULL;
     zsk_targets tg = {tc ? zs_data(tc) : NULL, target->dtype == ZS_I64,
-                      ignore_index};
-    int64_t count = xc && tc && lse ? ce_count(&tg, N, C) : -1;
+                      c->a->i[0]};
+    bool have = xc && tc && lse && (cnt || !rec);
+    int64_t count = have ? ce_count(&tg, N, C) : -1;
     double v = 0;
-    if (count >= 0 && ce_forward(xc, &tg, N, C, count, lse, &v) == ZS_OK)
-        out = zsi_new_tensor(logits->dtype, 0, NULL);
-    zsi_ctx *n = NULL;
-    if (out) {
+    zs_status st = count >= 0 ? ce_forward(xc, &tg, N, C, count, lse, &v)
+                   : have ? ZS_ERR_ARG
+                          : zs_set_error_code(ZS_ERR_NOMEM, "cross_entropy: "
+                                              "out of memory");
+    if (st == ZS_OK)
         zsi_store(out->dtype, zs_data(out), 0, v);
-        if (zsi_record(&OP_CROSS_ENTROPY, out, 1, &logits, &n) != ZS_OK) {
-            zs_release(out);
-            out = NULL;
-        }
+    if (st == ZS_OK && rec) {
+        *(int64_t *)zs_data(cnt) = count;
+        zs_tensor *aux[] = {xc, tc, lse, cnt};
+        for (int k = 0; k < 4; k++)
+            c->aux[k] = aux[k];
+        return ZS_OK;
     }
-    if (n) {
-        zsi_save(n, 0, xc);
-        zsi_save(n, 1, tc);
-        zsi_save(n, 2, lse);
-        n->p.i[0] = ignore_index;
-        n->p.i[1] = count;
-        n->p.i[2] = N;
-        n->p.i[3] = C;
-    }
-    if (out)
-        zsi_op_end(&OP_CROSS_ENTROPY, t0, 5.0 * (double)zs_numel(logits),
-                   zsi_bytes(logits) + zsi_bytes(target), zsi_bytes(out));
     zs_release(xc);
     zs_release(tc);
     zs_release(lse);
-    return out;
+    zs_release(cnt);
+    return st;
+}
+
+static void save_cross_entropy(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    const zs_tensor *x = c->in[0];
+    int64_t C = x->shape[x->ndim - 1];
+    for (int k = 0; k < 3; k++)
+        zsi_save(n, k, c->aux[k]);
+    n->p.i[8] = *(const int64_t *)zs_data(c->aux[3]);
+    n->p.i[9] = zs_numel(x) / C;
+    n->p.i[10] = C;
+}
+
+/* def->flops FLOPs per element of in[0], every input read once, out
+ * written once */
+static zsi_cost loss_cost(const zsi_call *c, const zs_tensor *out)
+{
+    zsi_cost k = {c->def->flops * (double)zs_numel(c->in[0]), 0,
+                  (double)zs_nbytes(out)};
+    for (int i = 0; i < c->nin; i++)
+        k.bytes_read += (double)zs_nbytes(c->in[i]);
+    return k;
+}
+
+static zsi_opdef D_CROSS_ENTROPY = {
+    .op = {.name = "cross_entropy", .backward = cross_entropy_bw}, .arity = 2,
+    .cls = ZSI_OTHER, .flops = 5, .infer = infer_cross_entropy,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_cross_entropy,
+                           [ZS_F64] = cpu_cross_entropy}},
+    .save = save_cross_entropy, .cost = loss_cost};
+
+zs_tensor *zs_cross_entropy(zs_tensor *logits, zs_tensor *target,
+                            int64_t ignore_index)
+{
+    zsi_attrs at = {.i = {ignore_index}};
+    return zsi_run(&D_CROSS_ENTROPY, 2, (zs_tensor *[]){logits, target}, &at);
 }
 
 static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
@@ -154,7 +185,7 @@ static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     double t0 = zsi_op_begin(&OP_CROSS_ENTROPY_BW);
     zs_tensor *x = n->saved[0], *t = n->saved[1], *lse = n->saved[2];
     const zsi_meta *m = &n->in_meta[0];
-    int64_t count = n->p.i[1];
+    int64_t count = n->p.i[8];
     if (count == 0) {
         gin[0] = zs_zeros(m->dtype, m->ndim, m->shape);
         return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
@@ -162,9 +193,9 @@ static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     gin[0] = zsi_new_tensor(m->dtype, m->ndim, m->shape);
     if (!gin[0])
         return ZS_ERR_NOMEM;
-    zsk_targets tg = {zs_data(t), t->dtype == ZS_I64, n->p.i[0]};
-    zsk_cross_entropy_backward(x->dtype, zs_data(x), &tg, n->p.i[2],
-                               n->p.i[3], zs_data(lse),
+    zsk_targets tg = {zs_data(t), t->dtype == ZS_I64, n->p.i[4]};
+    zsk_cross_entropy_backward(x->dtype, zs_data(x), &tg, n->p.i[9],
+                               n->p.i[10], zs_data(lse),
                                zs_item(g) / (double)count, zs_data(gin[0]));
     zsi_op_end(&OP_CROSS_ENTROPY_BW, t0, 4.0 * (double)zs_numel(x),
                zsi_bytes(x) + zsi_bytes(t) + zsi_bytes(lse), zsi_bytes(x));
@@ -173,47 +204,59 @@ static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 
 /* ---- mse --------------------------------------------------------------- */
 
-zs_tensor *zs_mse_loss(zs_tensor *a, zs_tensor *b)
+/* a, b: one dtype (f32 or f64), equal shapes; a 0-d output */
+static zs_status infer_mse(zsi_call *c)
 {
-    if (!a || !b)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_MSE);
-    if (zsi_check_pair("mse_loss", a, b) != ZS_OK)
-        return NULL;
+    const zs_tensor *a = c->in[0], *b = c->in[1];
+    if (zsi_check_pair_dtype("mse_loss", a, b) != ZS_OK)
+        return ZS_ERR_ARG;
     if (!zs_same_shape(a, b)) {
         char sa[96], sb[96];
-        zs_set_error("mse_loss: shapes %s and %s differ, expected equal "
-                     "shapes", zs_shape_str(a, sa, sizeof sa),
-                     zs_shape_str(b, sb, sizeof sb));
-        return NULL;
+        return zs_set_error("mse_loss: shapes %s and %s differ, expected "
+                            "equal shapes", zs_shape_str(a, sa, sizeof sa),
+                            zs_shape_str(b, sb, sizeof sb));
     }
+    c->dtype = a->dtype;
+    c->ndim = 0;
+    return ZS_OK;
+}
+
+static zs_status cpu_mse(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *a = c->in[0], *b = c->in[1];
     int64_t num = zs_numel(a);
     zsi_tracking_pause();
     zs_no_grad_push();
     zs_tensor *ac = zs_contiguous(a), *bc = zs_contiguous(b);
     zs_no_grad_pop();
     zsi_tracking_resume();
-    zs_tensor *out = ac && bc ? zsi_new_tensor(a->dtype, 0, NULL) : NULL;
-    if (out) {
+    if (ac && bc) {
         double s = zsk_sq_diff_sum(a->dtype, zs_data(ac), zs_data(bc), num);
         zsi_store(out->dtype, zs_data(out), 0, num ? s / (double)num : NAN);
     }
+    zs_status st = ac && bc ? ZS_OK : ZS_ERR_NOMEM;
     zs_release(ac);
     zs_release(bc);
-    zsi_ctx *n;
-    zs_tensor *in[2] = {a, b};
-    if (!out || zsi_record(&OP_MSE, out, 2, in, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    if (n) {
-        zsi_save(n, 0, a);
-        zsi_save(n, 1, b);
-        n->p.f[0] = 2.0 / (double)num;
-    }
-    zsi_op_end(&OP_MSE, t0, 3.0 * (double)num, zsi_bytes(a) + zsi_bytes(b),
-               zsi_bytes(out));
-    return out;
+    return st;
+}
+
+/* saved: 0 a, 1 b; p.f[8] = 2 / n */
+static void save_mse(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsi_save(n, 0, c->in[0]);
+    zsi_save(n, 1, c->in[1]);
+    n->p.f[8] = 2.0 / (double)zs_numel(c->in[0]);
+}
+
+static zsi_opdef D_MSE = {
+    .op = {.name = "mse_loss", .backward = mse_bw}, .arity = 2,
+    .cls = ZSI_OTHER, .flops = 3, .infer = infer_mse,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_mse, [ZS_F64] = cpu_mse}},
+    .save = save_mse, .cost = loss_cost};
+
+zs_tensor *zs_mse_loss(zs_tensor *a, zs_tensor *b)
+{
+    return zsi_run(&D_MSE, 2, (zs_tensor *[]){a, b}, NULL);
 }
 
 static zs_status mse_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
@@ -226,7 +269,7 @@ static zs_status mse_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     zs_status st = ZS_OK;
     for (int i = 0; i < 2 && st == ZS_OK; i++)
         if (zsi_needs_grad(n, i) &&
-            !(gin[i] = zs_mul_scalar(t, i == 0 ? n->p.f[0] : -n->p.f[0])))
+            !(gin[i] = zs_mul_scalar(t, i == 0 ? n->p.f[8] : -n->p.f[8])))
             st = ZS_ERR_NOMEM;
     zs_release(t);
     return st;

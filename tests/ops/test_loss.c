@@ -267,8 +267,51 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+/* Output shapes on random shapes (logits 1 to 4 dims, sizes 1 to 4,
+ * targets logits.shape[:-1] or flat [N]; mse 0 to 4 dims) against the
+ * rule: a 0-d tensor of the input's dtype. */
+static void test_random_shapes(void)
+{
+    uint64_t seed = 4242, r = seed;
+    for (int it = 0; it < 100; it++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        int nd = (int)(r >> 33) % 5;
+        bool flat = (r >> 40) & 1;
+        int64_t shape[4];
+        for (int d = 0; d < nd; d++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            shape[d] = 1 + (int64_t)((r >> 35) % 4);
+        }
+        zs_dtype dt = it % 2 ? ZS_F64 : ZS_F32;
+        zs_tensor *a = zt_rand(dt, nd, shape, seed + (uint64_t)it);
+        zs_tensor *b = zt_rand(dt, nd, shape, seed + 1000 + (uint64_t)it);
+        zs_tensor *m = zs_mse_loss(a, b), *ce = NULL;
+        if (nd > 0) {
+            int64_t N = zs_numel(a) / shape[nd - 1];
+            zs_tensor *t = flat ? zs_zeros(ZS_I64, 1, &N)
+                                : zs_zeros(ZS_I64, nd - 1, shape);
+            ce = zs_cross_entropy(a, t, IGNORE);
+            zs_release(t);
+        }
+        char sx[96];
+        zs_shape_str(a, sx, sizeof sx);
+        ZT_CHECK(m && m->ndim == 0 && m->dtype == dt, "mse_loss shape of %s "
+                 "(seed %llu, case %d)", sx, (unsigned long long)seed, it);
+        ZT_CHECK(nd == 0 || (ce && ce->ndim == 0 && ce->dtype == dt),
+                 "cross_entropy shape of logits %s, %s targets (seed %llu, "
+                 "case %d)", sx, flat ? "flat" : "shaped",
+                 (unsigned long long)seed, it);
+        zs_release(a);
+        zs_release(b);
+        zs_release(m);
+        zs_release(ce);
+    }
+    zt_section("shapes: cross_entropy mse_loss on 100 random shapes");
+}
+
 int main(void)
 {
+    test_random_shapes();
     test_cross_entropy();
     test_ce_special();
     test_grad();
