@@ -1,18 +1,23 @@
 /*
- * norm.c - zs_layer_norm and zs_batch_norm (kernels in kernels/cpu/norm.c).
+ * norm.c - zs_layer_norm and zs_batch_norm as descriptors (class
+ * ZSI_OTHER; kernels in kernels/cpu/norm.c).
  *
  * Both are single fused operators rather than compositions: the forward
- * saves its per-row (layer norm, dtype of x, [R]) or per-channel (batch
- * norm, f64, [C]) mean and rstd = 1/sqrt(var + eps), and the backward rule
- * calls a fused kernel directly instead of composing zs_* operators. The
- * backward is therefore not itself differentiable (no double backward);
- * it is counted in the profiler as "layer_norm_backward" or
- * "batch_norm_backward".
+ * kernel makes, as aux results when a node is recorded, its per-row
+ * (layer norm, dtype of x, [R]) or per-channel (batch norm, f64, [C])
+ * mean and rstd = 1/sqrt(var + eps), and the backward rule calls a fused
+ * kernel directly instead of composing zs_* operators. The backward is
+ * therefore not itself differentiable (no double backward); it is counted
+ * in the profiler as "layer_norm_backward" or "batch_norm_backward".
  *
  * Node inputs are x followed by weight and bias when given (absent ones
- * are left out); p.i[0] and p.i[1] hold the input slot of weight and bias
- * or -1. Saved: 0 contiguous x, 1 contiguous weight (or NULL), 2 mean,
- * 3 rstd.
+ * are left out), and for batch norm running_mean and running_var (which
+ * the training forward updates in place). Attributes: i[0], i[1] = the
+ * input slot of weight and bias or -1 (node: p.i[4], p.i[5]), f[0] = eps;
+ * batch norm adds i[2], i[3] = the slots of running_mean and running_var,
+ * f[1] = momentum, f[2] = training (0 or 1) and saves p.i[8] = whether
+ * batch statistics were used. Saved: 0 contiguous x, 1 contiguous weight
+ * (or NULL), 2 mean, 3 rstd (the kernel's aux results 0..3).
  *
  * Cost models count the minimum traffic: inputs and parameters read once,
  * outputs (and saved statistics) written once; FLOPs are about 8 per
@@ -20,6 +25,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/norm.h"
 #include "ops/internal.h"
@@ -27,8 +33,6 @@
 static zs_status layer_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status batch_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_LAYER_NORM = {.name = "layer_norm", .backward = layer_norm_bw};
-static zsi_op OP_BATCH_NORM = {.name = "batch_norm", .backward = batch_norm_bw};
 /* Profiler entries for the fused backward kernels (no node of their own). */
 static zsi_op OP_LAYER_NORM_BW = {.name = "layer_norm_backward"};
 static zsi_op OP_BATCH_NORM_BW = {.name = "batch_norm_backward"};
@@ -43,8 +47,8 @@ static zs_status check_vec(const char *op, const char *what,
 {
     if (!p)
         return ZS_OK;
-    zs_status st = same_dtype ? zsi_check_pair(op, x, p)
-                              : zsi_check_float(op, p);
+    zs_status st = same_dtype ? zsi_check_pair_dtype(op, x, p)
+                              : zsi_check_float_dtype(op, p);
     if (st != ZS_OK)
         return st;
     if (p->ndim != 1 || p->shape[0] != C) {
@@ -64,19 +68,25 @@ static zs_status check_eps(const char *op, double eps)
     return ZS_OK;
 }
 
-/* Compacts (x, weight, bias) into in[] and records the slots used. */
-static int pack_inputs(zs_tensor *x, zs_tensor *w, zs_tensor *b,
-                       zs_tensor **in, int64_t *wi, int64_t *bi)
+/* Compacts x and the given ones of opt[0..nopt) into in[] and records
+ * the slot of each (-1 when absent); returns the count. */
+static int pack_inputs(zs_tensor *x, zs_tensor *const *opt, int nopt,
+                       zs_tensor **in, int64_t *slot)
 {
     int k = 0;
     in[k++] = x;
-    *wi = w ? k : -1;
-    if (w)
-        in[k++] = w;
-    *bi = b ? k : -1;
-    if (b)
-        in[k++] = b;
+    for (int i = 0; i < nopt; i++) {
+        slot[i] = opt[i] ? k : -1;
+        if (opt[i])
+            in[k++] = opt[i];
+    }
     return k;
+}
+
+/* Input slot s of c, or NULL when s is -1. */
+static zs_tensor *slot_of(const zsi_call *c, int64_t s)
+{
+    return s >= 0 ? c->in[s] : NULL;
 }
 
 /* Contiguous versions of x and weight made without autograd or scope
@@ -109,36 +119,41 @@ static zs_tensor *new_untracked(zs_dtype dt, int64_t n)
     return t;
 }
 
-/* Records the node of a normalisation and saves what backward needs;
- * releases out on failure. */
-static zs_tensor *finish(zsi_op *op, zs_tensor *out, zs_tensor *x,
-                         zs_tensor *w, zs_tensor *b, zs_tensor **saved,
-                         int64_t flag)
+/* Hands the contiguous x and weight and the statistics to save as the
+ * aux results 0..3 when a node is recorded, else releases them. */
+static void keep_aux(const zsi_call *c, zs_tensor *xc, zs_tensor *wc,
+                     zs_tensor *mean, zs_tensor *rstd)
 {
-    zs_tensor *in[3];
-    int64_t wi, bi;
-    int nin = pack_inputs(x, w, b, in, &wi, &bi);
-    zsi_ctx *n;
-    if (zsi_record(op, out, nin, in, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
+    zs_tensor *t[] = {xc, wc, mean, rstd};
+    bool rec = zsi_call_records(c);
+    for (int k = 0; k < 4; k++) {
+        if (rec)
+            c->aux[k] = t[k];
+        else
+            zs_release(t[k]);
     }
-    if (n) {
-        for (int k = 0; k < 4; k++)
-            zsi_save(n, k, saved[k]);
-        n->p.i[0] = wi;
-        n->p.i[1] = bi;
-        n->p.i[2] = flag;
-    }
-    return out;
+}
+
+static void save_norm(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    for (int k = 0; k < 4; k++)
+        zsi_save(n, k, c->aux[k]);
+}
+
+static double param_bytes(const zsi_call *c)
+{
+    zs_tensor *w = slot_of(c, c->a->i[0]), *b = slot_of(c, c->a->i[1]);
+    return (w ? zsi_bytes(w) : 0) + (b ? zsi_bytes(b) : 0);
 }
 
 /* ---- layer norm -------------------------------------------------------- */
 
-static zs_status layer_norm_check(zs_tensor *x, zs_tensor *w, zs_tensor *b,
-                                  double eps)
+/* x [..., C], weight and bias [C] of x's dtype; the output is like x */
+static zs_status infer_layer_norm(zsi_call *c)
 {
-    zs_status st = zsi_check_float("layer_norm", x);
+    zs_tensor *x = c->in[0], *w = slot_of(c, c->a->i[0]);
+    zs_tensor *b = slot_of(c, c->a->i[1]);
+    zs_status st = zsi_check_float_dtype("layer_norm", x);
     if (st == ZS_OK && x->ndim < 1)
         st = zs_set_error("layer_norm: x is 0-d, expected at least 1 dim "
                           "[..., C]");
@@ -146,54 +161,76 @@ static zs_status layer_norm_check(zs_tensor *x, zs_tensor *w, zs_tensor *b,
         return st;
     int64_t C = x->shape[x->ndim - 1];
     if ((st = check_vec("layer_norm", "weight", x, w, C, true)) != ZS_OK ||
-        (st = check_vec("layer_norm", "bias", x, b, C, true)) != ZS_OK)
+        (st = check_vec("layer_norm", "bias", x, b, C, true)) != ZS_OK ||
+        (st = check_eps("layer_norm", c->a->f[0])) != ZS_OK)
         return st;
-    return check_eps("layer_norm", eps);
+    c->dtype = x->dtype;
+    c->ndim = x->ndim;
+    memcpy(c->shape, x->shape, sizeof c->shape);
+    return ZS_OK;
 }
+
+static zs_status cpu_layer_norm(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *x = c->in[0], *xc, *wc, *bc;
+    if (contig_inputs(x, slot_of(c, c->a->i[0]), slot_of(c, c->a->i[1]), &xc,
+                      &wc, &bc) != ZS_OK)
+        return ZS_ERR_NOMEM;
+    int64_t C = x->shape[x->ndim - 1];
+    int64_t R = C > 0 ? zs_numel(x) / C : 0;
+    bool rec = zsi_call_records(c);
+    zs_tensor *mean = rec ? new_untracked(x->dtype, R) : NULL;
+    zs_tensor *rstd = rec ? new_untracked(x->dtype, R) : NULL;
+    zs_status st = !rec || (mean && rstd) ? ZS_OK : ZS_ERR_NOMEM;
+    if (st == ZS_OK)
+        zsk_layer_norm(x->dtype, zs_data(xc), wc ? zs_data(wc) : NULL,
+                       bc ? zs_data(bc) : NULL, R, C, c->a->f[0], zs_data(out),
+                       mean ? zs_data(mean) : NULL, rstd ? zs_data(rstd) : NULL);
+    zs_release(bc);
+    if (st == ZS_OK) {
+        keep_aux(c, xc, wc, mean, rstd);
+    } else {
+        zs_release(xc);
+        zs_release(wc);
+        zs_release(mean);
+        zs_release(rstd);
+    }
+    return st;
+}
+
+/* 8 FLOPs per element; x and the parameters read, y and the statistics
+ * (2 R values) written */
+static zsi_cost layer_norm_cost(const zsi_call *c, const zs_tensor *out)
+{
+    const zs_tensor *x = c->in[0];
+    int64_t C = x->shape[x->ndim - 1];
+    int64_t R = C > 0 ? zs_numel(x) / C : 0;
+    return (zsi_cost){8.0 * (double)zs_numel(x), zsi_bytes(x) + param_bytes(c),
+                      zsi_bytes(x) + 2.0 * (double)R *
+                                         (double)zs_dtype_size(x->dtype)};
+}
+
+static zsi_opdef D_LAYER_NORM = {
+    .op = {.name = "layer_norm", .backward = layer_norm_bw},
+    .cls = ZSI_OTHER, .infer = infer_layer_norm,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_layer_norm, [ZS_F64] = cpu_layer_norm}},
+    .save = save_norm, .cost = layer_norm_cost};
 
 zs_tensor *zs_layer_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
                          double eps)
 {
-    if (!x)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_LAYER_NORM);
-    zs_tensor *xc, *wc, *bc;
-    if (layer_norm_check(x, weight, bias, eps) != ZS_OK ||
-        contig_inputs(x, weight, bias, &xc, &wc, &bc) != ZS_OK)
-        return NULL;
-    int64_t C = x->shape[x->ndim - 1];
-    int64_t R = C > 0 ? zs_numel(x) / C : 0;
-    zs_tensor *out = zsi_new_tensor(x->dtype, x->ndim, x->shape);
-    zs_tensor *mean = new_untracked(x->dtype, R);
-    zs_tensor *rstd = new_untracked(x->dtype, R);
-    if (out && mean && rstd) {
-        zsk_layer_norm(x->dtype, zs_data(xc), wc ? zs_data(wc) : NULL,
-                       bc ? zs_data(bc) : NULL, R, C, eps, zs_data(out),
-                       zs_data(mean), zs_data(rstd));
-        out = finish(&OP_LAYER_NORM, out, x, weight, bias,
-                     (zs_tensor *[]){xc, wc, mean, rstd}, 0);
-    } else {
-        zs_release(out);
-        out = NULL;
-    }
-    double params = (weight ? zsi_bytes(weight) : 0) +
-                    (bias ? zsi_bytes(bias) : 0);
-    zsi_op_end(&OP_LAYER_NORM, t0, 8.0 * (double)zs_numel(x),
-               zsi_bytes(x) + params,
-               zsi_bytes(x) + 2.0 * (double)R * (double)zs_dtype_size(x->dtype));
-    zs_release(xc);
-    zs_release(wc);
-    zs_release(bc);
-    zs_release(mean);
-    zs_release(rstd);
-    return out;
+    zs_tensor *in[3];
+    int64_t slot[2];
+    int n = pack_inputs(x, (zs_tensor *[]){weight, bias}, 2, in, slot);
+    zsi_attrs at = {.f = {eps}, .i = {slot[0], slot[1]}};
+    return zsi_run(&D_LAYER_NORM, n, in, &at);
 }
 
 static zs_status layer_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     double t0 = zsi_op_begin(&OP_LAYER_NORM_BW);
     zs_tensor *x = n->saved[0], *w = n->saved[1];
-    int64_t wi = n->p.i[0], bi = n->p.i[1];
+    int64_t wi = n->p.i[4], bi = n->p.i[5];
     zs_dtype dt = x->dtype;
     int64_t C = x->shape[x->ndim - 1];
     int64_t R = C > 0 ? zs_numel(x) / C : 0;
@@ -239,11 +276,32 @@ typedef struct bn_args {
     bool batch_stats; /* training, or inference without running stats */
 } bn_args;
 
-static zs_status batch_norm_check(bn_args *a)
+/* The call's tensors and attributes; N, C, S and batch_stats when x has
+ * at least 2 dims. */
+static bn_args bn_args_of(const zsi_call *c)
+{
+    const zsi_attrs *t = c->a;
+    bn_args a = {.x = c->in[0], .w = slot_of(c, t->i[0]),
+                 .b = slot_of(c, t->i[1]), .rm = slot_of(c, t->i[2]),
+                 .rv = slot_of(c, t->i[3]), .training = t->f[2] != 0,
+                 .momentum = t->f[1], .eps = t->f[0]};
+    if (a.x->ndim >= 2) {
+        a.N = a.x->shape[0];
+        a.C = a.x->shape[1];
+        a.S = zsi_shape_numel(a.x->ndim - 2, a.x->shape + 2);
+    }
+    a.batch_stats = a.training || !a.rm;
+    return a;
+}
+
+/* x [N, C, ...]; weight, bias [C] of x's dtype; running stats [C] of any
+ * float dtype, both or neither; the output is like x */
+static zs_status infer_batch_norm(zsi_call *c)
 {
     const char *op = "batch_norm";
+    bn_args args = bn_args_of(c), *a = &args;
     zs_tensor *x = a->x;
-    zs_status st = zsi_check_float(op, x);
+    zs_status st = zsi_check_float_dtype(op, x);
     if (st != ZS_OK)
         return st;
     if (x->ndim < 2) {
@@ -252,9 +310,6 @@ static zs_status batch_norm_check(bn_args *a)
                             "2 [N, C, ...]", zs_shape_str(x, sx, sizeof sx),
                             x->ndim);
     }
-    a->N = x->shape[0];
-    a->C = x->shape[1];
-    a->S = zsi_shape_numel(x->ndim - 2, x->shape + 2);
     if ((st = check_vec(op, "weight", x, a->w, a->C, true)) != ZS_OK ||
         (st = check_vec(op, "bias", x, a->b, a->C, true)) != ZS_OK ||
         (st = check_vec(op, "running_mean", x, a->rm, a->C, false)) != ZS_OK ||
@@ -267,7 +322,6 @@ static zs_status batch_norm_check(bn_args *a)
     if (a->training && !(a->momentum >= 0 && a->momentum <= 1))
         return zs_set_error("batch_norm: momentum = %g, expected [0, 1]",
                             a->momentum);
-    a->batch_stats = a->training || !a->rm;
     if (a->batch_stats && a->N * a->S <= 1) {
         char sx[96];
         return zs_set_error("batch_norm: x %s has %lld value(s) per channel, "
@@ -275,6 +329,9 @@ static zs_status batch_norm_check(bn_args *a)
                             "statistics", zs_shape_str(x, sx, sizeof sx),
                             (long long)(a->N * a->S));
     }
+    c->dtype = x->dtype;
+    c->ndim = x->ndim;
+    memcpy(c->shape, x->shape, sizeof c->shape);
     return ZS_OK;
 }
 
@@ -316,20 +373,15 @@ static void bn_statistics(const bn_args *a, const zs_tensor *xc, double *mean,
         rstd[c] = 1.0 / sqrt(rstd[c] + a->eps);
 }
 
-static zs_tensor *bn_forward(bn_args *a, zs_tensor *xc, zs_tensor *wc,
-                             zs_tensor *bc, zs_tensor *mean_t,
-                             zs_tensor *rstd_t)
+/* out = scale * x + shift per channel, from the statistics. */
+static zs_status bn_forward(const bn_args *a, zs_tensor *xc, zs_tensor *wc,
+                            zs_tensor *bc, zs_tensor *mean_t, zs_tensor *rstd_t,
+                            zs_tensor *out)
 {
     double *mean = zs_data(mean_t), *rstd = zs_data(rstd_t);
     double *coef = malloc((size_t)(2 * a->C + 1) * sizeof *coef);
-    zs_tensor *out = coef ? zsi_new_tensor(a->x->dtype, a->x->ndim, a->x->shape)
-                          : NULL;
-    if (!out) {
-        if (!coef)
-            zs_set_error_code(ZS_ERR_NOMEM, "batch_norm: out of memory");
-        free(coef);
-        return NULL;
-    }
+    if (!coef)
+        return zs_set_error_code(ZS_ERR_NOMEM, "batch_norm: out of memory");
     bn_statistics(a, xc, mean, rstd);
     double *scale = coef, *shift = coef + a->C;
     for (int64_t c = 0; c < a->C; c++) {
@@ -339,40 +391,65 @@ static zs_tensor *bn_forward(bn_args *a, zs_tensor *xc, zs_tensor *wc,
     zsk_channel_affine(a->x->dtype, zs_data(xc), a->N, a->C, a->S, scale,
                        shift, zs_data(out));
     free(coef);
-    return out;
+    return ZS_OK;
 }
+
+/* Updates running_mean and running_var in place when training with them. */
+static zs_status cpu_batch_norm(const zsi_call *c, zs_tensor *out)
+{
+    bn_args a = bn_args_of(c);
+    zs_tensor *xc, *wc, *bc;
+    if (contig_inputs(a.x, a.w, a.b, &xc, &wc, &bc) != ZS_OK)
+        return ZS_ERR_NOMEM;
+    zs_tensor *mean = new_untracked(ZS_F64, a.C);
+    zs_tensor *rstd = new_untracked(ZS_F64, a.C);
+    zs_status st = mean && rstd ? bn_forward(&a, xc, wc, bc, mean, rstd, out)
+                                : ZS_ERR_NOMEM;
+    zs_release(bc);
+    if (st == ZS_OK) {
+        keep_aux(c, xc, wc, mean, rstd);
+    } else {
+        zs_release(xc);
+        zs_release(wc);
+        zs_release(mean);
+        zs_release(rstd);
+    }
+    return st;
+}
+
+static void save_batch_norm(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    save_norm(n, c, out);
+    n->p.i[8] = bn_args_of(c).batch_stats;
+}
+
+/* 5 FLOPs per element with batch statistics, 2 with running ones; x and
+ * the parameters read, y written */
+static zsi_cost batch_norm_cost(const zsi_call *c, const zs_tensor *out)
+{
+    const zs_tensor *x = c->in[0];
+    return (zsi_cost){(bn_args_of(c).batch_stats ? 5.0 : 2.0) *
+                          (double)zs_numel(x),
+                      zsi_bytes(x) + param_bytes(c), zsi_bytes(x)};
+}
+
+static zsi_opdef D_BATCH_NORM = {
+    .op = {.name = "batch_norm", .backward = batch_norm_bw},
+    .cls = ZSI_OTHER, .infer = infer_batch_norm,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_batch_norm, [ZS_F64] = cpu_batch_norm}},
+    .save = save_batch_norm, .cost = batch_norm_cost};
 
 zs_tensor *zs_batch_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
                          zs_tensor *running_mean, zs_tensor *running_var,
                          bool training, double momentum, double eps)
 {
-    if (!x)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_BATCH_NORM);
-    bn_args a = {.x = x, .w = weight, .b = bias, .rm = running_mean,
-                 .rv = running_var, .training = training,
-                 .momentum = momentum, .eps = eps};
-    zs_tensor *xc, *wc, *bc;
-    if (batch_norm_check(&a) != ZS_OK ||
-        contig_inputs(x, weight, bias, &xc, &wc, &bc) != ZS_OK)
-        return NULL;
-    zs_tensor *mean = new_untracked(ZS_F64, a.C);
-    zs_tensor *rstd = new_untracked(ZS_F64, a.C);
-    zs_tensor *out = mean && rstd ? bn_forward(&a, xc, wc, bc, mean, rstd) : NULL;
-    if (out)
-        out = finish(&OP_BATCH_NORM, out, x, weight, bias,
-                     (zs_tensor *[]){xc, wc, mean, rstd}, a.batch_stats);
-    double params = (weight ? zsi_bytes(weight) : 0) +
-                    (bias ? zsi_bytes(bias) : 0);
-    zsi_op_end(&OP_BATCH_NORM, t0,
-               (a.batch_stats ? 5.0 : 2.0) * (double)zs_numel(x),
-               zsi_bytes(x) + params, zsi_bytes(x));
-    zs_release(xc);
-    zs_release(wc);
-    zs_release(bc);
-    zs_release(mean);
-    zs_release(rstd);
-    return out;
+    zs_tensor *in[5];
+    int64_t slot[4];
+    int n = pack_inputs(x, (zs_tensor *[]){weight, bias, running_mean,
+                                           running_var}, 4, in, slot);
+    zsi_attrs at = {.f = {eps, momentum, training},
+                    .i = {slot[0], slot[1], slot[2], slot[3]}};
+    return zsi_run(&D_BATCH_NORM, n, in, &at);
 }
 
 /* Per-channel coefficients of gx = a*g + b*x + k, the folded form of
@@ -388,7 +465,7 @@ static void bn_dx_coefs(const zsi_ctx *n, int64_t C, double M,
     for (int64_t c = 0; c < C; c++) {
         a[c] = (w ? vec_at(w, c) : 1.0) * rstd[c];
         b[c] = k[c] = 0;
-        if (n->p.i[2]) {
+        if (n->p.i[8]) {
             b[c] = -a[c] * rstd[c] * rstd[c] * sgx[c] / M;
             k[c] = -a[c] * sg[c] / M - b[c] * mean[c];
         }
@@ -399,7 +476,7 @@ static zs_status batch_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     double t0 = zsi_op_begin(&OP_BATCH_NORM_BW);
     zs_tensor *x = n->saved[0];
-    int64_t wi = n->p.i[0], bi = n->p.i[1];
+    int64_t wi = n->p.i[4], bi = n->p.i[5];
     int64_t N = x->shape[0], C = x->shape[1];
     int64_t S = zsi_shape_numel(x->ndim - 2, x->shape + 2);
     zs_dtype dt = x->dtype;

@@ -405,8 +405,50 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+/* Output shapes on random shapes (layer norm 1 to 5 dims, batch norm 2 to
+ * 5, sizes 1 to 4; with and without weight and bias) against the rule:
+ * x's shape and dtype. */
+static void test_random_shapes(void)
+{
+    uint64_t seed = 99, r = seed;
+    for (int it = 0; it < 100; it++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        int nd = 1 + (int)(r >> 33) % 5;
+        bool affine = (r >> 40) & 1;
+        int64_t shape[5];
+        for (int d = 0; d < nd; d++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            shape[d] = 1 + (int64_t)((r >> 35) % 4);
+        }
+        if (nd >= 2)
+            shape[0] = 2; /* batch statistics need 2 values per channel */
+        zs_dtype dt = it % 2 ? ZS_F64 : ZS_F32;
+        zs_tensor *x = zt_rand(dt, nd, shape, seed + (uint64_t)it);
+        int64_t C = shape[nd - 1], Cb = nd >= 2 ? shape[1] : 1;
+        zs_tensor *w = affine ? zt_rand(dt, 1, &C, seed + 500) : NULL;
+        zs_tensor *b = affine ? zt_rand(dt, 1, &C, seed + 501) : NULL;
+        zs_tensor *wb = affine ? zt_rand(dt, 1, &Cb, seed + 502) : NULL;
+        zs_tensor *ln = zs_layer_norm(x, w, b, 1e-5);
+        zs_tensor *bn = nd >= 2 ? zs_batch_norm(x, wb, NULL, NULL, NULL, true,
+                                                0.1, 1e-5) : NULL;
+        bool ok_ln = ln && ln->dtype == dt && zs_same_shape(ln, x);
+        bool ok_bn = nd < 2 || (bn && bn->dtype == dt && zs_same_shape(bn, x));
+        char sx[96];
+        zs_shape_str(x, sx, sizeof sx);
+        ZT_CHECK(ok_ln && ok_bn, "%s%s shape of x%s, affine %d (seed %llu, "
+                 "case %d)", ok_ln ? "" : "layer_norm ",
+                 ok_bn ? "" : "batch_norm", sx, affine,
+                 (unsigned long long)seed, it);
+        zs_tensor *all[] = {x, w, b, wb, ln, bn};
+        for (int k = 0; k < 6; k++)
+            zs_release(all[k]);
+    }
+    zt_section("shapes: layer_norm batch_norm on 100 random shapes");
+}
+
 int main(void)
 {
+    test_random_shapes();
     test_layer_norm();
     test_batch_norm();
     test_errors();

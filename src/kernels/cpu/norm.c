@@ -80,8 +80,10 @@ typedef struct ln_ctx {
             T m = (T)((double)lsum_##SUF(x, C) / (double)C);                  \
             double v = (double)lsqdev_##SUF(x, C, m) / (double)C;             \
             T s = (T)(1.0 / sqrt(v + c->eps));                                \
-            ((T *)c->mean)[r] = m;                                            \
-            ((T *)c->rstd)[r] = s;                                            \
+            if (c->mean) {                                                    \
+                ((T *)c->mean)[r] = m;                                        \
+                ((T *)c->rstd)[r] = s;                                        \
+            }                                                                 \
             if (w && b)                                                       \
                 for (int64_t i = 0; i < C; i++)                               \
                     y[i] = (x[i] - m) * s * w[i] + b[i];                      \

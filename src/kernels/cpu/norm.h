@@ -16,7 +16,8 @@
 
 /* y[r] = (x[r] - mean[r]) * rstd[r] * w + b, with mean[r] and
  * rstd[r] = 1/sqrt(var[r] + eps) (biased var) written for backward
- * (dtype dt, [R]). w and b ([C]) may be NULL (1 and 0). */
+ * (dtype dt, [R]) unless mean is NULL (then rstd is not written either).
+ * w and b ([C]) may be NULL (1 and 0). */
 void zsk_layer_norm(zs_dtype dt, const void *x, const void *w, const void *b,
                     int64_t R, int64_t C, double eps, void *y, void *mean,
                     void *rstd);
