@@ -18,15 +18,34 @@ static zs_status mul_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 /* ---- shared checks (declared in ops/internal.h) ------------------------ */
 
-zs_status zsi_check_float(const char *op, const zs_tensor *t)
+zs_status zsi_check_f32f64(const char *op, const zs_tensor *t)
 {
     if (t->dtype != ZS_F32 && t->dtype != ZS_F64)
         return zs_set_error("%s: dtype %s is not supported, expected f32 or "
                             "f64 (convert with zs_to_dtype)", op,
                             zs_dtype_name(t->dtype));
-    if (t->device != ZS_CPU)
-        return zs_set_error("%s: tensor is not on the CPU", op);
     return ZS_OK;
+}
+
+zs_status zsi_check_f32f64_pair(const char *op, const zs_tensor *a,
+                                const zs_tensor *b)
+{
+    zs_status st = zsi_check_f32f64(op, a);
+    if (st == ZS_OK)
+        st = zsi_check_f32f64(op, b);
+    if (st == ZS_OK && a->dtype != b->dtype)
+        st = zs_set_error("%s: dtypes %s and %s differ, expected equal "
+                          "(convert with zs_to_dtype)", op,
+                          zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
+    return st;
+}
+
+zs_status zsi_check_float(const char *op, const zs_tensor *t)
+{
+    zs_status st = zsi_check_f32f64(op, t);
+    if (st == ZS_OK && t->device != ZS_CPU)
+        return zs_set_error("%s: tensor is not on the CPU", op);
+    return st;
 }
 
 zs_status zsi_check_pair(const char *op, const zs_tensor *a, const zs_tensor *b)

@@ -14,6 +14,12 @@ zs_status zsi_check_float(const char *op, const zs_tensor *t);
 /* Fails unless a and b share a float dtype. */
 zs_status zsi_check_pair(const char *op, const zs_tensor *a,
                          const zs_tensor *b);
+/* For descriptors (any device; the driver finds the kernel): fail unless
+ * t is f32 or f64, and unless a and b are and share their dtype (the
+ * messages of zsi_check_float and zsi_check_pair). */
+zs_status zsi_check_f32f64(const char *op, const zs_tensor *t);
+zs_status zsi_check_f32f64_pair(const char *op, const zs_tensor *a,
+                                const zs_tensor *b);
 /* For descriptors (any device; the driver finds the kernel): fails unless
  * a and b share a float dtype. */
 zs_status zsi_check_same_float(const char *op, const zs_tensor *a,
