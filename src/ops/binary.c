@@ -83,11 +83,6 @@ zs_status zsi_check_index(const char *op, const zs_tensor *t)
     return ZS_OK;
 }
 
-int64_t zsi_index_at(const zs_tensor *t, int64_t i)
-{
-    return (int64_t)zs_get(t, i);
-}
-
 zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,
                               const zs_tensor *b, int *ndim, int64_t *shape)
 {

@@ -29,8 +29,6 @@ zs_status zsi_check_index(const char *op, const zs_tensor *t);
 /* numpy broadcasting of a and b's shapes into (ndim, shape). */
 zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,
                               const zs_tensor *b, int *ndim, int64_t *shape);
-/* Reads index i of an i32/i64 tensor, any layout (flat row-major i). */
-int64_t zsi_index_at(const zs_tensor *t, int64_t i);
 
 /* Parses an axes list (NULL/0 = all) into a mask; -1 + message on a bad or
  * repeated axis. */
