@@ -12,9 +12,10 @@
  *
  * q, k, v are read in place through their strides when their last dim has
  * stride 1 (views of a fused QKV projection qualify); otherwise that input
- * is copied to a contiguous buffer first. Node inputs q, k, v; saved:
- * 0 q, 1 k, 2 v (as read by the kernel), 3 out, 4 lse. Parameters:
- * p.f[0] scale, p.i[1] causal, p.i[2] alibi, p.i[3] q_offset.
+ * is copied to a contiguous buffer first. A descriptor run by zsi_run
+ * (ops/op.h): the views the kernel reads and lse are its aux results,
+ * lse made only when a node is recorded. Node inputs q, k, v; saved and
+ * parameters: see D_ATTENTION below.
  *
  * Cost model: FLOPs count what is computed, 4 D per visible (query, key)
  * pair (2 D for q.k, 2 D for p v), so a causal square attention counts
@@ -25,6 +26,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/attention.h"
 #include "ops/internal.h"
@@ -32,7 +34,6 @@
 
 static zs_status attention_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_ATTENTION = {.name = "attention", .backward = attention_bw};
 /* Profiler entry of the fused backward kernel (no node of its own). */
 static zsi_op OP_ATTENTION_BW = {.name = "attention_backward"};
 
@@ -63,9 +64,9 @@ static zs_status shape_error(const zs_tensor *q, const zs_tensor *k,
 static zs_status check_args(const zs_tensor *q, const zs_tensor *k,
                             const zs_tensor *v, const zs_attention_params *p)
 {
-    zs_status st = zsi_check_pair("attention", q, k);
+    zs_status st = zsi_check_pair_dtype("attention", q, k);
     if (st == ZS_OK)
-        st = zsi_check_pair("attention", q, v);
+        st = zsi_check_pair_dtype("attention", q, v);
     if (st != ZS_OK)
         return st;
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
@@ -165,85 +166,100 @@ static double *make_slopes(bool alibi, int64_t H, zs_status *st)
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* Runs the kernel into a new out (and lse when want_lse); on success
- * returns out and sets *lse_out (a new untracked reference or NULL). */
-static zs_tensor *run_forward(zsk_attn *a, bool want_lse, zs_tensor **lse_out)
+/* Inputs q, k, v; attributes: f[0] scale (0: 1/sqrt(D)), i[0] causal,
+ * i[1] alibi, i[2] q_offset (node: p.f[0], p.i[4..6]); node: p.f[8] the
+ * scale used. Saved: 0 q, 1 k, 2 v (as read by the kernel: its aux 0..2),
+ * 3 out, 4 lse (aux 3, made only when a node is recorded). */
+#define P_SCALE 8
+#define P_CAUSAL 4
+#define P_ALIBI 5
+#define P_QOFF 6
+
+static zs_attention_params call_params(const zsi_call *c)
 {
-    *lse_out = NULL;
-    zs_tensor *out = zsi_new_tensor(a->dt, ZS_SHAPE(a->B, a->H, a->Tq, a->D));
-    zs_tensor *lse = NULL;
-    if (out && want_lse) {
-        zsi_tracking_pause();
-        lse = zsi_new_tensor(a->dt, ZS_SHAPE(a->B, a->H, a->Tq));
-        zsi_tracking_resume();
-    }
-    if (!out || (want_lse && !lse) ||
-        zsk_attention_forward(a, zs_data(out), lse ? zs_data(lse) : NULL) !=
-            ZS_OK) {
-        zs_release(out);
-        zs_release(lse);
-        return NULL;
-    }
-    *lse_out = lse;
-    return out;
+    return (zs_attention_params){.scale = c->a->f[0], .causal = c->a->i[0] != 0,
+                                 .alibi = c->a->i[1] != 0,
+                                 .q_offset = c->a->i[2]};
 }
 
-static zs_tensor *record(zs_tensor *out, zs_tensor *const *in,
-                         zs_tensor *const *kin, zs_tensor *lse,
-                         const zsk_attn *a, bool alibi)
+static double call_scale(const zsi_call *c)
 {
-    zsi_ctx *n;
-    if (zsi_record(&OP_ATTENTION, out, 3, in, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    if (n) {
-        for (int i = 0; i < 3; i++)
-            zsi_save(n, i, kin[i]);
-        zsi_save(n, 3, out);
-        zsi_save(n, 4, lse);
-        n->p.f[0] = a->scale;
-        n->p.i[1] = a->causal;
-        n->p.i[2] = alibi;
-        n->p.i[3] = a->q_offset;
-    }
-    return out;
+    int64_t D = c->in[0]->shape[3];
+    return c->a->f[0] != 0 ? c->a->f[0] : D > 0 ? 1 / sqrt((double)D) : 1;
 }
+
+static zs_status infer_attention(zsi_call *c)
+{
+    const zs_tensor *q = c->in[0];
+    zs_attention_params prm = call_params(c);
+    if (check_args(q, c->in[1], c->in[2], &prm) != ZS_OK)
+        return ZS_ERR_ARG;
+    c->dtype = q->dtype;
+    c->ndim = 4;
+    memcpy(c->shape, q->shape, sizeof c->shape);
+    return ZS_OK;
+}
+
+static zs_status cpu_attention(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *const *kin = c->aux;
+    for (int i = 0; i < 3; i++)
+        if (!(c->aux[i] = kernel_view(c->in[i])))
+            return ZS_ERR_NOMEM;
+    zs_status st;
+    double *slopes = make_slopes(c->a->i[1] != 0, c->in[0]->shape[1], &st);
+    if (st != ZS_OK)
+        return st;
+    zsk_attn a;
+    fill_args(&a, kin[0], kin[1], kin[2], call_scale(c), c->a->i[0] != 0,
+              c->a->i[2], slopes);
+    if (zsi_call_records(c)) {
+        zsi_tracking_pause();
+        c->aux[3] = zsi_new_tensor(a.dt, ZS_SHAPE(a.B, a.H, a.Tq));
+        zsi_tracking_resume();
+        st = c->aux[3] ? ZS_OK : ZS_ERR_NOMEM;
+    }
+    if (st == ZS_OK)
+        st = zsk_attention_forward(&a, zs_data(out),
+                                   c->aux[3] ? zs_data(c->aux[3]) : NULL);
+    free(slopes);
+    return st;
+}
+
+static void save_attention(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    for (int i = 0; i < 3; i++)
+        zsi_save(n, i, c->aux[i]);
+    zsi_save(n, 3, out);
+    zsi_save(n, 4, c->aux[3]);
+    n->p.f[P_SCALE] = call_scale(c);
+}
+
+static zsi_cost attention_cost(const zsi_call *c, const zs_tensor *out)
+{
+    const zs_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+    zsk_attn a = {.B = q->shape[0], .H = q->shape[1], .Tq = q->shape[2],
+                  .Tk = k->shape[2], .D = q->shape[3], .causal = c->a->i[0] != 0,
+                  .q_offset = c->a->i[2]};
+    double lse = out->node ? (double)(a.B * a.H * a.Tq) *
+                                 (double)zs_dtype_size(q->dtype) : 0;
+    return (zsi_cost){forward_flops(&a),
+                      zsi_bytes(q) + zsi_bytes(k) + zsi_bytes(v),
+                      zsi_bytes(out) + lse};
+}
+
+static zsi_opdef D_ATTENTION = {
+    .op = {.name = "attention", .backward = attention_bw}, .arity = 3,
+    .infer = infer_attention,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_attention, [ZS_F64] = cpu_attention}},
+    .save = save_attention, .cost = attention_cost};
 
 zs_tensor *zs_attention(zs_tensor *q, zs_tensor *k, zs_tensor *v,
                         const zs_attention_params *p)
 {
-    if (!q || !k || !v)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_ATTENTION);
     zs_attention_params prm = p ? *p : (zs_attention_params){0};
-    if (check_args(q, k, v, &prm) != ZS_OK)
-        return NULL;
-    int64_t D = q->shape[3];
-    double scale = prm.scale != 0 ? prm.scale : D > 0 ? 1 / sqrt((double)D) : 1;
-    zs_tensor *kin[3] = {kernel_view(q), kernel_view(k), kernel_view(v)};
-    zs_status st;
-    double *slopes = make_slopes(prm.alibi, q->shape[1], &st);
-    zs_tensor *out = NULL, *lse = NULL;
-    zsk_attn a;
-    if (kin[0] && kin[1] && kin[2] && st == ZS_OK) {
-        fill_args(&a, kin[0], kin[1], kin[2], scale, prm.causal,
-                  prm.q_offset, slopes);
-        bool want_lse = zsi_grad_needed(q) || zsi_grad_needed(k) ||
-                        zsi_grad_needed(v);
-        out = run_forward(&a, want_lse, &lse);
-        if (out)
-            out = record(out, (zs_tensor *[]){q, k, v}, kin, lse, &a,
-                         prm.alibi);
-        zsi_op_end(&OP_ATTENTION, t0, forward_flops(&a),
-                   zsi_bytes(q) + zsi_bytes(k) + zsi_bytes(v),
-                   (out ? zsi_bytes(out) : 0) + (lse ? zsi_bytes(lse) : 0));
-    }
-    for (int i = 0; i < 3; i++)
-        zs_release(kin[i]);
-    zs_release(lse);
-    free(slopes);
-    return out;
+    zsi_attrs at = {.f = {prm.scale}, .i = {prm.causal, prm.alibi, prm.q_offset}};
+    return zsi_run(&D_ATTENTION, 3, (zs_tensor *[]){q, k, v}, &at);
 }
 
 /* ---- backward ---------------------------------------------------------- */
@@ -254,11 +270,12 @@ static zs_status attention_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     zs_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];
     zs_tensor *out = n->saved[3], *lse = n->saved[4];
     zs_status st;
-    double *slopes = make_slopes(n->p.i[2] != 0, q->shape[1], &st);
+    double *slopes = make_slopes(n->p.i[P_ALIBI] != 0, q->shape[1], &st);
     if (st != ZS_OK)
         return st;
     zsk_attn a;
-    fill_args(&a, q, k, v, n->p.f[0], n->p.i[1] != 0, n->p.i[3], slopes);
+    fill_args(&a, q, k, v, n->p.f[P_SCALE], n->p.i[P_CAUSAL] != 0,
+              n->p.i[P_QOFF], slopes);
     zs_tensor *gc = kernel_view(g);
     zs_tensor *d[3] = {zsi_new_tensor(a.dt, q->ndim, q->shape),
                        zsi_new_tensor(a.dt, k->ndim, k->shape),

@@ -27,26 +27,6 @@ zs_status zsi_check_float_dtype(const char *op, const zs_tensor *t)
     return ZS_OK;
 }
 
-zs_status zsi_check_float(const char *op, const zs_tensor *t)
-{
-    zs_status st = zsi_check_float_dtype(op, t);
-    if (st == ZS_OK && t->device != ZS_CPU)
-        return zs_set_error("%s: tensor is not on the CPU", op);
-    return st;
-}
-
-zs_status zsi_check_pair(const char *op, const zs_tensor *a, const zs_tensor *b)
-{
-    zs_status st = zsi_check_float(op, a);
-    if (st == ZS_OK)
-        st = zsi_check_float(op, b);
-    if (st == ZS_OK && a->dtype != b->dtype)
-        st = zs_set_error("%s: dtypes %s and %s differ, expected equal "
-                          "(convert with zs_to_dtype)", op,
-                          zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
-    return st;
-}
-
 zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
                                const zs_tensor *b)
 {
@@ -57,6 +37,14 @@ zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
         st = zs_set_error("%s: dtypes %s and %s differ, expected equal "
                           "(convert with zs_to_dtype)", op,
                           zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
+    return st;
+}
+
+zs_status zsi_check_pair(const char *op, const zs_tensor *a, const zs_tensor *b)
+{
+    zs_status st = zsi_check_pair_dtype(op, a, b);
+    if (st == ZS_OK && (a->device != ZS_CPU || b->device != ZS_CPU))
+        st = zs_set_error("%s: tensor is not on the CPU", op);
     return st;
 }
 
@@ -81,11 +69,6 @@ zs_status zsi_check_index(const char *op, const zs_tensor *t)
         return zs_set_error("%s: index dtype %s, expected i32 or i64", op,
                             zs_dtype_name(t->dtype));
     return ZS_OK;
-}
-
-int64_t zsi_index_at(const zs_tensor *t, int64_t i)
-{
-    return (int64_t)zs_get(t, i);
 }
 
 zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,

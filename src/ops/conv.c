@@ -7,17 +7,21 @@
  * Cost model: 2*N*O*OH*OW*(C/groups)*KH*KW FLOPs (+ N*O*OH*OW for the
  * bias); bytes = inputs + output.
  *
+ * A descriptor run by zsi_run (ops/op.h): infer checks dtypes, shapes
+ * and parameters, the CPU kernel (f32, f64) reads w and bias contiguous.
+ *
  * Backward calls the kernels directly (first derivatives only; the rule is
  * not itself differentiable): x and the contiguous w are saved; gradients
  * for x, w and bias are computed as zsi_needs_grad asks. Its cost is
  * counted under the operator "conv2d_backward".
  */
+#include <string.h>
+
 #include "kernels/cpu/conv.h"
 #include "ops/internal.h"
 
 static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_CONV2D = {.name = "conv2d", .backward = conv2d_bw};
 static zsi_op OP_CONV2D_BW = {.name = "conv2d_backward"};
 
 /* Reads p (NULL = defaults) into s's stride/padding/dilation/groups. */
@@ -94,59 +98,93 @@ static double conv_flops(const zsk_conv2d_shape *s)
            (double)(s->C / s->G) * (double)(s->KH * s->KW);
 }
 
-static zs_tensor *conv2d_run(zs_tensor *x, zs_tensor *wc, zs_tensor *bc,
-                             const zsk_conv2d_shape *s)
+/* Inputs x, w (, bias); attributes: ptr = the zs_conv2d_params (NULL:
+ * defaults). Node: p.i[8..14] = sh, sw, ph, pw, dh, dw, G; saved 0 x,
+ * 1 the contiguous w. */
+#define P_GEOM 8
+
+static zs_status infer_conv(zsi_call *c)
 {
-    zs_tensor *out = zsi_new_tensor(x->dtype, ZS_SHAPE(s->N, s->O, s->OH, s->OW));
-    if (!out)
-        return NULL;
-    if (zsk_conv2d_forward(x->dtype, s, zs_data(x), x->strides, zs_data(wc),
-                           bc ? zs_data(bc) : NULL, zs_data(out)) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    return out;
+    zs_tensor *x = c->in[0], *w = c->in[1], *b = c->nin > 2 ? c->in[2] : NULL;
+    zsk_conv2d_shape s;
+    if (c->nin < 2 || c->nin > 3)
+        return zs_set_error("conv2d: %d inputs, expected x, w and an optional "
+                            "bias", c->nin);
+    if (zsi_check_pair_dtype("conv2d", x, w) != ZS_OK ||
+        (b && zsi_check_pair_dtype("conv2d", x, b) != ZS_OK) ||
+        read_params(c->a->ptr, &s) != ZS_OK || check_shapes(x, w, b, &s) != ZS_OK)
+        return ZS_ERR_ARG;
+    c->dtype = x->dtype;
+    c->ndim = 4;
+    int64_t os[4] = {s.N, s.O, s.OH, s.OW};
+    memcpy(c->shape, os, sizeof os);
+    return ZS_OK;
 }
+
+/* The geometry of an inferred call. */
+static zsk_conv2d_shape call_shape(const zsi_call *c)
+{
+    const zs_tensor *x = c->in[0], *w = c->in[1];
+    zsk_conv2d_shape s;
+    read_params(c->a->ptr, &s);
+    s.N = x->shape[0], s.C = x->shape[1], s.H = x->shape[2], s.W = x->shape[3];
+    s.O = w->shape[0], s.KH = w->shape[2], s.KW = w->shape[3];
+    s.OH = zsk_conv_out_size(s.H, s.KH, s.sh, s.ph, s.dh);
+    s.OW = zsk_conv_out_size(s.W, s.KW, s.sw, s.pw, s.dw);
+    return s;
+}
+
+/* The kernel reads w (and bias) contiguous; the contiguous w, which the
+ * backward reads too, is handed to save as aux 0. */
+static zs_status cpu_conv(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *x = c->in[0], *bias = c->nin > 2 ? c->in[2] : NULL;
+    zsk_conv2d_shape s = call_shape(c);
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *wc = c->aux[0] = zs_contiguous(c->in[1]);
+    zs_tensor *bc = bias ? zs_contiguous(bias) : NULL;
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    zs_status st = ZS_ERR_NOMEM;
+    if (wc && (bc || !bias))
+        st = zsk_conv2d_forward(x->dtype, &s, zs_data(x), x->strides,
+                                zs_data(wc), bc ? zs_data(bc) : NULL,
+                                zs_data(out));
+    zs_release(bc);
+    return st;
+}
+
+static void save_conv(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsk_conv2d_shape s = call_shape(c);
+    int64_t prm[] = {s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.G};
+    for (int i = 0; i < 7; i++)
+        n->p.i[P_GEOM + i] = prm[i];
+    zsi_save(n, 0, c->in[0]);
+    zsi_save(n, 1, c->aux[0]);
+}
+
+static zsi_cost conv_cost(const zsi_call *c, const zs_tensor *out)
+{
+    zsk_conv2d_shape s = call_shape(c);
+    bool b = c->nin > 2;
+    return (zsi_cost){conv_flops(&s) + (b ? (double)zs_numel(out) : 0),
+                      zsi_bytes(c->in[0]) + zsi_bytes(c->in[1]) +
+                          (b ? zsi_bytes(c->in[2]) : 0),
+                      zsi_bytes(out)};
+}
+
+static zsi_opdef D_CONV2D = {
+    .op = {.name = "conv2d", .backward = conv2d_bw}, .infer = infer_conv,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_conv, [ZS_F64] = cpu_conv}},
+    .save = save_conv, .cost = conv_cost};
 
 zs_tensor *zs_conv2d(zs_tensor *x, zs_tensor *w, zs_tensor *bias,
                      const zs_conv2d_params *p)
 {
-    if (!x || !w)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_CONV2D);
-    zsk_conv2d_shape s;
-    if (zsi_check_pair("conv2d", x, w) != ZS_OK ||
-        (bias && zsi_check_pair("conv2d", x, bias) != ZS_OK) ||
-        read_params(p, &s) != ZS_OK || check_shapes(x, w, bias, &s) != ZS_OK)
-        return NULL;
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_tensor *wc = zs_contiguous(w);
-    zs_tensor *bc = bias ? zs_contiguous(bias) : NULL;
-    zs_no_grad_pop();
-    zsi_tracking_resume();
-    zs_tensor *out = wc && (bc || !bias) ? conv2d_run(x, wc, bc, &s) : NULL;
-    zsi_ctx *n = NULL;
-    if (out && zsi_record(&OP_CONV2D, out, bias ? 3 : 2,
-                          (zs_tensor *[]){x, w, bias}, &n) != ZS_OK) {
-        zs_release(out);
-        out = NULL;
-    }
-    if (n) {
-        zsi_save(n, 0, x);
-        zsi_save(n, 1, wc);
-        int64_t prm[] = {s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.G};
-        for (int i = 0; i < 7; i++)
-            n->p.i[i] = prm[i];
-    }
-    zs_release(wc);
-    zs_release(bc);
-    if (out)
-        zsi_op_end(&OP_CONV2D, t0,
-                   conv_flops(&s) + (bias ? (double)zs_numel(out) : 0),
-                   zsi_bytes(x) + zsi_bytes(w) + (bias ? zsi_bytes(bias) : 0),
-                   zsi_bytes(out));
-    return out;
+    zsi_attrs at = {.ptr = p};
+    return zsi_run(&D_CONV2D, bias ? 3 : 2, (zs_tensor *[]){x, w, bias}, &at);
 }
 
 static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
@@ -157,8 +195,10 @@ static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
         .N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3],
         .O = w->shape[0], .KH = w->shape[2], .KW = w->shape[3],
         .OH = g->shape[2], .OW = g->shape[3],
-        .sh = n->p.i[0], .sw = n->p.i[1], .ph = n->p.i[2], .pw = n->p.i[3],
-        .dh = n->p.i[4], .dw = n->p.i[5], .G = n->p.i[6]};
+        .sh = n->p.i[P_GEOM], .sw = n->p.i[P_GEOM + 1],
+        .ph = n->p.i[P_GEOM + 2], .pw = n->p.i[P_GEOM + 3],
+        .dh = n->p.i[P_GEOM + 4], .dw = n->p.i[P_GEOM + 5],
+        .G = n->p.i[P_GEOM + 6]};
     bool nx = zsi_needs_grad(n, 0), nw = zsi_needs_grad(n, 1);
     bool nb = n->nin == 3 && zsi_needs_grad(n, 2);
     zs_tensor *gc = zs_contiguous(g);

@@ -15,17 +15,18 @@
  * (gradient zero), as in PyTorch; draws are still reserved. p outside
  * [0, 1] is an error.
  *
- * Saved: 0 the u8 mask; p.f[0] the scale. Backward: g * mask * scale.
+ * A descriptor run by zsi_run (ops/op.h); the kernel makes the u8 mask as
+ * an aux result only when a node will be recorded. Saved: 0 the mask;
+ * p.f[8] the scale. Backward: g * mask * scale.
  * Cost model: one multiply per element; bytes = input read, output and
  * mask written (backward: g and mask read, gradient written).
  */
 #include <math.h>
+#include <string.h>
 
 #include "ops/internal.h"
 
 static zs_status dropout_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
-
-static zsi_op OP_DROPOUT = {.name = "dropout", .backward = dropout_bw};
 
 /* ---- kernels ----------------------------------------------------------- */
 
@@ -51,7 +52,8 @@ typedef struct drop_ctx {
             for (int k = 0; k < 4 && 4 * g + k < c->n; k++) {                 \
                 int64_t i = 4 * g + k;                                        \
                 uint8_t keep = (uint64_t)w[k] < c->thr;                       \
-                c->mask[i] = keep;                                            \
+                if (c->mask) /* NULL when nothing is recorded */              \
+                    c->mask[i] = keep;                                        \
                 y[i] = x[i] * (keep ? s : (T)0);                              \
             }                                                                 \
         }                                                                     \
@@ -71,57 +73,88 @@ DEFINE_DROPOUT(double, f64)
 
 /* ---- operator ---------------------------------------------------------- */
 
-static zs_tensor *dropout_train(zs_tensor *a, double p)
+/* Attributes: f[0] = p (node: p.f[0]); node: p.f[P_SCALE] = 1/(1 - p),
+ * saved 0 the mask. */
+#define P_SCALE 8
+
+static double keep_scale(double p) { return p < 1 ? 1.0 / (1.0 - p) : 0.0; }
+
+static zs_status check_dropout(const zs_tensor *a, double p)
 {
+    if (zsi_check_float_dtype("dropout", a) != ZS_OK)
+        return ZS_ERR_ARG;
+    if (!(p >= 0 && p <= 1))
+        return zs_set_error("dropout: p = %g, expected 0 <= p < 1 (p = 1 gives "
+                            "zeros)", p);
+    return ZS_OK;
+}
+
+static zs_status infer_dropout(zsi_call *c)
+{
+    const zs_tensor *a = c->in[0];
+    if (check_dropout(a, c->a->f[0]) != ZS_OK)
+        return ZS_ERR_ARG;
+    c->dtype = a->dtype;
+    c->ndim = a->ndim;
+    memcpy(c->shape, a->shape, sizeof c->shape);
+    return ZS_OK;
+}
+
+/* The training pass; the u8 mask (aux 0) only when a node will be
+ * recorded. */
+static zs_status cpu_dropout(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *a = c->in[0];
+    double p = c->a->f[0];
+    bool rec = zsi_call_records(c);
     zsi_tracking_pause();
     zs_no_grad_push();
     zs_tensor *xc = zs_contiguous(a);
-    zs_tensor *mask = zsi_new_tensor(ZS_U8, a->ndim, a->shape);
+    if (rec)
+        c->aux[0] = zsi_new_tensor(ZS_U8, a->ndim, a->shape);
     zs_no_grad_pop();
     zsi_tracking_resume();
-    zs_tensor *out = xc && mask ? zsi_new_tensor(a->dtype, a->ndim, a->shape)
-                                : NULL;
-    if (out) {
-        int64_t n = zs_numel(a);
-        drop_ctx c = {.x = zs_data(xc), .y = zs_data(out),
-                      .mask = zs_data(mask), .n = n,
-                      .thr = (uint64_t)ldexp(1.0 - p, 32),
-                      .scale = p < 1 ? 1.0 / (1.0 - p) : 0.0};
-        zs_rng_reserve((uint64_t)n, &c.seed, &c.offset);
-        zs_parallel_for((n + 3) / 4, ZSK_GRAIN / 4,
-                        a->dtype == ZS_F64 ? drop_fw_f64 : drop_fw_f32, &c);
-        zsi_ctx *node;
-        if (zsi_record(&OP_DROPOUT, out, 1, &a, &node) != ZS_OK) {
-            zs_release(out);
-            out = NULL;
-        } else if (node) {
-            zsi_save(node, 0, mask);
-            node->p.f[0] = c.scale;
-        }
+    if (!xc || (rec && !c->aux[0])) {
+        zs_release(xc);
+        return ZS_ERR_NOMEM;
     }
+    int64_t n = zs_numel(a);
+    drop_ctx d = {.x = zs_data(xc), .y = zs_data(out),
+                  .mask = rec ? zs_data(c->aux[0]) : NULL, .n = n,
+                  .thr = (uint64_t)ldexp(1.0 - p, 32), .scale = keep_scale(p)};
+    zs_rng_reserve((uint64_t)n, &d.seed, &d.offset);
+    zs_parallel_for((n + 3) / 4, ZSK_GRAIN / 4,
+                    a->dtype == ZS_F64 ? drop_fw_f64 : drop_fw_f32, &d);
     zs_release(xc);
-    zs_release(mask);
-    return out;
+    return ZS_OK;
 }
+
+static void save_dropout(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsi_save(n, 0, c->aux[0]);
+    n->p.f[P_SCALE] = keep_scale(c->a->f[0]);
+}
+
+/* one multiply per element; the input read, the output and a mask byte
+ * per element written */
+static zsi_cost dropout_cost(const zsi_call *c, const zs_tensor *out)
+{
+    double n = (double)zs_numel(out);
+    return (zsi_cost){n, zsi_bytes(c->in[0]), zsi_bytes(c->in[0]) + n};
+}
+
+static zsi_opdef D_DROPOUT = {
+    .op = {.name = "dropout", .backward = dropout_bw}, .arity = 1,
+    .infer = infer_dropout,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_dropout, [ZS_F64] = cpu_dropout}},
+    .save = save_dropout, .cost = dropout_cost};
 
 zs_tensor *zs_dropout(zs_tensor *a, double p, bool training)
 {
-    if (!a)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_DROPOUT);
-    if (zsi_check_float("dropout", a) != ZS_OK)
-        return NULL;
-    if (!(p >= 0 && p <= 1)) {
-        zs_set_error("dropout: p = %g, expected 0 <= p < 1 (p = 1 gives "
-                     "zeros)", p);
-        return NULL;
-    }
-    if (!training || p == 0)
-        return zs_contiguous(a);
-    zs_tensor *out = dropout_train(a, p);
-    double n = (double)zs_numel(a);
-    zsi_op_end(&OP_DROPOUT, t0, n, zsi_bytes(a), zsi_bytes(a) + n);
-    return out;
+    if (a && (!training || p == 0)) /* the identity: no draws, no call */
+        return check_dropout(a, p) == ZS_OK ? zs_contiguous(a) : NULL;
+    zsi_attrs at = {.f = {p}};
+    return zsi_run(&D_DROPOUT, 1, &a, &at);
 }
 
 static zs_status dropout_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
@@ -133,7 +166,7 @@ static zs_status dropout_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
         return ZS_ERR_NOMEM;
     }
     drop_ctx c = {.x = zs_data(gc), .y = zs_data(gx),
-                  .mask = zs_data(n->saved[0]), .scale = n->p.f[0]};
+                  .mask = zs_data(n->saved[0]), .scale = n->p.f[P_SCALE]};
     zs_parallel_for(zs_numel(g), ZSK_GRAIN,
                     g->dtype == ZS_F64 ? drop_bw_f64 : drop_bw_f32, &c);
     zs_release(gc);

@@ -11,7 +11,8 @@
  * by two threads and the order of additions per row is the index order
  * (deterministic for any thread count).
  *
- * Saved: 0 the contiguous index tensor. Cost model: no FLOPs forward;
+ * A descriptor run by zsi_run (ops/op.h); inputs weight and idx (no
+ * gradient). Saved: 0 the contiguous index tensor. Cost model: no FLOPs forward;
  * the backward, a fused kernel (not itself differentiable) counted in the
  * profiler as "embedding_backward", n*D additions. Bytes: forward indices
  * + rows read, rows written; backward indices + gout read, [V, D] written.
@@ -22,7 +23,6 @@
 
 static zs_status embedding_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_EMBEDDING = {.name = "embedding", .backward = embedding_bw};
 /* Profiler entry of the fused scatter-add backward (no node of its own). */
 static zsi_op OP_EMBEDDING_BW = {.name = "embedding_backward"};
 
@@ -113,9 +113,11 @@ static zs_status check_indices(const zs_tensor *idx, const void *data,
     return ZS_OK;
 }
 
-static zs_status embedding_check(const zs_tensor *w, const zs_tensor *idx)
+/* Inputs weight, idx; saved 0 the contiguous idx (the kernel's aux 0). */
+static zs_status infer_embedding(zsi_call *c)
 {
-    zs_status st = zsi_check_float("embedding", w);
+    const zs_tensor *w = c->in[0], *idx = c->in[1];
+    zs_status st = zsi_check_float_dtype("embedding", w);
     if (st == ZS_OK)
         st = zsi_check_index("embedding", idx);
     if (st != ZS_OK)
@@ -128,52 +130,54 @@ static zs_status embedding_check(const zs_tensor *w, const zs_tensor *idx)
         return zs_set_error("embedding: idx %s has %d dims, expected at most "
                             "%d", zs_shape_str(idx, si, sizeof si), idx->ndim,
                             ZS_MAX_DIMS - 1);
+    c->dtype = w->dtype;
+    c->ndim = idx->ndim + 1;
+    memcpy(c->shape, idx->shape, (size_t)idx->ndim * sizeof *c->shape);
+    c->shape[idx->ndim] = w->shape[1];
     return ZS_OK;
 }
 
-zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx)
+static zs_status cpu_embedding(const zsi_call *c, zs_tensor *out)
 {
-    if (!weight || !idx)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_EMBEDDING);
-    if (embedding_check(weight, idx) != ZS_OK)
-        return NULL;
+    const zs_tensor *weight = c->in[0], *idx = c->in[1];
     zsi_tracking_pause();
     zs_no_grad_push();
-    zs_tensor *ic = zs_contiguous(idx);
+    zs_tensor *ic = c->aux[0] = zs_contiguous(c->in[1]);
     zs_no_grad_pop();
     zsi_tracking_resume();
     if (!ic)
-        return NULL;
+        return ZS_ERR_NOMEM;
     int64_t n = zs_numel(idx), V = weight->shape[0], D = weight->shape[1];
-    if (check_indices(idx, zs_data(ic), n, V) != ZS_OK) {
-        zs_release(ic);
-        return NULL;
-    }
-    int64_t shape[ZS_MAX_DIMS];
-    memcpy(shape, idx->shape, (size_t)idx->ndim * sizeof *shape);
-    shape[idx->ndim] = D;
-    zs_tensor *out = zsi_new_tensor(weight->dtype, idx->ndim + 1, shape);
-    if (!out) {
-        zs_release(ic);
-        return NULL;
-    }
-    emb_ctx c = {.idt = idx->dtype, .idx = zs_data(ic), .n = n, .V = V, .D = D,
+    if (check_indices(idx, zs_data(ic), n, V) != ZS_OK)
+        return ZS_ERR_ARG;
+    emb_ctx e = {.idt = idx->dtype, .idx = zs_data(ic), .n = n, .V = V, .D = D,
                  .es = zs_dtype_size(weight->dtype), .w = zs_data(weight),
                  .ws0 = weight->strides[0], .ws1 = weight->strides[1],
                  .out = zs_data(out)};
-    zs_parallel_for(n, ZSK_GRAIN / (D > 0 ? D : 1) + 1, emb_fw_rows, &c);
+    zs_parallel_for(n, ZSK_GRAIN / (D > 0 ? D : 1) + 1, emb_fw_rows, &e);
+    return ZS_OK;
+}
+
+static void save_embedding(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsi_save(n, 0, c->aux[0]);
+}
+
+static zsi_cost embedding_cost(const zsi_call *c, const zs_tensor *out)
+{
     double rows = zsi_bytes(out);
-    zsi_ctx *node;
-    if (zsi_record(&OP_EMBEDDING, out, 1, &weight, &node) != ZS_OK) {
-        zs_release(out);
-        out = NULL;
-    }
-    if (node)
-        zsi_save(node, 0, ic);
-    zsi_op_end(&OP_EMBEDDING, t0, 0, zsi_bytes(idx) + rows, rows);
-    zs_release(ic);
-    return out;
+    return (zsi_cost){0, zsi_bytes(c->in[1]) + rows, rows};
+}
+
+static zsi_opdef D_EMBEDDING = {
+    .op = {.name = "embedding", .backward = embedding_bw}, .arity = 2,
+    .infer = infer_embedding,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_embedding, [ZS_F64] = cpu_embedding}},
+    .save = save_embedding, .cost = embedding_cost};
+
+zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx)
+{
+    return zsi_run(&D_EMBEDDING, 2, (zs_tensor *[]){weight, idx}, NULL);
 }
 
 static zs_status embedding_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

@@ -9,17 +9,15 @@
 #include "ops/op.h"
 #include "zs/ops.h"
 
-/* Fails (message names op) unless t is f32 or f64 on the CPU. */
-zs_status zsi_check_float(const char *op, const zs_tensor *t);
-/* For descriptors (the driver checks devices): fails unless t is f32 or
- * f64; the same message as zsi_check_float. */
+/* For infer functions (the driver checks devices): fails (message names
+ * op) unless t is f32 or f64; unless a and b are and share their dtype. */
 zs_status zsi_check_float_dtype(const char *op, const zs_tensor *t);
-/* Fails unless a and b share a float dtype (f32 or f64 on the CPU). */
-zs_status zsi_check_pair(const char *op, const zs_tensor *a,
-                         const zs_tensor *b);
-/* zsi_check_pair for descriptors: the dtypes only. */
 zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
                                const zs_tensor *b);
+/* zsi_check_pair_dtype, and both on the CPU: for the few operators that
+ * run without the driver (axpy_ in place). */
+zs_status zsi_check_pair(const char *op, const zs_tensor *a,
+                         const zs_tensor *b);
 /* For descriptors (any device; the driver finds the kernel): fails unless
  * a and b share a float dtype. */
 zs_status zsi_check_same_float(const char *op, const zs_tensor *a,
@@ -29,8 +27,6 @@ zs_status zsi_check_index(const char *op, const zs_tensor *t);
 /* numpy broadcasting of a and b's shapes into (ndim, shape). */
 zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,
                               const zs_tensor *b, int *ndim, int64_t *shape);
-/* Reads index i of an i32/i64 tensor, any layout (flat row-major i). */
-int64_t zsi_index_at(const zs_tensor *t, int64_t i);
 
 /* Reductions (reduce.c). The axes list (NULL/0 = all) as a mask, bit d =
  * axis d; -1 + message naming op on a bad or repeated axis. */

@@ -8,6 +8,11 @@
  * view of the gradient over its block (no copy). stack is unsqueeze +
  * concat. split and chunk return narrow views, differentiable through the
  * slice operator.
+ *
+ * concat is not a zsi_opdef: it takes any number of inputs and its node
+ * one input per tensor, more than a zsi_run call holds (ZSI_MAX_IN), so it
+ * keeps its direct path (zsi_op_begin, checks, zsi_record, zsi_op_end) on
+ * the CPU. stack, split and chunk are compositions of descriptors.
  */
 #include <stdlib.h>
 

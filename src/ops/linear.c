@@ -10,8 +10,10 @@
  * bf16: the BF16 GEMM accumulates x w^T in f32, the bias, GeLU and
  * residual are applied in f32 and the output is rounded once (h, the saved
  * pre-activation, stays f32). f64 composes matmul, add and gelu (same
- * math, used by gradient checks); either way one node is recorded with the
- * backward rule below.
+ * math, used by gradient checks) and copies the result into the output.
+ * Each is a descriptor run by zsi_run (ops/op.h): kernels f32, bf16
+ * (run_bf16) and f64 on the CPU; h is the kernel's aux result, made only
+ * when a node is recorded; one node with the backward rule below.
  *
  * Backward (g: [..., N]): gh = g gelu'(h) (GeLU) or g; dx = gh w,
  * dw = gh^T x (over the flattened [M, N] and [M, K]), db = sum of gh over
@@ -30,15 +32,9 @@ typedef enum lin_kind { LIN_PLAIN, LIN_GELU, LIN_RESIDUAL } lin_kind;
 
 static zs_status linear_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_LINEAR = {.name = "linear", .backward = linear_bw};
-static zsi_op OP_LINEAR_GELU = {.name = "linear_gelu", .backward = linear_bw};
-static zsi_op OP_LINEAR_RES = {.name = "linear_residual",
-                               .backward = linear_bw};
 
 #define GELU_FLOPS 30.0
 
-/* Node parameters (n->p.i): kind, input index of b and of r (-1: none). */
-enum { P_KIND, P_BIAS, P_RES };
 
 /* ---- checks ------------------------------------------------------------ */
 
@@ -51,9 +47,6 @@ static zs_status check_inputs(const char *op, const zs_tensor *x,
         (b && zsi_check_same_float(op, x, b) != ZS_OK) ||
         (r && zsi_check_same_float(op, x, r) != ZS_OK))
         return ZS_ERR_ARG;
-    if (x->device != ZS_CPU || w->device != ZS_CPU || (b && b->device != ZS_CPU) ||
-        (r && r->device != ZS_CPU))
-        return zs_set_error("%s: tensor is not on the CPU", op);
     if (x->dtype != ZS_F32 && x->dtype != ZS_F64 && x->dtype != ZS_BF16)
         return zs_set_error("%s: dtype %s is not supported, expected f32, f64 "
                             "or bf16", op, zs_dtype_name(x->dtype));
@@ -240,108 +233,134 @@ static zs_status run_f64(lin_kind kind, zs_tensor *x, zs_tensor *w,
 
 /* ---- forward ------------------------------------------------------------ */
 
-static bool any_requires_grad(zs_tensor *x, zs_tensor *w, zs_tensor *b,
-                              zs_tensor *r)
+/* Inputs x, w, then b and r when given; attributes: i[0] kind, i[1] the
+ * input index of b, i[2] that of r (-1: none), in the node p.i[4..6].
+ * Saved: 0 x, 1 w, 2 h (GeLU's pre-activation: the kernel's aux 0, made
+ * only when a node is recorded; f32 for bf16). */
+enum { P_KIND = 4, P_BIAS, P_RES };
+
+static zs_tensor *in_b(const zsi_call *c)
 {
-    return zs_grad_enabled() &&
-           (zs_requires_grad(x) || zs_requires_grad(w) ||
-            (b && zs_requires_grad(b)) || (r && zs_requires_grad(r)));
+    return c->a->i[1] >= 0 ? c->in[c->a->i[1]] : NULL;
 }
 
-/* Computes out (and h, the pre-activation, when GeLU needs it saved) as new
- * untracked references. */
-static zs_status compute(lin_kind kind, zs_tensor *x, zs_tensor *w,
-                         zs_tensor *b, zs_tensor *r, bool want_h,
-                         zs_tensor **out, zs_tensor **h)
+static zs_tensor *in_r(const zsi_call *c)
 {
-    *out = *h = NULL;
-    int64_t shape[ZS_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof shape);
-    shape[x->ndim - 1] = w->shape[0];
-    zs_status st = ZS_OK;
+    return c->a->i[2] >= 0 ? c->in[c->a->i[2]] : NULL;
+}
+
+static zs_status infer_linear(zsi_call *c)
+{
+    const zs_tensor *x = c->in[0], *w = c->in[1];
+    if (check_inputs(c->def->op.name, x, w, in_b(c), in_r(c)) != ZS_OK)
+        return ZS_ERR_ARG;
+    c->dtype = x->dtype;
+    c->ndim = x->ndim;
+    memcpy(c->shape, x->shape, sizeof c->shape);
+    c->shape[x->ndim - 1] = w->shape[0];
+    return ZS_OK;
+}
+
+/* h, GeLU's pre-activation (f32, or f64 for f64), as aux 0 when a node will
+ * be recorded; NULL otherwise. */
+static zs_status want_h(const zsi_call *c, zs_tensor *out, zs_dtype dt)
+{
+    if (c->a->i[0] != LIN_GELU || !zsi_call_records(c))
+        return ZS_OK;
+    c->aux[0] = zsi_new_tensor(dt, out->ndim, out->shape);
+    return c->aux[0] ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+/* f32 and bf16 (run_f32, run_bf16), with scope tracking paused. */
+static zs_status cpu_linear(const zsi_call *c, zs_tensor *out)
+{
     zsi_tracking_pause();
-    if (x->dtype == ZS_F32 || x->dtype == ZS_BF16) {
-        *out = zsi_new_tensor(x->dtype, x->ndim, shape);
-        if (want_h && kind == LIN_GELU) /* bf16 too: h stays f32 */
-            *h = zsi_new_tensor(ZS_F32, x->ndim, shape);
-        st = !*out || (want_h && kind == LIN_GELU && !*h) ? ZS_ERR_NOMEM
-             : x->dtype == ZS_F32 ? run_f32(kind, x, w, b, r, *out, *h)
-                                  : run_bf16(kind, x, w, b, r, *out, *h);
-    } else {
-        zs_no_grad_push();
-        st = run_f64(kind, x, w, b, r, want_h, out, h);
-        zs_no_grad_pop();
-    }
+    zs_status st = want_h(c, out, ZS_F32);
+    if (st == ZS_OK)
+        st = (out->dtype == ZS_F32 ? run_f32 : run_bf16)(
+            (lin_kind)c->a->i[0], c->in[0], c->in[1], in_b(c), in_r(c), out,
+            c->aux[0]);
     zsi_tracking_resume();
-    if (st != ZS_OK) {
-        zs_release(*out);
-        zs_release(*h);
-        *out = *h = NULL;
-    }
     return st;
 }
 
-static zs_tensor *linear_op(zsi_op *op, lin_kind kind, zs_tensor *x,
-                            zs_tensor *w, zs_tensor *b, zs_tensor *r)
+/* f64: composed (grad off, tracking paused), then copied into out. */
+static zs_status cpu_linear_f64(const zsi_call *c, zs_tensor *out)
 {
-    double t0 = zsi_op_begin(op);
-    if (check_inputs(op->name, x, w, b, r) != ZS_OK)
-        return NULL;
-    bool want_h = kind == LIN_GELU && any_requires_grad(x, w, b, r);
-    zs_tensor *out, *h;
-    if (compute(kind, x, w, b, r, want_h, &out, &h) != ZS_OK)
-        return NULL;
-    zsi_track(out);
+    zs_tensor *o = NULL, *h = NULL;
+    bool rec = zsi_call_records(c); /* before grad mode goes off */
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_status st = run_f64((lin_kind)c->a->i[0], c->in[0], c->in[1], in_b(c),
+                           in_r(c), rec, &o, &h);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    if (st == ZS_OK)
+        st = zs_copy_(out, o);
+    c->aux[0] = h;
+    zs_release(o);
+    return st;
+}
+
+static void save_linear(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsi_save(n, 0, c->in[0]);
+    zsi_save(n, 1, c->in[1]);
+    zsi_save(n, 2, c->aux[0]);
+}
+
+static zsi_cost linear_cost(const zsi_call *c, const zs_tensor *out)
+{
+    const zs_tensor *x = c->in[0], *w = c->in[1], *b = in_b(c), *r = in_r(c);
+    bool gelu = c->a->i[0] == LIN_GELU;
+    double mn = (double)zs_numel(out);
+    double flops = 2.0 * mn * (double)w->shape[1] + (b ? mn : 0) +
+                   (gelu ? GELU_FLOPS * mn : 0) + (r ? mn : 0);
+    double rd = zsi_bytes(x) + zsi_bytes(w) + (b ? zsi_bytes(b) : 0) +
+                (r ? zsi_bytes(r) : 0);
+    double h = gelu && out->node ? mn * (x->dtype == ZS_F64 ? 8 : 4) : 0;
+    return (zsi_cost){flops, rd, zsi_bytes(out) + h};
+}
+
+#define LINEAR_DEF(NAME)                                                      \
+    {.op = {.name = NAME, .backward = linear_bw}, .cls = ZSI_GEMM,            \
+     .infer = infer_linear,                                                   \
+     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_linear, [ZS_BF16] = cpu_linear,    \
+                            [ZS_F64] = cpu_linear_f64}},                      \
+     .save = save_linear, .cost = linear_cost}
+
+static zsi_opdef D_LINEAR = LINEAR_DEF("linear");
+static zsi_opdef D_LINEAR_GELU = LINEAR_DEF("linear_gelu");
+static zsi_opdef D_LINEAR_RES = LINEAR_DEF("linear_residual");
+
+static zs_tensor *linear_op(zsi_opdef *def, lin_kind kind, zs_tensor *x,
+                            zs_tensor *w, zs_tensor *b, zs_tensor *r,
+                            bool has_r)
+{
     zs_tensor *in[4] = {x, w};
     int nin = 2, ib = -1, ir = -1;
     if (b)
         in[ib = nin++] = b;
-    if (r)
+    if (has_r)
         in[ir = nin++] = r;
-    zsi_ctx *n;
-    if (zsi_record(op, out, nin, in, &n) != ZS_OK) {
-        zs_release(out);
-        zs_release(h);
-        return NULL;
-    }
-    if (n) {
-        zsi_save(n, 0, x);
-        zsi_save(n, 1, w);
-        zsi_save(n, 2, h);
-        n->p.i[P_KIND] = kind;
-        n->p.i[P_BIAS] = ib;
-        n->p.i[P_RES] = ir;
-    }
-    double mn = (double)zs_numel(out);
-    double flops = 2.0 * mn * (double)w->shape[1] + (b ? mn : 0) +
-                   (kind == LIN_GELU ? GELU_FLOPS * mn : 0) + (r ? mn : 0);
-    double rd = zsi_bytes(x) + zsi_bytes(w) + (b ? zsi_bytes(b) : 0) +
-                (r ? zsi_bytes(r) : 0);
-    zsi_op_end(op, t0, flops, rd, zsi_bytes(out) + (h ? zsi_bytes(h) : 0));
-    zs_release(h);
-    return out;
+    zsi_attrs at = {.i = {kind, ib, ir}};
+    return zsi_run(def, nin, in, &at);
 }
 
 zs_tensor *zs_linear(zs_tensor *x, zs_tensor *w, zs_tensor *b)
 {
-    if (!x || !w)
-        return NULL;
-    return linear_op(&OP_LINEAR, LIN_PLAIN, x, w, b, NULL);
+    return linear_op(&D_LINEAR, LIN_PLAIN, x, w, b, NULL, false);
 }
 
 zs_tensor *zs_linear_gelu(zs_tensor *x, zs_tensor *w, zs_tensor *b)
 {
-    if (!x || !w)
-        return NULL;
-    return linear_op(&OP_LINEAR_GELU, LIN_GELU, x, w, b, NULL);
+    return linear_op(&D_LINEAR_GELU, LIN_GELU, x, w, b, NULL, false);
 }
 
 zs_tensor *zs_linear_residual(zs_tensor *x, zs_tensor *w, zs_tensor *b,
                               zs_tensor *r)
 {
-    if (!x || !w || !r)
-        return NULL;
-    return linear_op(&OP_LINEAR_RES, LIN_RESIDUAL, x, w, b, r);
+    return linear_op(&D_LINEAR_RES, LIN_RESIDUAL, x, w, b, r, true);
 }
 
 /* ---- backward ----------------------------------------------------------- */

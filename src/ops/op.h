@@ -33,6 +33,10 @@ typedef struct zsi_meta {
 typedef struct zsi_attrs {
     double f[4];
     int64_t i[4];
+    /* A borrowed pointer attribute for the call (reshape's shape, permute's
+     * order, a hook): never copied into a node; save copies what the
+     * backward needs. */
+    const void *ptr;
 } zsi_attrs;
 
 typedef struct zsi_op zsi_op;

@@ -11,10 +11,13 @@
  * accumulate. Indices are checked before any access: an index out of range
  * gives an error naming its value and position, never a crash.
  *
- * The kernels move elements by size, so all four work for every dtype;
+ * All four are descriptors run by zsi_run (ops/op.h): cond, mask and idx
+ * are inputs of the node (they get no gradient). The kernels move
+ * elements by size, so all four work for every dtype;
  * gradients exist for f32 and f64 (the dtypes that can require grad).
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/select.h"
 #include "ops/internal.h"
@@ -23,10 +26,6 @@ static zs_status where_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status masked_fill_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status index_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_WHERE = {.name = "where", .backward = where_bw};
-static zsi_op OP_MASKED_FILL = {.name = "masked_fill", .backward = masked_fill_bw};
-static zsi_op OP_INDEX_SELECT = {.name = "index_select", .backward = index_bw};
-static zsi_op OP_GATHER = {.name = "gather", .backward = index_bw};
 
 /* ---- where, masked_fill ------------------------------------------------ */
 
@@ -67,29 +66,28 @@ static zs_status broadcast3(zs_tensor *const *t, int *ndim, int64_t *shape)
     return ZS_OK;
 }
 
-zs_tensor *zs_where(zs_tensor *cond, zs_tensor *a, zs_tensor *b)
+/* Inputs cond, a, b (the kernel runs by a's dtype); saved 0 cond. */
+static zs_status infer_where(zsi_call *c)
 {
-    if (!cond || !a || !b)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_WHERE);
+    const zs_tensor *cond = c->in[0], *a = c->in[1], *b = c->in[2];
     if (check_u8("where", "condition", cond) != ZS_OK)
-        return NULL;
-    if (a->dtype != b->dtype) {
-        zs_set_error("where: dtypes %s (a) and %s (b) differ, expected equal",
-                     zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
-        return NULL;
-    }
-    if (cond->device != ZS_CPU || a->device != ZS_CPU || b->device != ZS_CPU) {
-        zs_set_error("where: tensors are not on the CPU");
-        return NULL;
-    }
-    int ndim = 0;
-    int64_t shape[ZS_MAX_DIMS], sc[ZS_MAX_DIMS], sa[ZS_MAX_DIMS], sb[ZS_MAX_DIMS];
-    if (broadcast3((zs_tensor *[]){cond, a, b}, &ndim, shape) != ZS_OK)
-        return NULL;
-    zs_tensor *out = zsi_new_tensor(a->dtype, ndim, shape);
-    if (!out)
-        return NULL;
+        return ZS_ERR_ARG;
+    if (a->dtype != b->dtype)
+        return zs_set_error("where: dtypes %s (a) and %s (b) differ, expected "
+                            "equal", zs_dtype_name(a->dtype),
+                            zs_dtype_name(b->dtype));
+    if (broadcast3(c->in, &c->ndim, c->shape) != ZS_OK)
+        return ZS_ERR_ARG;
+    c->key = c->dtype = a->dtype;
+    return ZS_OK;
+}
+
+static zs_status cpu_where(const zsi_call *c, zs_tensor *out)
+{
+    const zs_tensor *cond = c->in[0], *a = c->in[1], *b = c->in[2];
+    int ndim = out->ndim;
+    const int64_t *shape = out->shape;
+    int64_t sc[ZS_MAX_DIMS], sa[ZS_MAX_DIMS], sb[ZS_MAX_DIMS];
     zsk_broadcast_strides(cond->ndim, cond->shape, cond->strides, ndim, shape, sc);
     zsk_broadcast_strides(a->ndim, a->shape, a->strides, ndim, shape, sa);
     zsk_broadcast_strides(b->ndim, b->shape, b->strides, ndim, shape, sb);
@@ -97,46 +95,63 @@ zs_tensor *zs_where(zs_tensor *cond, zs_tensor *a, zs_tensor *b)
     zsk_iter_init(&it, ndim, shape, 4, (const int64_t *[]){NULL, sc, sa, sb});
     zsk_where(zs_dtype_size(a->dtype), &it, zs_data(out), zs_data(cond),
               zs_data(a), zs_data(b));
-    zsi_ctx *n;
-    if (zsi_record(&OP_WHERE, out, 2, (zs_tensor *[]){a, b}, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    zsi_save(n, 0, cond);
-    zsi_op_end(&OP_WHERE, t0, 0,
-               zsi_bytes(cond) + zsi_bytes(a) + zsi_bytes(b), zsi_bytes(out));
-    return out;
+    return ZS_OK;
 }
 
-zs_tensor *zs_masked_fill(zs_tensor *a, zs_tensor *mask, double value)
+static void save_cond(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 {
-    if (!a || !mask)
-        return NULL;
-    double t0 = zsi_op_begin(&OP_MASKED_FILL);
-    int ndim;
-    int64_t shape[ZS_MAX_DIMS];
+    zsi_save(n, 0, c->in[0]);
+}
+
+/* no FLOPs; every input read, the output written */
+static zsi_cost move_cost(const zsi_call *c, const zs_tensor *out)
+{
+    zsi_cost k = {0, 0, zsi_bytes(out)};
+    for (int i = 0; i < c->nin; i++)
+        k.bytes_read += zsi_bytes(c->in[i]);
+    return k;
+}
+
+#define ALL_DTYPES(fn)                                                        \
+    {[ZS_F32] = fn, [ZS_F64] = fn, [ZS_F16] = fn, [ZS_BF16] = fn,             \
+     [ZS_F8E4M3] = fn, [ZS_F8E5M2] = fn, [ZS_I8] = fn, [ZS_U8] = fn,          \
+     [ZS_I32] = fn, [ZS_I64] = fn}
+
+static zsi_opdef D_WHERE = {
+    .op = {.name = "where", .backward = where_bw}, .arity = 3,
+    .infer = infer_where, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_where)},
+    .save = save_cond, .cost = move_cost};
+
+zs_tensor *zs_where(zs_tensor *cond, zs_tensor *a, zs_tensor *b)
+{
+    return zsi_run(&D_WHERE, 3, (zs_tensor *[]){cond, a, b}, NULL);
+}
+
+/* Inputs a, mask; attributes: f[0] = the value; saved 0 the mask. */
+static zs_status infer_masked_fill(zsi_call *c)
+{
+    const zs_tensor *a = c->in[0], *mask = c->in[1];
     if (check_u8("masked_fill", "mask", mask) != ZS_OK ||
-        zsi_broadcast_shape("masked_fill", mask, a, &ndim, shape) != ZS_OK)
-        return NULL;
-    bool same = ndim == a->ndim;
-    for (int d = 0; same && d < ndim; d++)
-        same = shape[d] == a->shape[d];
+        zsi_broadcast_shape("masked_fill", mask, a, &c->ndim, c->shape) != ZS_OK)
+        return ZS_ERR_ARG;
+    bool same = c->ndim == a->ndim;
+    for (int d = 0; same && d < c->ndim; d++)
+        same = c->shape[d] == a->shape[d];
     if (!same) {
         char sm[96], sa[96];
-        zs_set_error("masked_fill: mask %s does not broadcast to the input's "
-                     "shape %s", zs_shape_str(mask, sm, sizeof sm),
-                     zs_shape_str(a, sa, sizeof sa));
-        return NULL;
+        return zs_set_error("masked_fill: mask %s does not broadcast to the "
+                            "input's shape %s", zs_shape_str(mask, sm, sizeof sm),
+                            zs_shape_str(a, sa, sizeof sa));
     }
-    if (a->device != ZS_CPU || mask->device != ZS_CPU) {
-        zs_set_error("masked_fill: tensors are not on the CPU");
-        return NULL;
-    }
+    c->dtype = a->dtype;
+    return ZS_OK;
+}
+
+static zs_status cpu_masked_fill(const zsi_call *c, zs_tensor *out)
+{
+    const zs_tensor *a = c->in[0], *mask = c->in[1];
     uint64_t v = 0; /* value in a's dtype, read as a stride-0 operand */
-    zsi_store(a->dtype, &v, 0, value);
-    zs_tensor *out = zsi_new_tensor(a->dtype, a->ndim, a->shape);
-    if (!out)
-        return NULL;
+    zsi_store(a->dtype, &v, 0, c->a->f[0]);
     int64_t sm[ZS_MAX_DIMS], zero[ZS_MAX_DIMS] = {0};
     zsk_broadcast_strides(mask->ndim, mask->shape, mask->strides, a->ndim,
                           a->shape, sm);
@@ -145,15 +160,23 @@ zs_tensor *zs_masked_fill(zs_tensor *a, zs_tensor *mask, double value)
                   (const int64_t *[]){NULL, sm, zero, a->strides});
     zsk_where(zs_dtype_size(a->dtype), &it, zs_data(out), zs_data(mask), &v,
               zs_data(a));
-    zsi_ctx *n;
-    if (zsi_record(&OP_MASKED_FILL, out, 1, &a, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    zsi_save(n, 0, mask);
-    zsi_op_end(&OP_MASKED_FILL, t0, 0, zsi_bytes(a) + zsi_bytes(mask),
-               zsi_bytes(out));
-    return out;
+    return ZS_OK;
+}
+
+static void save_mask(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    zsi_save(n, 0, c->in[1]);
+}
+
+static zsi_opdef D_MASKED_FILL = {
+    .op = {.name = "masked_fill", .backward = masked_fill_bw}, .arity = 2,
+    .infer = infer_masked_fill, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_masked_fill)},
+    .save = save_mask, .cost = move_cost};
+
+zs_tensor *zs_masked_fill(zs_tensor *a, zs_tensor *mask, double value)
+{
+    zsi_attrs at = {.f = {value}};
+    return zsi_run(&D_MASKED_FILL, 2, (zs_tensor *[]){a, mask}, &at);
 }
 
 /* ---- index_select, gather ---------------------------------------------- */
@@ -261,85 +284,109 @@ static zs_status check_range(const char *op, const zs_tensor *idx64, int d,
                         (long long)size);
 }
 
-/* The shared forward: out (shape `shape`) = a indexed by idx along d. */
-static zs_tensor *index_forward(zsi_op *op, zs_tensor *a, int d,
-                                zs_tensor *idx, const int64_t *shape,
-                                bool gather)
+/* Inputs a, idx; attributes: i[0] = dim, i[1] = 1 for gather. Node:
+ * p.i[8] the normalised dim, p.i[5] gather; saved 0 the i64 indices (the
+ * kernel's aux 0). */
+#define P_DIM 8
+#define P_GATHER 5
+
+static zs_status infer_index_select(zsi_call *c)
 {
-    double t0 = zsi_op_begin(op);
-    zs_tensor *ix = index_i64(idx);
-    if (!ix || check_range(op->name, ix, d, a->shape[d]) != ZS_OK) {
-        zs_release(ix);
-        return NULL;
+    const zs_tensor *a = c->in[0], *idx = c->in[1];
+    int d = zsi_norm_dim("index_select", (int)c->a->i[0], a->ndim);
+    if (d < 0 || zsi_check_index("index_select", idx) != ZS_OK)
+        return ZS_ERR_ARG;
+    if (idx->ndim > 1) {
+        char s[96];
+        return zs_set_error("index_select: index has shape %s, expected 1-D",
+                            zs_shape_str(idx, s, sizeof s));
     }
-    zs_tensor *out = zsi_new_tensor(a->dtype, a->ndim, shape);
+    c->dtype = a->dtype;
+    c->ndim = a->ndim;
+    for (int k = 0; k < a->ndim; k++)
+        c->shape[k] = k == d ? zs_numel(idx) : a->shape[k];
+    return ZS_OK;
+}
+
+static zs_status infer_gather(zsi_call *c)
+{
+    const zs_tensor *a = c->in[0], *idx = c->in[1];
+    int d = zsi_norm_dim("gather", (int)c->a->i[0], a->ndim);
+    if (d < 0 || zsi_check_index("gather", idx) != ZS_OK)
+        return ZS_ERR_ARG;
+    char si[96], sa[96];
+    if (idx->ndim != a->ndim)
+        return zs_set_error("gather: index %s has %d dims, expected %d as the "
+                            "input %s", zs_shape_str(idx, si, sizeof si),
+                            idx->ndim, a->ndim, zs_shape_str(a, sa, sizeof sa));
+    for (int k = 0; k < a->ndim; k++)
+        if (k != d && idx->shape[k] > a->shape[k])
+            return zs_set_error("gather: index %s is larger than the input %s "
+                                "in dim %d, expected <= off dim %d",
+                                zs_shape_str(idx, si, sizeof si),
+                                zs_shape_str(a, sa, sizeof sa), k, d);
+    c->dtype = a->dtype;
+    c->ndim = idx->ndim;
+    memcpy(c->shape, idx->shape, sizeof c->shape);
+    return ZS_OK;
+}
+
+static int call_dim(const zsi_call *c)
+{
+    return zsi_norm_dim(c->def->op.name, (int)c->a->i[0], c->in[0]->ndim);
+}
+
+/* The shared forward: out = a indexed by idx along d. */
+static zs_status cpu_index(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *a = c->in[0];
+    int d = call_dim(c);
+    zs_tensor *ix = c->aux[0] = index_i64(c->in[1]);
+    if (!ix)
+        return ZS_ERR_NOMEM;
+    if (check_range(c->def->op.name, ix, d, a->shape[d]) != ZS_OK)
+        return ZS_ERR_ARG;
     zsk_index_plan p;
-    if (!out || plan_make(a->ndim, shape, a->strides, d, zs_data(ix), gather,
-                          &p) != ZS_OK) {
-        zs_release(out);
-        zs_release(ix);
-        return NULL;
-    }
+    if (plan_make(a->ndim, out->shape, a->strides, d, zs_data(ix),
+                  c->a->i[1] != 0, &p) != ZS_OK)
+        return ZS_ERR_NOMEM;
     zsk_index_gather(zs_dtype_size(a->dtype), &p, zs_data(out), zs_data(a));
     plan_free(&p);
-    zsi_ctx *n;
-    if (zsi_record(op, out, 1, &a, &n) != ZS_OK) {
-        zs_release(out);
-        out = NULL;
-    } else if (n) {
-        n->p.i[0] = d;
-        n->p.i[1] = gather;
-        zsi_save(n, 0, ix);
-    }
-    if (out)
-        zsi_op_end(op, t0, 0, zsi_bytes(out) + zsi_bytes(idx), zsi_bytes(out));
-    zs_release(ix);
-    return out;
+    return ZS_OK;
 }
+
+static void save_index(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    n->p.i[P_DIM] = call_dim(c);
+    zsi_save(n, 0, c->aux[0]);
+}
+
+/* no FLOPs; output-sized rows and the indices read, the output written */
+static zsi_cost index_cost(const zsi_call *c, const zs_tensor *out)
+{
+    return (zsi_cost){0, zsi_bytes(out) + zsi_bytes(c->in[1]), zsi_bytes(out)};
+}
+
+static zsi_opdef D_INDEX_SELECT = {
+    .op = {.name = "index_select", .backward = index_bw}, .arity = 2,
+    .infer = infer_index_select, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_index)},
+    .save = save_index, .cost = index_cost};
+
+static zsi_opdef D_GATHER = {
+    .op = {.name = "gather", .backward = index_bw}, .arity = 2,
+    .infer = infer_gather, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_index)},
+    .save = save_index, .cost = index_cost};
 
 zs_tensor *zs_index_select(zs_tensor *a, int dim, zs_tensor *idx)
 {
-    if (!a || !idx)
-        return NULL;
-    int d = zsi_norm_dim("index_select", dim, a->ndim);
-    if (d < 0 || zsi_check_index("index_select", idx) != ZS_OK)
-        return NULL;
-    if (idx->ndim > 1) {
-        char s[96];
-        zs_set_error("index_select: index has shape %s, expected 1-D",
-                     zs_shape_str(idx, s, sizeof s));
-        return NULL;
-    }
-    int64_t shape[ZS_MAX_DIMS];
-    for (int k = 0; k < a->ndim; k++)
-        shape[k] = k == d ? zs_numel(idx) : a->shape[k];
-    return index_forward(&OP_INDEX_SELECT, a, d, idx, shape, false);
+    zsi_attrs at = {.i = {dim, 0}};
+    return zsi_run(&D_INDEX_SELECT, 2, (zs_tensor *[]){a, idx}, &at);
 }
 
 zs_tensor *zs_gather(zs_tensor *a, int dim, zs_tensor *idx)
 {
-    if (!a || !idx)
-        return NULL;
-    int d = zsi_norm_dim("gather", dim, a->ndim);
-    if (d < 0 || zsi_check_index("gather", idx) != ZS_OK)
-        return NULL;
-    char si[96], sa[96];
-    if (idx->ndim != a->ndim) {
-        zs_set_error("gather: index %s has %d dims, expected %d as the input "
-                     "%s", zs_shape_str(idx, si, sizeof si), idx->ndim,
-                     a->ndim, zs_shape_str(a, sa, sizeof sa));
-        return NULL;
-    }
-    for (int k = 0; k < a->ndim; k++) {
-        if (k != d && idx->shape[k] > a->shape[k]) {
-            zs_set_error("gather: index %s is larger than the input %s in dim "
-                         "%d, expected <= off dim %d",
-                         zs_shape_str(idx, si, sizeof si),
-                         zs_shape_str(a, sa, sizeof sa), k, d);
-            return NULL;
-        }
-    }
-    return index_forward(&OP_GATHER, a, d, idx, idx->shape, true);
+    zsi_attrs at = {.i = {dim, 1}};
+    return zsi_run(&D_GATHER, 2, (zs_tensor *[]){a, idx}, &at);
 }
 
 /* ---- backward ---------------------------------------------------------- */
@@ -349,10 +396,10 @@ static zs_status where_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     zs_tensor *cond = n->saved[0], *zero = zs_scalar(g->dtype, 0);
     if (!zero)
         return ZS_ERR_NOMEM;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 1; i < 3; i++) { /* inputs a, b (0 is cond) */
         if (!zsi_needs_grad(n, i))
             continue;
-        zs_tensor *t = i == 0 ? zs_where(cond, g, zero) : zs_where(cond, zero, g);
+        zs_tensor *t = i == 1 ? zs_where(cond, g, zero) : zs_where(cond, zero, g);
         gin[i] = t ? zsi_sum_to(t, &n->in_meta[i]) : NULL;
         zs_release(t);
         if (!gin[i]) {
@@ -374,7 +421,7 @@ static zs_status masked_fill_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 static zs_status index_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
-    int d = (int)n->p.i[0];
+    int d = (int)n->p.i[P_DIM];
     if (m->dtype != ZS_F32 && m->dtype != ZS_F64)
         return zs_set_error("%s: no gradient for dtype %s", n->op->name,
                             zs_dtype_name(m->dtype));
@@ -382,7 +429,7 @@ static zs_status index_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     zs_tensor *gc = z ? zs_contiguous(g) : NULL;
     zsk_index_plan p;
     if (!gc || plan_make(g->ndim, g->shape, z->strides, d,
-                         zs_data(n->saved[0]), n->p.i[1], &p) != ZS_OK) {
+                         zs_data(n->saved[0]), n->p.i[P_GATHER], &p) != ZS_OK) {
         zs_release(z);
         zs_release(gc);
         return ZS_ERR_NOMEM;

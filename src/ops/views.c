@@ -1,14 +1,22 @@
 /*
  * views.c - differentiable views and copies: reshape/view, permute,
  * transpose, narrow/slice, expand, squeeze/unsqueeze, flatten, contiguous,
- * clone, detach, to_dtype.
+ * clone, detach, to_dtype, backward_hook.
  *
- * Views share storage with their input (no copy, O(1)); reshape copies only
- * when the input is not contiguous. Backward rules: reshape back, inverse
- * permutation, scatter into zeros (narrow/slice), sum over broadcast dims
- * (expand), identity (copies), convert back (to_dtype).
+ * Every operator is a descriptor run by zsi_run (ops/op.h). The views
+ * (class ZSI_VIEW: view, squeeze, unsqueeze, permute, slice, expand,
+ * backward_hook) share storage with their input (no copy, O(1)): infer
+ * checks the request and gives the shape, the view function makes the
+ * header with its strides and offset, and the cost is zero. transpose,
+ * narrow, flatten and reshape are compositions of those; reshape copies
+ * (copy, then view) only when the input is not contiguous. The copies
+ * (copy, to_dtype) are kernels registered for every dtype on the CPU,
+ * counted as the input's bytes read and written.
+ *
+ * Backward rules: reshape back, inverse permutation, scatter into zeros
+ * (slice), sum over broadcast dims (expand), identity (copies), convert
+ * back (to_dtype), the hook then identity (backward_hook).
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/internal.h"
@@ -21,34 +29,17 @@ static zs_status identity_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status to_dtype_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status hook_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_RESHAPE = {.name = "reshape", .backward = reshape_bw};
-static zsi_op OP_PERMUTE = {.name = "permute", .backward = permute_bw};
-static zsi_op OP_SLICE = {.name = "slice", .backward = slice_bw};
-static zsi_op OP_EXPAND = {.name = "expand", .backward = expand_bw};
-static zsi_op OP_COPY = {.name = "copy", .backward = identity_bw};
-static zsi_op OP_TO_DTYPE = {.name = "to_dtype", .backward = to_dtype_bw};
-static zsi_op OP_HOOK = {.name = "backward_hook", .backward = hook_bw};
-
-/* Wraps up a view or copy: records the node and its cost. */
-static zs_tensor *finish(zsi_op *op, double t0, zs_tensor *in, zs_tensor *out,
-                         double bytes)
+/* Views cost nothing (no element is read or written). */
+static zsi_cost no_cost(const zsi_call *c, const zs_tensor *out)
 {
-    zsi_ctx *n;
-    if (zsi_record(op, out, 1, &in, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    zsi_op_end(op, t0, 0, bytes, bytes);
-    return out;
+    return (zsi_cost){0, 0, 0};
 }
 
-static zs_tensor *view_of(zsi_op *op, zs_tensor *t, int ndim,
-                          const int64_t *shape, const int64_t *strides,
-                          int64_t offset)
+static void set_like(zsi_call *c, int ndim, const int64_t *shape)
 {
-    double t0 = zsi_op_begin(op);
-    zs_tensor *out = zsi_new_view(t, ndim, shape, strides, offset);
-    return out ? finish(op, t0, t, out, 0) : NULL;
+    c->dtype = c->in[0]->dtype;
+    c->ndim = ndim;
+    memcpy(c->shape, shape, (size_t)ndim * sizeof *shape);
 }
 
 /* Resolves one -1 and checks the element count. */
@@ -89,19 +80,42 @@ bad:;
                         zsi_shape_fmt(ndim, shape, b, sizeof b));
 }
 
+/* ---- view (reshape of a contiguous tensor) ------------------------------ */
+
+/* Attributes: ptr = the shape (int64_t[i[0]], one -1 allowed); i[1] = 1
+ * keeps the input's strides (the same shape: zs_contiguous's alias). */
+static zs_status infer_view(zsi_call *c)
+{
+    const zs_tensor *t = c->in[0];
+    int ndim = (int)c->a->i[0];
+    if (infer_shape("view", t, ndim, c->a->ptr, c->shape) != ZS_OK)
+        return ZS_ERR_ARG;
+    if (!zs_is_contiguous(t))
+        return zs_set_error("view: input is not contiguous; use zs_reshape");
+    c->dtype = t->dtype;
+    c->ndim = ndim;
+    return ZS_OK;
+}
+
+static zs_tensor *view_view(const zsi_call *c)
+{
+    zs_tensor *t = c->in[0];
+    int64_t st[ZS_MAX_DIMS];
+    if (c->a->i[1])
+        memcpy(st, t->strides, sizeof st);
+    else
+        zsi_contig_strides(c->ndim, c->shape, st);
+    return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
+}
+
+static zsi_opdef D_VIEW = {
+    .op = {.name = "reshape", .backward = reshape_bw}, .arity = 1,
+    .cls = ZSI_VIEW, .infer = infer_view, .view = view_view, .cost = no_cost};
+
 zs_tensor *zs_view(zs_tensor *t, int ndim, const int64_t *shape)
 {
-    if (!t)
-        return NULL;
-    int64_t sh[ZS_MAX_DIMS], st[ZS_MAX_DIMS];
-    if (infer_shape("view", t, ndim, shape, sh) != ZS_OK)
-        return NULL;
-    if (!zs_is_contiguous(t)) {
-        zs_set_error("view: input is not contiguous; use zs_reshape");
-        return NULL;
-    }
-    zsi_contig_strides(ndim, sh, st);
-    return view_of(&OP_RESHAPE, t, ndim, sh, st, t->offset);
+    zsi_attrs at = {.i = {ndim}, .ptr = shape};
+    return zsi_run(&D_VIEW, 1, &t, &at);
 }
 
 zs_tensor *zs_reshape(zs_tensor *t, int ndim, const int64_t *shape)
@@ -119,28 +133,59 @@ zs_tensor *zs_reshape(zs_tensor *t, int ndim, const int64_t *shape)
     return r;
 }
 
-zs_tensor *zs_permute(zs_tensor *t, const int *perm)
+/* ---- permute, transpose ------------------------------------------------- */
+
+/* Attributes: ptr = the order (int64_t[ndim]); node: p.i[8 + d] = order[d]. */
+#define P_PERM 8
+
+static zs_status infer_permute(zsi_call *c)
 {
-    if (!t)
-        return NULL;
-    int64_t sh[ZS_MAX_DIMS], st[ZS_MAX_DIMS];
+    const zs_tensor *t = c->in[0];
+    const int64_t *perm = c->a->ptr;
     bool seen[ZS_MAX_DIMS] = {0};
     for (int d = 0; d < t->ndim; d++) {
-        int p = perm ? perm[d] : -1;
-        if (p < 0 || p >= t->ndim || seen[p]) {
-            zs_set_error("permute: entry %d of the permutation is %d, "
-                         "expected a permutation of 0..%d", d, p, t->ndim - 1);
-            return NULL;
-        }
+        int p = perm ? (int)perm[d] : -1;
+        if (p < 0 || p >= t->ndim || seen[p])
+            return zs_set_error("permute: entry %d of the permutation is %d, "
+                                "expected a permutation of 0..%d", d, p,
+                                t->ndim - 1);
         seen[p] = true;
-        sh[d] = t->shape[p];
-        st[d] = t->strides[p];
+        c->shape[d] = t->shape[p];
     }
-    zs_tensor *out = view_of(&OP_PERMUTE, t, t->ndim, sh, st, t->offset);
-    if (out && out->node)
-        for (int d = 0; d < t->ndim; d++)
-            zsi_ctx_of(out)->p.i[d] = perm[d];
-    return out;
+    c->dtype = t->dtype;
+    c->ndim = t->ndim;
+    return ZS_OK;
+}
+
+static zs_tensor *view_permute(const zsi_call *c)
+{
+    zs_tensor *t = c->in[0];
+    const int64_t *perm = c->a->ptr;
+    int64_t st[ZS_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++)
+        st[d] = t->strides[perm[d]];
+    return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
+}
+
+static void save_permute(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    const int64_t *perm = c->a->ptr;
+    for (int d = 0; d < c->ndim; d++)
+        n->p.i[P_PERM + d] = perm[d];
+}
+
+static zsi_opdef D_PERMUTE = {
+    .op = {.name = "permute", .backward = permute_bw}, .arity = 1,
+    .cls = ZSI_VIEW, .infer = infer_permute, .view = view_permute,
+    .save = save_permute, .cost = no_cost};
+
+zs_tensor *zs_permute(zs_tensor *t, const int *perm)
+{
+    int64_t p[ZS_MAX_DIMS];
+    for (int d = 0; t && perm && d < t->ndim; d++)
+        p[d] = perm[d];
+    zsi_attrs at = {.ptr = perm ? p : NULL};
+    return zsi_run(&D_PERMUTE, 1, &t, &at);
 }
 
 zs_tensor *zs_transpose(zs_tensor *t, int d0, int d1)
@@ -159,38 +204,77 @@ zs_tensor *zs_transpose(zs_tensor *t, int d0, int d1)
     return zs_permute(t, perm);
 }
 
+/* ---- slice, narrow ------------------------------------------------------ */
+
+/* Attributes: i[0] dim, i[1] start, i[2] end, i[3] step (start and end
+ * may be negative: from the end; clamped to the dim). Node: p.i[8] the
+ * normalised dim, p.i[9] the clamped start, p.i[10] the step. */
+#define P_SLICE 8
+
+/* The normalised dim *d and clamped [*start, *end) of c's slice. */
+static zs_status slice_range(const zsi_call *c, int *d, int64_t *start,
+                             int64_t *end)
+{
+    const zs_tensor *t = c->in[0];
+    if ((*d = zsi_norm_dim("slice", (int)c->a->i[0], t->ndim)) < 0)
+        return ZS_ERR_ARG;
+    int64_t s = c->a->i[1], e = c->a->i[2], step = c->a->i[3];
+    if (step <= 0)
+        return zs_set_error("slice: step %lld, expected > 0", (long long)step);
+    int64_t n = t->shape[*d];
+    if (s < 0)
+        s += n;
+    if (e < 0)
+        e += n;
+    s = s < 0 ? 0 : s > n ? n : s;
+    e = e < s ? s : e > n ? n : e;
+    *start = s;
+    *end = e;
+    return ZS_OK;
+}
+
+static zs_status infer_slice(zsi_call *c)
+{
+    int d = 0;
+    int64_t start = 0, end = 0, step = c->a->i[3];
+    if (slice_range(c, &d, &start, &end) != ZS_OK)
+        return ZS_ERR_ARG;
+    set_like(c, c->in[0]->ndim, c->in[0]->shape);
+    c->shape[d] = (end - start + step - 1) / step;
+    return ZS_OK;
+}
+
+static zs_tensor *view_slice(const zsi_call *c)
+{
+    zs_tensor *t = c->in[0];
+    int d = 0;
+    int64_t start = 0, end = 0, st[ZS_MAX_DIMS];
+    slice_range(c, &d, &start, &end);
+    memcpy(st, t->strides, sizeof st);
+    st[d] = t->strides[d] * c->a->i[3];
+    return zsi_new_view(t, c->ndim, c->shape, st, t->offset + start * t->strides[d]);
+}
+
+static void save_slice(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    int d = 0;
+    int64_t start = 0, end = 0;
+    slice_range(c, &d, &start, &end);
+    n->p.i[P_SLICE] = d;
+    n->p.i[P_SLICE + 1] = start;
+    n->p.i[P_SLICE + 2] = c->a->i[3];
+}
+
+static zsi_opdef D_SLICE = {
+    .op = {.name = "slice", .backward = slice_bw}, .arity = 1,
+    .cls = ZSI_VIEW, .infer = infer_slice, .view = view_slice,
+    .save = save_slice, .cost = no_cost};
+
 zs_tensor *zs_slice(zs_tensor *t, int dim, int64_t start, int64_t end,
                     int64_t step)
 {
-    if (!t)
-        return NULL;
-    int d = zsi_norm_dim("slice", dim, t->ndim);
-    if (d < 0)
-        return NULL;
-    if (step <= 0) {
-        zs_set_error("slice: step %lld, expected > 0", (long long)step);
-        return NULL;
-    }
-    int64_t n = t->shape[d];
-    if (start < 0)
-        start += n;
-    if (end < 0)
-        end += n;
-    start = start < 0 ? 0 : start > n ? n : start;
-    end = end < start ? start : end > n ? n : end;
-    int64_t sh[ZS_MAX_DIMS], st[ZS_MAX_DIMS];
-    memcpy(sh, t->shape, sizeof sh);
-    memcpy(st, t->strides, sizeof st);
-    sh[d] = (end - start + step - 1) / step;
-    st[d] = t->strides[d] * step;
-    zs_tensor *out = view_of(&OP_SLICE, t, t->ndim, sh, st,
-                             t->offset + start * t->strides[d]);
-    if (out && out->node) {
-        zsi_ctx_of(out)->p.i[0] = d;
-        zsi_ctx_of(out)->p.i[1] = start;
-        zsi_ctx_of(out)->p.i[2] = step;
-    }
-    return out;
+    zsi_attrs at = {.i = {dim, start, end, step}};
+    return zsi_run(&D_SLICE, 1, &t, &at);
 }
 
 zs_tensor *zs_narrow(zs_tensor *t, int dim, int64_t start, int64_t len)
@@ -209,17 +293,17 @@ zs_tensor *zs_narrow(zs_tensor *t, int dim, int64_t start, int64_t len)
     return zs_slice(t, d, start, start + len, 1);
 }
 
-zs_tensor *zs_expand(zs_tensor *t, int ndim, const int64_t *shape)
+/* ---- expand ------------------------------------------------------------- */
+
+/* Attributes: ptr = the shape (int64_t[i[0]]; -1 keeps a size). */
+static zs_status infer_expand(zsi_call *c)
 {
-    if (!t)
-        return NULL;
-    if (ndim < t->ndim || ndim > ZS_MAX_DIMS) {
-        zs_set_error("expand: %d dims requested for a %d-d tensor", ndim,
-                     t->ndim);
-        return NULL;
-    }
-    int64_t sh[ZS_MAX_DIMS], st[ZS_MAX_DIMS];
-    int lead = ndim - t->ndim;
+    const zs_tensor *t = c->in[0];
+    const int64_t *shape = c->a->ptr;
+    int ndim = (int)c->a->i[0], lead = ndim - t->ndim;
+    if (ndim < t->ndim || ndim > ZS_MAX_DIMS)
+        return zs_set_error("expand: %d dims requested for a %d-d tensor", ndim,
+                            t->ndim);
     for (int d = 0; d < ndim; d++) {
         int64_t want = shape[d];
         int64_t have = d < lead ? 1 : t->shape[d - lead];
@@ -227,62 +311,115 @@ zs_tensor *zs_expand(zs_tensor *t, int ndim, const int64_t *shape)
             want = have;
         if (have != want && have != 1) {
             char a[96], b[96];
-            zs_set_error("expand: cannot expand %s to %s (dim %d)",
-                         zs_shape_str(t, a, sizeof a),
-                         zsi_shape_fmt(ndim, shape, b, sizeof b), d);
-            return NULL;
+            return zs_set_error("expand: cannot expand %s to %s (dim %d)",
+                                zs_shape_str(t, a, sizeof a),
+                                zsi_shape_fmt(ndim, shape, b, sizeof b), d);
         }
-        sh[d] = want;
-        st[d] = (d < lead || have != want) ? 0 : t->strides[d - lead];
+        c->shape[d] = want;
     }
-    return view_of(&OP_EXPAND, t, ndim, sh, st, t->offset);
+    c->dtype = t->dtype;
+    c->ndim = ndim;
+    return ZS_OK;
 }
+
+static zs_tensor *view_expand(const zsi_call *c)
+{
+    zs_tensor *t = c->in[0];
+    int64_t st[ZS_MAX_DIMS];
+    int lead = c->ndim - t->ndim;
+    for (int d = 0; d < c->ndim; d++) {
+        int64_t have = d < lead ? 1 : t->shape[d - lead];
+        st[d] = (d < lead || have != c->shape[d]) ? 0 : t->strides[d - lead];
+    }
+    return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
+}
+
+static zsi_opdef D_EXPAND = {
+    .op = {.name = "expand", .backward = expand_bw}, .arity = 1,
+    .cls = ZSI_VIEW, .infer = infer_expand, .view = view_expand,
+    .cost = no_cost};
+
+zs_tensor *zs_expand(zs_tensor *t, int ndim, const int64_t *shape)
+{
+    zsi_attrs at = {.i = {ndim}, .ptr = shape};
+    return zsi_run(&D_EXPAND, 1, &t, &at);
+}
+
+/* ---- squeeze, unsqueeze, flatten ---------------------------------------- */
+
+/* Attributes: i[0] = the dim. */
+static zs_status infer_squeeze(zsi_call *c)
+{
+    const zs_tensor *t = c->in[0];
+    int dim = (int)c->a->i[0], d = zsi_norm_dim("squeeze", dim, t->ndim);
+    if (d < 0)
+        return ZS_ERR_ARG;
+    if (t->shape[d] != 1)
+        return zs_set_error("squeeze: dim %d has size %lld, expected 1", dim,
+                            (long long)t->shape[d]);
+    set_like(c, t->ndim, t->shape);
+    memmove(&c->shape[d], &c->shape[d + 1], (size_t)(t->ndim - d - 1) * sizeof *c->shape);
+    c->ndim--;
+    return ZS_OK;
+}
+
+static zs_tensor *view_squeeze(const zsi_call *c)
+{
+    zs_tensor *t = c->in[0];
+    int d = zsi_norm_dim("squeeze", (int)c->a->i[0], t->ndim);
+    int64_t st[ZS_MAX_DIMS];
+    for (int i = 0, k = 0; i < t->ndim; i++)
+        if (i != d)
+            st[k++] = t->strides[i];
+    return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
+}
+
+static zsi_opdef D_SQUEEZE = {
+    .op = {.name = "squeeze", .backward = reshape_bw}, .arity = 1,
+    .cls = ZSI_VIEW, .infer = infer_squeeze, .view = view_squeeze,
+    .cost = no_cost};
 
 zs_tensor *zs_squeeze(zs_tensor *t, int dim)
 {
-    if (!t)
-        return NULL;
-    int d = zsi_norm_dim("squeeze", dim, t->ndim);
-    if (d < 0)
-        return NULL;
-    if (t->shape[d] != 1) {
-        zs_set_error("squeeze: dim %d has size %lld, expected 1", dim,
-                     (long long)t->shape[d]);
-        return NULL;
-    }
-    int64_t sh[ZS_MAX_DIMS], st[ZS_MAX_DIMS];
-    int k = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        if (i == d)
-            continue;
-        sh[k] = t->shape[i];
-        st[k++] = t->strides[i];
-    }
-    return view_of(&OP_RESHAPE, t, k, sh, st, t->offset);
+    zsi_attrs at = {.i = {dim}};
+    return zsi_run(&D_SQUEEZE, 1, &t, &at);
 }
+
+static zs_status infer_unsqueeze(zsi_call *c)
+{
+    const zs_tensor *t = c->in[0];
+    if (t->ndim >= ZS_MAX_DIMS)
+        return zs_set_error("unsqueeze: tensor already has %d dims", ZS_MAX_DIMS);
+    int d = zsi_norm_dim("unsqueeze", (int)c->a->i[0], t->ndim + 1);
+    if (d < 0)
+        return ZS_ERR_ARG;
+    c->dtype = t->dtype;
+    c->ndim = t->ndim + 1;
+    for (int i = 0, k = 0; i <= t->ndim; i++)
+        c->shape[i] = i == d ? 1 : t->shape[k++];
+    return ZS_OK;
+}
+
+static zs_tensor *view_unsqueeze(const zsi_call *c)
+{
+    zs_tensor *t = c->in[0];
+    int d = zsi_norm_dim("unsqueeze", (int)c->a->i[0], t->ndim + 1);
+    int64_t st[ZS_MAX_DIMS];
+    for (int i = 0, k = 0; i <= t->ndim; i++)
+        st[i] = i != d ? t->strides[k++]
+              : d < t->ndim ? t->shape[d] * t->strides[d] : 1;
+    return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
+}
+
+static zsi_opdef D_UNSQUEEZE = {
+    .op = {.name = "unsqueeze", .backward = reshape_bw}, .arity = 1,
+    .cls = ZSI_VIEW, .infer = infer_unsqueeze, .view = view_unsqueeze,
+    .cost = no_cost};
 
 zs_tensor *zs_unsqueeze(zs_tensor *t, int dim)
 {
-    if (!t)
-        return NULL;
-    if (t->ndim >= ZS_MAX_DIMS) {
-        zs_set_error("unsqueeze: tensor already has %d dims", ZS_MAX_DIMS);
-        return NULL;
-    }
-    int d = zsi_norm_dim("unsqueeze", dim, t->ndim + 1);
-    if (d < 0)
-        return NULL;
-    int64_t sh[ZS_MAX_DIMS], st[ZS_MAX_DIMS];
-    for (int i = 0, k = 0; i <= t->ndim; i++) {
-        if (i == d) {
-            sh[i] = 1;
-            st[i] = d < t->ndim ? t->shape[d] * t->strides[d] : 1;
-        } else {
-            sh[i] = t->shape[k];
-            st[i] = t->strides[k++];
-        }
-    }
-    return view_of(&OP_RESHAPE, t, t->ndim + 1, sh, st, t->offset);
+    zsi_attrs at = {.i = {dim}};
+    return zsi_run(&D_UNSQUEEZE, 1, &t, &at);
 }
 
 zs_tensor *zs_flatten(zs_tensor *t, int start_dim, int end_dim)
@@ -315,18 +452,54 @@ zs_tensor *zs_flatten(zs_tensor *t, int start_dim, int end_dim)
 
 /* ---- copies -------------------------------------------------------------- */
 
-static zs_tensor *copy_as(zsi_op *op, zs_tensor *t, zs_dtype dt)
+/* Attributes (to_dtype): i[0] = the dtype of the copy. */
+static zs_status infer_copy(zsi_call *c)
 {
-    double t0 = zsi_op_begin(op);
-    zs_tensor *out = zsi_new_tensor(dt, t->ndim, t->shape);
-    if (!out)
-        return NULL;
-    if (zs_copy_(out, t) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    return finish(op, t0, t, out, zsi_bytes(t));
+    set_like(c, c->in[0]->ndim, c->in[0]->shape);
+    return ZS_OK;
 }
+
+static zs_status infer_to_dtype(zsi_call *c)
+{
+    const zs_tensor *t = c->in[0];
+    zs_dtype dt = (zs_dtype)c->a->i[0];
+    if ((unsigned)dt >= ZS_DTYPE_COUNT)
+        return zs_set_error("to_dtype: unknown dtype %d", (int)dt);
+    if (zs_requires_grad(t) && zs_grad_enabled() && !zs_dtype_is_float(dt))
+        return zs_set_error("to_dtype: a tensor that requires grad cannot "
+                            "become %s", zs_dtype_name(dt));
+    set_like(c, t->ndim, t->shape);
+    c->dtype = dt;
+    return ZS_OK;
+}
+
+/* Any layout and dtype into out (conversions round to nearest even). */
+static zs_status cpu_copy(const zsi_call *c, zs_tensor *out)
+{
+    return zs_copy_(out, c->in[0]);
+}
+
+/* The input's bytes read and written (as counted before descriptors). */
+static zsi_cost copy_cost(const zsi_call *c, const zs_tensor *out)
+{
+    double b = zsi_bytes(c->in[0]);
+    return (zsi_cost){0, b, b};
+}
+
+#define ALL_DTYPES(fn)                                                        \
+    {[ZS_F32] = fn, [ZS_F64] = fn, [ZS_F16] = fn, [ZS_BF16] = fn,             \
+     [ZS_F8E4M3] = fn, [ZS_F8E5M2] = fn, [ZS_I8] = fn, [ZS_U8] = fn,          \
+     [ZS_I32] = fn, [ZS_I64] = fn}
+
+static zsi_opdef D_COPY = {
+    .op = {.name = "copy", .backward = identity_bw}, .arity = 1,
+    .infer = infer_copy, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_copy)},
+    .cost = copy_cost};
+
+static zsi_opdef D_TO_DTYPE = {
+    .op = {.name = "to_dtype", .backward = to_dtype_bw}, .arity = 1,
+    .infer = infer_to_dtype, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_copy)},
+    .cost = copy_cost};
 
 zs_tensor *zs_contiguous(zs_tensor *t)
 {
@@ -334,32 +507,25 @@ zs_tensor *zs_contiguous(zs_tensor *t)
         return NULL;
     /* A new header even when no copy is needed, so that the result is
      * owned like any other (by the caller or the open scope). */
-    if (zs_is_contiguous(t))
-        return view_of(&OP_RESHAPE, t, t->ndim, t->shape, t->strides, t->offset);
-    return copy_as(&OP_COPY, t, t->dtype);
+    if (zs_is_contiguous(t)) {
+        zsi_attrs at = {.i = {t->ndim, 1}, .ptr = t->shape};
+        return zsi_run(&D_VIEW, 1, &t, &at);
+    }
+    return zsi_run(&D_COPY, 1, &t, NULL);
 }
 
 zs_tensor *zs_clone(zs_tensor *t)
 {
-    return t ? copy_as(&OP_COPY, t, t->dtype) : NULL;
+    return zsi_run(&D_COPY, 1, &t, NULL);
 }
 
 zs_tensor *zs_to_dtype(zs_tensor *t, zs_dtype dt)
 {
-    if (!t)
-        return NULL;
-    if ((unsigned)dt >= ZS_DTYPE_COUNT) {
-        zs_set_error("to_dtype: unknown dtype %d", (int)dt);
-        return NULL;
-    }
-    if (zs_requires_grad(t) && zs_grad_enabled() && !zs_dtype_is_float(dt)) {
-        zs_set_error("to_dtype: a tensor that requires grad cannot become %s",
-                     zs_dtype_name(dt));
-        return NULL;
-    }
-    return copy_as(&OP_TO_DTYPE, t, dt);
+    zsi_attrs at = {.i = {dt}};
+    return zsi_run(&D_TO_DTYPE, 1, &t, &at);
 }
 
+/* Not an operator: no node, no cost. */
 zs_tensor *zs_detach(zs_tensor *t)
 {
     if (!t)
@@ -367,39 +533,48 @@ zs_tensor *zs_detach(zs_tensor *t)
     return zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
-typedef struct hook_extra {
+/* ---- backward_hook ------------------------------------------------------ */
+
+/* An alias whose backward calls fn(ctx, arg) before passing g on.
+ * Attributes: ptr = the hook_fn (fn, ctx), i[0] = arg. The node keeps the
+ * pair in p.i[8..] (copied bytes: no allocation) and arg in p.i[4]. */
+typedef struct hook_fn {
     zs_backward_hook_fn fn;
     void *ctx;
-} hook_extra;
+} hook_fn;
+#define P_HOOK 8
+_Static_assert(sizeof(hook_fn) <= 8 * sizeof(int64_t), "hook fits in p.i[8..15]");
+
+static zs_status infer_hook(zsi_call *c)
+{
+    const hook_fn *h = c->a->ptr;
+    if (!h->fn)
+        return zs_set_error("backward_hook: no function");
+    set_like(c, c->in[0]->ndim, c->in[0]->shape);
+    return ZS_OK;
+}
+
+static zs_tensor *view_alias(const zsi_call *c)
+{
+    zs_tensor *t = c->in[0];
+    return zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
+}
+
+static void save_hook(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    memcpy(&n->p.i[P_HOOK], c->a->ptr, sizeof(hook_fn));
+}
+
+static zsi_opdef D_HOOK = {
+    .op = {.name = "backward_hook", .backward = hook_bw}, .arity = 1,
+    .cls = ZSI_VIEW, .infer = infer_hook, .view = view_alias,
+    .save = save_hook, .cost = no_cost};
 
 zs_tensor *zs_backward_hook(zs_tensor *t, zs_backward_hook_fn fn, void *ctx, int64_t arg)
 {
-    if (!t)
-        return NULL;
-    if (!fn) {
-        zs_set_error("backward_hook: no function");
-        return NULL;
-    }
-    double t0 = zsi_op_begin(&OP_HOOK);
-    zs_tensor *out = zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
-    zsi_ctx *n = NULL;
-    if (!out || zsi_record(&OP_HOOK, out, 1, &t, &n) != ZS_OK) {
-        zs_release(out);
-        return NULL;
-    }
-    if (n) {
-        hook_extra *h = malloc(sizeof *h);
-        if (!h) {
-            zs_release(out);
-            zs_set_error_code(ZS_ERR_NOMEM, "backward_hook: out of memory");
-            return NULL;
-        }
-        *h = (hook_extra){fn, ctx};
-        n->extra = h;
-        n->p.i[0] = arg;
-    }
-    zsi_op_end(&OP_HOOK, t0, 0, 0, 0);
-    return out;
+    hook_fn h = {fn, ctx};
+    zsi_attrs at = {.i = {arg}, .ptr = &h};
+    return zsi_run(&D_HOOK, 1, &t, &at);
 }
 
 /* ---- backward -------------------------------------------------------- */
@@ -414,7 +589,7 @@ static zs_status permute_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     int inv[ZS_MAX_DIMS];
     for (int d = 0; d < g->ndim; d++)
-        inv[n->p.i[d]] = d;
+        inv[n->p.i[P_PERM + d]] = d;
     gin[0] = zs_permute(g, inv);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
@@ -425,7 +600,8 @@ static zs_status slice_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     zs_tensor *z = zs_zeros(g->dtype, m->ndim, m->shape);
     if (!z)
         return ZS_ERR_NOMEM;
-    int64_t d = n->p.i[0], start = n->p.i[1], step = n->p.i[2];
+    int64_t d = n->p.i[P_SLICE], start = n->p.i[P_SLICE + 1];
+    int64_t step = n->p.i[P_SLICE + 2];
     zs_tensor *dst = zs_slice(z, (int)d, start, start + g->shape[d] * step, step);
     zs_status st = dst ? zs_copy_(dst, g) : ZS_ERR_NOMEM;
     zs_release(dst);
@@ -451,8 +627,9 @@ static zs_status identity_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 
 static zs_status hook_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    const hook_extra *h = n->extra;
-    zs_status st = h->fn(h->ctx, n->p.i[0]);
+    hook_fn h;
+    memcpy(&h, &n->p.i[P_HOOK], sizeof h);
+    zs_status st = h.fn(h.ctx, n->p.i[4]); /* arg: the call's i[0] */
     if (st != ZS_OK)
         return st;
     gin[0] = zs_retain(g);

@@ -17,6 +17,8 @@
  */
 #include <stdlib.h>
 
+#include <string.h>
+
 #include "testutil.h"
 
 typedef struct cfg {
@@ -513,8 +515,47 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+/* ---- output shapes against the plain shape rule ----------------------- */
+
+static uint64_t shp_state;
+static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
+{
+    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
+}
+
+static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t || t->ndim != ndim)
+        return false;
+    for (int d = 0; d < ndim; d++)
+        if (t->shape[d] != shape[d])
+            return false;
+    return true;
+}
+static void test_attention_shapes(void)
+{
+    const uint64_t seed = 1307;
+    shp_state = seed;
+    for (int trial = 0; trial < 20; trial++) {
+        zs_scope_push();
+        int64_t B = shp_rand(1, 2), H = shp_rand(1, 3), Tq = shp_rand(1, 5);
+        int64_t Tk = Tq + shp_rand(0, 3), D = shp_rand(1, 8);
+        zs_attention_params p = {.causal = shp_rand(0, 1), .alibi = shp_rand(0, 1),
+                                 .q_offset = Tk - Tq};
+        zs_tensor *q = zs_zeros(ZS_F32, ZS_SHAPE(B, H, Tq, D));
+        zs_tensor *k = zs_zeros(ZS_F32, ZS_SHAPE(B, H, Tk, D));
+        zs_tensor *v = zs_zeros(ZS_F32, ZS_SHAPE(B, H, Tk, D));
+        ZT_CHECK(shp_is(zs_attention(q, k, v, &p), 4, (int64_t[]){B, H, Tq, D}),
+                 "attention shape, seed %llu trial %d", (unsigned long long)seed, trial);
+        zs_scope_pop();
+    }
+    zt_section("attention: q's shape [B, H, Tq, D] on random shapes");
+}
+
 int main(void)
 {
+    test_attention_shapes();
     test_forward(ZS_F32);
     test_forward(ZS_F64);
     test_alibi(ZS_F32);

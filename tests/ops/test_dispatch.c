@@ -188,7 +188,7 @@ static zsi_attrs attrs_of(const zs_tensor *out)
 {
     const zsi_ctx *n = zsi_ctx_of(out);
     zsi_attrs at = {{n->p.f[0], n->p.f[1], n->p.f[2], n->p.f[3]},
-                    {n->p.i[4], n->p.i[5], n->p.i[6], n->p.i[7]}};
+                    {n->p.i[4], n->p.i[5], n->p.i[6], n->p.i[7]}, NULL};
     return at;
 }
 

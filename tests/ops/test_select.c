@@ -8,6 +8,8 @@
  */
 #include <stdlib.h>
 
+#include <string.h>
+
 #include "testutil.h"
 
 static void unravel(int64_t i, int ndim, const int64_t *shape, int64_t *c)
@@ -467,8 +469,68 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+/* ---- output shapes against the plain shape rule ----------------------- */
+
+static uint64_t shp_state;
+static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
+{
+    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
+}
+
+static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t || t->ndim != ndim)
+        return false;
+    for (int d = 0; d < ndim; d++)
+        if (t->shape[d] != shape[d])
+            return false;
+    return true;
+}
+static void test_select_shapes(void)
+{
+    const uint64_t seed = 1302;
+    shp_state = seed;
+    for (int trial = 0; trial < 30; trial++) {
+        zs_scope_push();
+        int nd = (int)shp_rand(1, 4);
+        int64_t s[4], sc[4], sb[4], e[4];
+        for (int d = 0; d < nd; d++) {
+            s[d] = shp_rand(1, 4);
+            sc[d] = shp_rand(0, 1) ? 1 : s[d];
+        }
+        int nb = (int)shp_rand(1, nd); /* b: the trailing nb dims, some 1 */
+        for (int d = 0; d < nb; d++)
+            sb[d] = shp_rand(0, 1) ? 1 : s[nd - nb + d];
+        for (int d = 0; d < nd; d++) { /* numpy broadcasting of cond, a, b */
+            int db = d - (nd - nb);
+            int64_t x = sc[d] > 1 ? sc[d] : 1, y = db >= 0 ? sb[db] : 1;
+            e[d] = x > 1 ? x : y;
+        }
+        zs_tensor *cond = zs_zeros(ZS_U8, nd, sc), *a = zs_zeros(ZS_F32, nd, sc);
+        zs_tensor *b = zs_zeros(ZS_F32, nb, sb), *x = zs_zeros(ZS_F32, nd, s);
+        ZT_CHECK(shp_is(zs_where(cond, a, b), nd, e), "where shape, seed %llu trial %d",
+                 (unsigned long long)seed, trial);
+        ZT_CHECK(shp_is(zs_masked_fill(x, cond, 1.0), nd, s), "masked_fill shape, seed "
+                 "%llu trial %d", (unsigned long long)seed, trial);
+        int dim = (int)shp_rand(0, nd - 1);
+        int64_t k = shp_rand(0, 5);
+        memcpy(e, s, sizeof s);
+        e[dim] = k;
+        ZT_CHECK(shp_is(zs_index_select(x, dim, zs_zeros(ZS_I64, 1, &k)), nd, e),
+                 "index_select shape, seed %llu trial %d", (unsigned long long)seed, trial);
+        for (int d = 0; d < nd; d++)
+            e[d] = d == dim ? shp_rand(0, 5) : shp_rand(0, s[d]);
+        ZT_CHECK(shp_is(zs_gather(x, dim, zs_zeros(ZS_I32, nd, e)), nd, e),
+                 "gather shape, seed %llu trial %d", (unsigned long long)seed, trial);
+        zs_scope_pop();
+    }
+    zt_section("where, masked_fill, index_select, gather: shapes on random shapes");
+}
+
 int main(void)
 {
+    test_select_shapes();
     test_where(ZS_F32, false);
     test_where(ZS_F64, false);
     test_where(ZS_F32, true);
