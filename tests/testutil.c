@@ -126,3 +126,23 @@ int64_t zt_live_bytes(void)
     zs_alloc_get_stats(&st);
     return (int64_t)st.current_bytes;
 }
+
+static uint64_t irand_state;
+
+void zt_irand_seed(uint64_t seed) { irand_state = seed; }
+
+int64_t zt_irand(int64_t lo, int64_t hi)
+{
+    irand_state = irand_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + (int64_t)((irand_state >> 33) % (uint64_t)(hi - lo + 1));
+}
+
+bool zt_shape_is(const zs_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t || t->ndim != ndim)
+        return false;
+    for (int d = 0; d < ndim; d++)
+        if (t->shape[d] != shape[d])
+            return false;
+    return true;
+}

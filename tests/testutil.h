@@ -44,6 +44,13 @@ zs_tensor *zt_rand(zs_dtype dt, int ndim, const int64_t *shape, uint64_t seed);
  * element of a twice-as-wide buffer, then transposed back and forth). */
 zs_tensor *zt_rand_strided(zs_dtype dt, int ndim, const int64_t *shape,
                            uint64_t seed);
+/* Deterministic integers for random shapes: zt_irand_seed(seed), then
+ * zt_irand(lo, hi) is uniform in [lo, hi] (a 64-bit LCG; print the seed
+ * on failure). */
+void zt_irand_seed(uint64_t seed);
+int64_t zt_irand(int64_t lo, int64_t hi);
+/* True when t is non-NULL and has exactly this shape. */
+bool zt_shape_is(const zs_tensor *t, int ndim, const int64_t *shape);
 /* Copies t's values (row-major) into a new malloc'd double array. */
 double *zt_values(const zs_tensor *t);
 /* max |t - ref| / max(1, |ref|) over all elements; shape must match n. */

@@ -256,81 +256,65 @@ static void test_alloc(void)
 
 /* ---- output shapes against the plain shape rule ----------------------- */
 
-static uint64_t shp_state;
-static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
-{
-    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
-}
-
-static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
-{
-    if (!t || t->ndim != ndim)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] != shape[d])
-            return false;
-    return true;
-}
 static void test_view_shapes(void)
 {
     const uint64_t seed = 1301;
-    shp_state = seed;
+    zt_irand_seed(seed);
     for (int trial = 0; trial < 40; trial++) {
         zs_scope_push();
-        int nd = (int)shp_rand(1, 4);
+        int nd = (int)zt_irand(1, 4);
         int64_t s[4], numel = 1, e[ZS_MAX_DIMS];
         for (int d = 0; d < nd; d++)
-            numel *= (s[d] = shp_rand(1, 5));
+            numel *= (s[d] = zt_irand(1, 5));
         zs_tensor *t = zs_zeros(ZS_F32, nd, s);
-        ZT_CHECK(shp_is(zs_reshape(t, 2, (int64_t[]){-1, s[nd - 1]}), 2,
+        ZT_CHECK(zt_shape_is(zs_reshape(t, 2, (int64_t[]){-1, s[nd - 1]}), 2,
                         (int64_t[]){numel / s[nd - 1], s[nd - 1]}) &&
-                 shp_is(zs_view(t, 1, (int64_t[]){numel}), 1, (int64_t[]){numel}) &&
-                 shp_is(zs_flatten(t, 0, -1), 1, (int64_t[]){numel}),
+                 zt_shape_is(zs_view(t, 1, (int64_t[]){numel}), 1, (int64_t[]){numel}) &&
+                 zt_shape_is(zs_flatten(t, 0, -1), 1, (int64_t[]){numel}),
                  "reshape/view/flatten shape, seed %llu trial %d", (unsigned long long)seed, trial);
         int perm[4] = {0, 1, 2, 3};
         for (int d = nd - 1; d > 0; d--) {
-            int j = (int)shp_rand(0, d), x = perm[d];
+            int j = (int)zt_irand(0, d), x = perm[d];
             perm[d] = perm[j];
             perm[j] = x;
         }
         for (int d = 0; d < nd; d++)
             e[d] = s[perm[d]];
-        ZT_CHECK(shp_is(zs_permute(t, perm), nd, e), "permute shape, seed %llu trial %d",
+        ZT_CHECK(zt_shape_is(zs_permute(t, perm), nd, e), "permute shape, seed %llu trial %d",
                  (unsigned long long)seed, trial);
         memcpy(e, s, sizeof s);
         e[0] = s[nd - 1], e[nd - 1] = s[0];
-        ZT_CHECK(shp_is(zs_transpose(t, 0, -1), nd, e), "transpose shape, seed %llu "
+        ZT_CHECK(zt_shape_is(zs_transpose(t, 0, -1), nd, e), "transpose shape, seed %llu "
                  "trial %d", (unsigned long long)seed, trial);
-        int dim = (int)shp_rand(0, nd - 1);
-        int64_t n = s[dim], st = shp_rand(-n - 1, n + 1), en = shp_rand(-n - 1, n + 1);
-        int64_t step = shp_rand(1, 3), a = st < 0 ? st + n : st, b = en < 0 ? en + n : en;
+        int dim = (int)zt_irand(0, nd - 1);
+        int64_t n = s[dim], st = zt_irand(-n - 1, n + 1), en = zt_irand(-n - 1, n + 1);
+        int64_t step = zt_irand(1, 3), a = st < 0 ? st + n : st, b = en < 0 ? en + n : en;
         a = a < 0 ? 0 : a > n ? n : a;
         b = b < a ? a : b > n ? n : b;
         memcpy(e, s, sizeof s);
         e[dim] = (b - a + step - 1) / step; /* ceil((end - start) / step) */
-        ZT_CHECK(shp_is(zs_slice(t, dim, st, en, step), nd, e), "slice shape, seed "
+        ZT_CHECK(zt_shape_is(zs_slice(t, dim, st, en, step), nd, e), "slice shape, seed "
                  "%llu trial %d", (unsigned long long)seed, trial);
-        int64_t len = shp_rand(0, n), off = shp_rand(0, n - len);
+        int64_t len = zt_irand(0, n), off = zt_irand(0, n - len);
         e[dim] = len;
-        ZT_CHECK(shp_is(zs_narrow(t, dim, off, len), nd, e), "narrow shape, seed %llu "
+        ZT_CHECK(zt_shape_is(zs_narrow(t, dim, off, len), nd, e), "narrow shape, seed %llu "
                  "trial %d", (unsigned long long)seed, trial);
         for (int d = 0, k = 0; d <= nd; d++)
             e[d] = d == dim ? 1 : s[k++];
         zs_tensor *u = zs_unsqueeze(t, dim);
-        ZT_CHECK(shp_is(u, nd + 1, e) && shp_is(zs_squeeze(u, dim), nd, s),
+        ZT_CHECK(zt_shape_is(u, nd + 1, e) && zt_shape_is(zs_squeeze(u, dim), nd, s),
                  "unsqueeze/squeeze shape, seed %llu trial %d", (unsigned long long)seed,
                  trial);
         int64_t one[4];
         for (int d = 0; d < nd; d++)
-            one[d] = shp_rand(0, 1) ? 1 : s[d];
+            one[d] = zt_irand(0, 1) ? 1 : s[d];
         e[0] = 2;
         memcpy(e + 1, s, sizeof s);
-        ZT_CHECK(shp_is(zs_expand(zs_zeros(ZS_F32, nd, one), nd + 1, e), nd + 1, e),
+        ZT_CHECK(zt_shape_is(zs_expand(zs_zeros(ZS_F32, nd, one), nd + 1, e), nd + 1, e),
                  "expand shape, seed %llu trial %d", (unsigned long long)seed, trial);
         zs_tensor *p = zs_permute(t, perm);
-        ZT_CHECK(shp_is(zs_contiguous(p), nd, p->shape) && shp_is(zs_clone(p), nd, p->shape) &&
-                 shp_is(zs_to_dtype(p, ZS_F64), nd, p->shape),
+        ZT_CHECK(zt_shape_is(zs_contiguous(p), nd, p->shape) && zt_shape_is(zs_clone(p), nd, p->shape) &&
+                 zt_shape_is(zs_to_dtype(p, ZS_F64), nd, p->shape),
                  "contiguous/clone/to_dtype shape, seed %llu trial %d",
                  (unsigned long long)seed, trial);
         zs_scope_pop();

@@ -517,36 +517,20 @@ static void test_errors(void)
 
 /* ---- output shapes against the plain shape rule ----------------------- */
 
-static uint64_t shp_state;
-static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
-{
-    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
-}
-
-static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
-{
-    if (!t || t->ndim != ndim)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] != shape[d])
-            return false;
-    return true;
-}
 static void test_attention_shapes(void)
 {
     const uint64_t seed = 1307;
-    shp_state = seed;
+    zt_irand_seed(seed);
     for (int trial = 0; trial < 20; trial++) {
         zs_scope_push();
-        int64_t B = shp_rand(1, 2), H = shp_rand(1, 3), Tq = shp_rand(1, 5);
-        int64_t Tk = Tq + shp_rand(0, 3), D = shp_rand(1, 8);
-        zs_attention_params p = {.causal = shp_rand(0, 1), .alibi = shp_rand(0, 1),
+        int64_t B = zt_irand(1, 2), H = zt_irand(1, 3), Tq = zt_irand(1, 5);
+        int64_t Tk = Tq + zt_irand(0, 3), D = zt_irand(1, 8);
+        zs_attention_params p = {.causal = zt_irand(0, 1), .alibi = zt_irand(0, 1),
                                  .q_offset = Tk - Tq};
         zs_tensor *q = zs_zeros(ZS_F32, ZS_SHAPE(B, H, Tq, D));
         zs_tensor *k = zs_zeros(ZS_F32, ZS_SHAPE(B, H, Tk, D));
         zs_tensor *v = zs_zeros(ZS_F32, ZS_SHAPE(B, H, Tk, D));
-        ZT_CHECK(shp_is(zs_attention(q, k, v, &p), 4, (int64_t[]){B, H, Tq, D}),
+        ZT_CHECK(zt_shape_is(zs_attention(q, k, v, &p), 4, (int64_t[]){B, H, Tq, D}),
                  "attention shape, seed %llu trial %d", (unsigned long long)seed, trial);
         zs_scope_pop();
     }

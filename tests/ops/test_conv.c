@@ -386,43 +386,27 @@ static void test_alloc_failures(void)
 
 /* ---- output shapes against the plain shape rule ----------------------- */
 
-static uint64_t shp_state;
-static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
-{
-    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
-}
-
-static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
-{
-    if (!t || t->ndim != ndim)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] != shape[d])
-            return false;
-    return true;
-}
 static void test_conv_shapes(void)
 {
     const uint64_t seed = 1306;
-    shp_state = seed;
+    zt_irand_seed(seed);
     for (int trial = 0; trial < 30; trial++) {
         zs_scope_push();
-        int G = (int)shp_rand(1, 2);
-        int64_t N = shp_rand(1, 2), C = G * shp_rand(1, 2), O = G * shp_rand(1, 2);
-        int64_t KH = shp_rand(1, 3), KW = shp_rand(1, 3);
-        zs_conv2d_params p = {{(int)shp_rand(1, 2), (int)shp_rand(1, 2)},
-                              {(int)shp_rand(0, 1), (int)shp_rand(0, 1)},
-                              {(int)shp_rand(1, 2), (int)shp_rand(1, 2)}, G};
-        int64_t H = p.dilation[0] * (KH - 1) + shp_rand(1, 6);
-        int64_t W = p.dilation[1] * (KW - 1) + shp_rand(1, 6);
+        int G = (int)zt_irand(1, 2);
+        int64_t N = zt_irand(1, 2), C = G * zt_irand(1, 2), O = G * zt_irand(1, 2);
+        int64_t KH = zt_irand(1, 3), KW = zt_irand(1, 3);
+        zs_conv2d_params p = {{(int)zt_irand(1, 2), (int)zt_irand(1, 2)},
+                              {(int)zt_irand(0, 1), (int)zt_irand(0, 1)},
+                              {(int)zt_irand(1, 2), (int)zt_irand(1, 2)}, G};
+        int64_t H = p.dilation[0] * (KH - 1) + zt_irand(1, 6);
+        int64_t W = p.dilation[1] * (KW - 1) + zt_irand(1, 6);
         int64_t e[4] = {N, O,
             (H + 2 * p.padding[0] - p.dilation[0] * (KH - 1) - 1) / p.stride[0] + 1,
             (W + 2 * p.padding[1] - p.dilation[1] * (KW - 1) - 1) / p.stride[1] + 1};
         zs_tensor *x = zs_zeros(ZS_F32, ZS_SHAPE(N, C, H, W));
         zs_tensor *w = zs_zeros(ZS_F32, ZS_SHAPE(O, C / G, KH, KW));
-        ZT_CHECK(shp_is(zs_conv2d(x, w, NULL, &p), 4, e) &&
-                 shp_is(zs_conv2d(x, w, zs_zeros(ZS_F32, ZS_SHAPE(O)), &p), 4, e),
+        ZT_CHECK(zt_shape_is(zs_conv2d(x, w, NULL, &p), 4, e) &&
+                 zt_shape_is(zs_conv2d(x, w, zs_zeros(ZS_F32, ZS_SHAPE(O)), &p), 4, e),
                  "conv2d shape, seed %llu trial %d", (unsigned long long)seed, trial);
         zs_scope_pop();
     }

@@ -169,35 +169,19 @@ static void test_errors(void)
 
 /* ---- output shapes against the plain shape rule ----------------------- */
 
-static uint64_t shp_state;
-static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
-{
-    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
-}
-
-static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
-{
-    if (!t || t->ndim != ndim)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] != shape[d])
-            return false;
-    return true;
-}
 static void test_dropout_shapes(void)
 {
     const uint64_t seed = 1304;
-    shp_state = seed;
+    zt_irand_seed(seed);
     for (int trial = 0; trial < 20; trial++) {
         zs_scope_push();
-        int nd = (int)shp_rand(0, 4);
+        int nd = (int)zt_irand(0, 4);
         int64_t s[4];
         for (int d = 0; d < nd; d++)
-            s[d] = shp_rand(0, 5);
+            s[d] = zt_irand(0, 5);
         zs_tensor *x = zs_zeros(ZS_F32, nd, s);
-        ZT_CHECK(shp_is(zs_dropout(x, 0.5, true), nd, s) &&
-                 shp_is(zs_dropout(x, 0.5, false), nd, s),
+        ZT_CHECK(zt_shape_is(zs_dropout(x, 0.5, true), nd, s) &&
+                 zt_shape_is(zs_dropout(x, 0.5, false), nd, s),
                  "dropout shape, seed %llu trial %d", (unsigned long long)seed, trial);
         zs_scope_pop();
     }

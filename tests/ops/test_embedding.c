@@ -183,35 +183,19 @@ static void test_errors(void)
 
 /* ---- output shapes against the plain shape rule ----------------------- */
 
-static uint64_t shp_state;
-static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
-{
-    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
-}
-
-static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
-{
-    if (!t || t->ndim != ndim)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] != shape[d])
-            return false;
-    return true;
-}
 static void test_embedding_shapes(void)
 {
     const uint64_t seed = 1303;
-    shp_state = seed;
+    zt_irand_seed(seed);
     for (int trial = 0; trial < 20; trial++) {
         zs_scope_push();
-        int nd = (int)shp_rand(0, 3);
-        int64_t s[4], V = shp_rand(1, 9), D = shp_rand(0, 7);
+        int nd = (int)zt_irand(0, 3);
+        int64_t s[4], V = zt_irand(1, 9), D = zt_irand(0, 7);
         for (int d = 0; d < nd; d++)
-            s[d] = shp_rand(0, 4);
+            s[d] = zt_irand(0, 4);
         s[nd] = D; /* [idx..., D] */
         zs_tensor *w = zs_zeros(ZS_F32, 2, (int64_t[]){V, D});
-        ZT_CHECK(shp_is(zs_embedding(w, zs_zeros(ZS_I64, nd, s)), nd + 1, s),
+        ZT_CHECK(zt_shape_is(zs_embedding(w, zs_zeros(ZS_I64, nd, s)), nd + 1, s),
                  "embedding shape, seed %llu trial %d", (unsigned long long)seed, trial);
         zs_scope_pop();
     }

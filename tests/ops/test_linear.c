@@ -322,38 +322,22 @@ static void test_errors(void)
 
 /* ---- output shapes against the plain shape rule ----------------------- */
 
-static uint64_t shp_state;
-static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
-{
-    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
-}
-
-static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
-{
-    if (!t || t->ndim != ndim)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] != shape[d])
-            return false;
-    return true;
-}
 static void test_linear_shapes(void)
 {
     const uint64_t seed = 1308;
-    shp_state = seed;
+    zt_irand_seed(seed);
     for (int trial = 0; trial < 20; trial++) {
         zs_scope_push();
-        int nd = (int)shp_rand(1, 4);
-        int64_t s[4], e[4], N = shp_rand(1, 9);
+        int nd = (int)zt_irand(1, 4);
+        int64_t s[4], e[4], N = zt_irand(1, 9);
         for (int d = 0; d < nd; d++)
-            s[d] = shp_rand(1, 5);
+            s[d] = zt_irand(1, 5);
         memcpy(e, s, sizeof s);
         e[nd - 1] = N; /* [..., K] -> [..., N] */
         zs_tensor *x = zs_zeros(ZS_F32, nd, s), *b = zs_zeros(ZS_F32, 1, &N);
         zs_tensor *w = zs_zeros(ZS_F32, 2, (int64_t[]){N, s[nd - 1]});
-        ZT_CHECK(shp_is(zs_linear(x, w, b), nd, e) && shp_is(zs_linear_gelu(x, w, NULL), nd, e) &&
-                 shp_is(zs_linear_residual(x, w, b, zs_zeros(ZS_F32, nd, e)), nd, e),
+        ZT_CHECK(zt_shape_is(zs_linear(x, w, b), nd, e) && zt_shape_is(zs_linear_gelu(x, w, NULL), nd, e) &&
+                 zt_shape_is(zs_linear_residual(x, w, b, zs_zeros(ZS_F32, nd, e)), nd, e),
                  "linear shape, seed %llu trial %d", (unsigned long long)seed, trial);
         zs_scope_pop();
     }

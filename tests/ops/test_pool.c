@@ -221,40 +221,24 @@ static void test_errors(void)
 
 /* ---- output shapes against the plain shape rule ----------------------- */
 
-static uint64_t shp_state;
-static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
-{
-    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
-}
-
-static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
-{
-    if (!t || t->ndim != ndim)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] != shape[d])
-            return false;
-    return true;
-}
 static void test_pool_shapes(void)
 {
     const uint64_t seed = 1305;
-    shp_state = seed;
+    zt_irand_seed(seed);
     for (int trial = 0; trial < 30; trial++) {
         zs_scope_push();
-        zs_pool2d_params p = {.kernel = {(int)shp_rand(1, 3), (int)shp_rand(1, 3)},
-                              .stride = {(int)shp_rand(0, 2), (int)shp_rand(0, 2)}};
-        p.padding[0] = (int)shp_rand(0, p.kernel[0] / 2);
-        p.padding[1] = (int)shp_rand(0, p.kernel[1] / 2);
-        int64_t N = shp_rand(1, 2), C = shp_rand(1, 3);
-        int64_t H = shp_rand(p.kernel[0], 9), W = shp_rand(p.kernel[1], 9);
+        zs_pool2d_params p = {.kernel = {(int)zt_irand(1, 3), (int)zt_irand(1, 3)},
+                              .stride = {(int)zt_irand(0, 2), (int)zt_irand(0, 2)}};
+        p.padding[0] = (int)zt_irand(0, p.kernel[0] / 2);
+        p.padding[1] = (int)zt_irand(0, p.kernel[1] / 2);
+        int64_t N = zt_irand(1, 2), C = zt_irand(1, 3);
+        int64_t H = zt_irand(p.kernel[0], 9), W = zt_irand(p.kernel[1], 9);
         int sh = p.stride[0] ? p.stride[0] : p.kernel[0];
         int sw = p.stride[1] ? p.stride[1] : p.kernel[1];
         int64_t e[4] = {N, C, (H + 2 * p.padding[0] - p.kernel[0]) / sh + 1,
                         (W + 2 * p.padding[1] - p.kernel[1]) / sw + 1};
         zs_tensor *x = zs_zeros(ZS_F32, ZS_SHAPE(N, C, H, W));
-        ZT_CHECK(shp_is(zs_max_pool2d(x, &p), 4, e) && shp_is(zs_avg_pool2d(x, &p), 4, e),
+        ZT_CHECK(zt_shape_is(zs_max_pool2d(x, &p), 4, e) && zt_shape_is(zs_avg_pool2d(x, &p), 4, e),
                  "pool shape, seed %llu trial %d", (unsigned long long)seed, trial);
         zs_scope_pop();
     }

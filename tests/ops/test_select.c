@@ -471,37 +471,21 @@ static void test_errors(void)
 
 /* ---- output shapes against the plain shape rule ----------------------- */
 
-static uint64_t shp_state;
-static int64_t shp_rand(int64_t lo, int64_t hi) /* uniform in [lo, hi] */
-{
-    shp_state = shp_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (int64_t)((shp_state >> 33) % (uint64_t)(hi - lo + 1));
-}
-
-static bool shp_is(const zs_tensor *t, int ndim, const int64_t *shape)
-{
-    if (!t || t->ndim != ndim)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] != shape[d])
-            return false;
-    return true;
-}
 static void test_select_shapes(void)
 {
     const uint64_t seed = 1302;
-    shp_state = seed;
+    zt_irand_seed(seed);
     for (int trial = 0; trial < 30; trial++) {
         zs_scope_push();
-        int nd = (int)shp_rand(1, 4);
+        int nd = (int)zt_irand(1, 4);
         int64_t s[4], sc[4], sb[4], e[4];
         for (int d = 0; d < nd; d++) {
-            s[d] = shp_rand(1, 4);
-            sc[d] = shp_rand(0, 1) ? 1 : s[d];
+            s[d] = zt_irand(1, 4);
+            sc[d] = zt_irand(0, 1) ? 1 : s[d];
         }
-        int nb = (int)shp_rand(1, nd); /* b: the trailing nb dims, some 1 */
+        int nb = (int)zt_irand(1, nd); /* b: the trailing nb dims, some 1 */
         for (int d = 0; d < nb; d++)
-            sb[d] = shp_rand(0, 1) ? 1 : s[nd - nb + d];
+            sb[d] = zt_irand(0, 1) ? 1 : s[nd - nb + d];
         for (int d = 0; d < nd; d++) { /* numpy broadcasting of cond, a, b */
             int db = d - (nd - nb);
             int64_t x = sc[d] > 1 ? sc[d] : 1, y = db >= 0 ? sb[db] : 1;
@@ -509,19 +493,19 @@ static void test_select_shapes(void)
         }
         zs_tensor *cond = zs_zeros(ZS_U8, nd, sc), *a = zs_zeros(ZS_F32, nd, sc);
         zs_tensor *b = zs_zeros(ZS_F32, nb, sb), *x = zs_zeros(ZS_F32, nd, s);
-        ZT_CHECK(shp_is(zs_where(cond, a, b), nd, e), "where shape, seed %llu trial %d",
+        ZT_CHECK(zt_shape_is(zs_where(cond, a, b), nd, e), "where shape, seed %llu trial %d",
                  (unsigned long long)seed, trial);
-        ZT_CHECK(shp_is(zs_masked_fill(x, cond, 1.0), nd, s), "masked_fill shape, seed "
+        ZT_CHECK(zt_shape_is(zs_masked_fill(x, cond, 1.0), nd, s), "masked_fill shape, seed "
                  "%llu trial %d", (unsigned long long)seed, trial);
-        int dim = (int)shp_rand(0, nd - 1);
-        int64_t k = shp_rand(0, 5);
+        int dim = (int)zt_irand(0, nd - 1);
+        int64_t k = zt_irand(0, 5);
         memcpy(e, s, sizeof s);
         e[dim] = k;
-        ZT_CHECK(shp_is(zs_index_select(x, dim, zs_zeros(ZS_I64, 1, &k)), nd, e),
+        ZT_CHECK(zt_shape_is(zs_index_select(x, dim, zs_zeros(ZS_I64, 1, &k)), nd, e),
                  "index_select shape, seed %llu trial %d", (unsigned long long)seed, trial);
         for (int d = 0; d < nd; d++)
-            e[d] = d == dim ? shp_rand(0, 5) : shp_rand(0, s[d]);
-        ZT_CHECK(shp_is(zs_gather(x, dim, zs_zeros(ZS_I32, nd, e)), nd, e),
+            e[d] = d == dim ? zt_irand(0, 5) : zt_irand(0, s[d]);
+        ZT_CHECK(zt_shape_is(zs_gather(x, dim, zs_zeros(ZS_I32, nd, e)), nd, e),
                  "gather shape, seed %llu trial %d", (unsigned long long)seed, trial);
         zs_scope_pop();
     }
