@@ -106,19 +106,6 @@ static zs_status infer_binary(zsi_call *c)
     return zsi_broadcast_shape(c->def->op.name, a, b, &c->ndim, c->shape);
 }
 
-static zs_status infer_scalar(zsi_call *c)
-{
-    const zs_tensor *a = c->in[0];
-    if (!zs_dtype_is_float(a->dtype))
-        return zs_set_error("%s: dtype %s is not supported, expected a float "
-                            "dtype (convert with zs_to_dtype)", c->def->op.name,
-                            zs_dtype_name(a->dtype));
-    c->dtype = a->dtype;
-    c->ndim = a->ndim;
-    memcpy(c->shape, a->shape, sizeof c->shape);
-    return ZS_OK;
-}
-
 static zs_status cpu_binary(const zsi_call *c, zs_tensor *out)
 {
     const zs_tensor *a = c->in[0], *b = c->in[1];
@@ -182,7 +169,7 @@ static double binary_scalar_fn(const double *x, const zsi_attrs *a)
     static zsi_opdef var = {                                                  \
         .op = {.name = nm, .backward = bw}, .arity = 1,                       \
         .cls = ZSI_POINTWISE, .formula = form, .scalar = binary_scalar_fn,    \
-        .flops = 1, .infer = infer_scalar,                                    \
+        .flops = 1, .infer = zsi_infer_same_float,                                    \
         .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_scalar, [ZS_F64] = cpu_scalar,  \
                                [ZS_BF16] = cpu_scalar_lowp}}}
 

@@ -172,6 +172,19 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
     return out;
 }
 
+zs_status zsi_infer_same_float(zsi_call *c)
+{
+    const zs_tensor *a = c->in[0];
+    if (!zs_dtype_is_float(a->dtype))
+        return zs_set_error("%s: dtype %s is not supported, expected a float "
+                            "dtype (convert with zs_to_dtype)", c->def->op.name,
+                            zs_dtype_name(a->dtype));
+    c->dtype = a->dtype;
+    c->ndim = a->ndim;
+    memcpy(c->shape, a->shape, sizeof c->shape);
+    return ZS_OK;
+}
+
 static bool lowp(zs_dtype dt)
 {
     return dt == ZS_BF16 || dt == ZS_F16 || dt == ZS_F8E4M3 || dt == ZS_F8E5M2;

@@ -156,6 +156,9 @@ bool zsi_call_records(const zsi_call *c);
  * dtype): how a backend adds itself, and how the tests count calls. */
 zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
                             zsi_kernel_fn fn);
+/* The infer of operators whose output has their first input's float dtype
+ * and shape (the unary and scalar elementwise operators). */
+zs_status zsi_infer_same_float(zsi_call *c);
 /* A low-precision kernel written once: converts c's bf16/f16/fp8 inputs
  * to f32, runs the f32 kernel into an f32 result and rounds it into out
  * (FP32 arithmetic, one rounding). */

@@ -47,20 +47,6 @@ static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* float dtypes on any device; the output is like the input */
-static zs_status infer_same(zsi_call *c)
-{
-    const zs_tensor *a = c->in[0];
-    if (!zs_dtype_is_float(a->dtype))
-        return zs_set_error("%s: dtype %s is not supported, expected a float "
-                            "dtype (convert with zs_to_dtype)", c->def->op.name,
-                            zs_dtype_name(a->dtype));
-    c->dtype = a->dtype;
-    c->ndim = a->ndim;
-    memcpy(c->shape, a->shape, sizeof c->shape);
-    return ZS_OK;
-}
-
 /* Runs kernel k on a into out (any strides in, contiguous out): f32, f64. */
 static void run_unop(zsk_unop k, const zs_tensor *a, zs_tensor *out, double p0,
                      double p1)
@@ -149,12 +135,12 @@ static zsi_cost pow_cost(const zsi_call *c, const zs_tensor *out)
     static zsi_opdef var = {                                                  \
         .op = {.name = nm, .backward = bw}, .arity = 1,                       \
         .cls = ZSI_POINTWISE, .formula = form, .scalar = unary_scalar,        \
-        .flops = fl, .infer = infer_same,                                     \
+        .flops = fl, .infer = zsi_infer_same_float,                                     \
         .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp), .save = sv}
 
 static zsi_opdef D_NEG = {
     .op = {.name = "neg", .backward = neg_bw}, .arity = 1, .cls = ZSI_POINTWISE,
-    .formula = "-a", .scalar = neg_scalar, .flops = 1, .infer = infer_same,
+    .formula = "-a", .scalar = neg_scalar, .flops = 1, .infer = zsi_infer_same_float,
     .kernel = CPU_KERNELS(cpu_neg, cpu_neg_lowp)};
 UNARY(D_EXP, "exp", "exp(a)", 12, save_out, exp_bw);
 UNARY(D_LOG, "log", "log(a)", 15, save_in, log_bw);
@@ -172,7 +158,7 @@ UNARY(D_ABS, "abs", "|a|", 1, save_in, mask_bw);
 UNARY(D_CLAMP, "clamp", "min(max(a, f0), f1)", 2, save_in, mask_bw);
 static zsi_opdef D_POW = {
     .op = {.name = "pow", .backward = pow_bw}, .arity = 1, .cls = ZSI_POINTWISE,
-    .formula = "a ** f0", .scalar = unary_scalar, .flops = 20, .infer = infer_same,
+    .formula = "a ** f0", .scalar = unary_scalar, .flops = 20, .infer = zsi_infer_same_float,
     .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp), .save = save_in,
     .cost = pow_cost};
 
@@ -336,7 +322,7 @@ static zs_status sigmoid_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 static zsi_opdef D_DERIV = {
     .op = {.name = "unary_deriv"}, .arity = 1, .cls = ZSI_POINTWISE,
     .formula = "the derivative of a unary operator", .scalar = unary_scalar,
-    .flops = 2, .infer = infer_same,
+    .flops = 2, .infer = zsi_infer_same_float,
     .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp)};
 
 static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

@@ -10,19 +10,7 @@ zs="$ZS_BIN"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-check() { if eval "$2"; then echo "ok $1"; else echo "FAIL $1"; fail=1; fi; }
-refused() { # name, needle, command...: exit status 2, stdout empty, stderr
-  # one line that contains needle
-  local name=$1 needle=$2; shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] &&
-     grep -q -- "$needle" "$tmp/err"; then
-    echo "ok $name: $(cat "$tmp/err")"
-  else
-    echo "FAIL $name: exit $rc, stdout $(wc -c <"$tmp/out") bytes, stderr: $(cat "$tmp/err")"
-    fail=1
-  fi
-}
+. "$(dirname "$0")/cli_lib.sh" # check, expect2, refused
 
 "$zs" demo --steps 3 >"$tmp/out" 2>&1
 check "demo --steps 3 runs" '[ $? -eq 0 ] && grep -q "^step   2" "$tmp/out"'

@@ -13,26 +13,7 @@ zs="$ZS_BIN"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-check() { if eval "$2"; then echo "ok $1"; else echo "FAIL $1"; fail=1; fi; }
-expect2() { # name, command...: exit status 2 and a message of <= 3 lines
-  local name=$1; shift
-  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [ $rc -eq 2 ] && [ -s "$tmp/err" ] && [ "$(wc -l <"$tmp/err")" -le 3 ]; then
-    echo "ok $name: $(tail -1 "$tmp/err")"
-  else echo "FAIL $name: exit $rc: $(cat "$tmp/err")"; fail=1; fi
-}
-refused() { # name, needle, command...: exit status 2 before any work: stdout
-  # empty, stderr one line (no progress before it) that contains needle
-  local name=$1 needle=$2; shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] &&
-     grep -q -- "$needle" "$tmp/err"; then
-    echo "ok $name: $(cat "$tmp/err")"
-  else
-    echo "FAIL $name: exit $rc, stdout $(wc -c <"$tmp/out") bytes, stderr: $(cat "$tmp/err")"
-    fail=1
-  fi
-}
+. "$(dirname "$0")/cli_lib.sh" # check, expect2, refused
 
 for i in $(seq 1 300); do
   echo "In the beginning was the word $i, and the word was with the light; and the light shone."
