@@ -5,8 +5,9 @@
  * Id 0 is the CPU with the caching host allocator (alloc.c). Other ids are
  * registered at run time (a CUDA backend, or the tests' second device made
  * of host memory). A storage remembers its device and is freed by it; the
- * registry counts live storages per device so a device cannot be removed
- * while tensors still point into its memory. Design: ../shared/DESIGN.md,
+ * registry counts live storages per device (but the CPU's, which cannot
+ * be removed) so a device cannot be removed while tensors still point
+ * into its memory. Design: ../shared/DESIGN.md,
  * "Core" and "Devices".
  */
 #include <stdatomic.h>
@@ -68,6 +69,8 @@ const char *zs_device_name(int device)
 
 void *zsi_device_alloc(int device, size_t nbytes)
 {
+    if (device == ZS_CPU) /* never unregistered: no lookup, no count */
+        return zs_alloc(nbytes);
     const zs_device_ops *d = zs_device_get(device);
     if (!d) {
         zs_set_error("alloc: %s", zs_device_name(device));
@@ -84,6 +87,10 @@ void *zsi_device_alloc(int device, size_t nbytes)
 
 void zsi_device_free(int device, void *p)
 {
+    if (device == ZS_CPU) {
+        zs_free(p);
+        return;
+    }
     const zs_device_ops *d = zs_device_get(device);
     if (!d || !p) /* registration refuses to drop a device with storage */
         return;

@@ -100,7 +100,8 @@ static zsi_kernel_fn find_kernel(const zsi_call *c)
 
 static zsi_cost default_cost(const zsi_call *c, const zs_tensor *out)
 {
-    zsi_cost k = {c->def->flops * (double)zs_numel(out), 0, (double)zs_nbytes(out)};
+    double n = (double)zs_numel(out);
+    zsi_cost k = {c->def->flops * n, 0, n * (double)zs_dtype_size(out->dtype)};
     for (int i = 0; i < c->nin; i++)
         k.bytes_read += (double)zs_nbytes(c->in[i]);
     return k;
@@ -142,9 +143,15 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
     if (first)
         note(def);
     zs_tensor *aux[ZSI_MAX_AUX] = {0};
-    zsi_call c = {def, nin, in, a ? a : &none, nin ? (int)in[0]->device : ZS_CPU,
-                  nin ? in[0]->dtype : ZS_F32, nin ? in[0]->dtype : ZS_F32, 0, {0},
-                  aux};
+    zsi_call c; /* field by field: infer fills the shape (no zero-fill) */
+    c.def = def;
+    c.nin = nin;
+    c.in = in;
+    c.a = a ? a : &none;
+    c.device = nin ? (int)in[0]->device : ZS_CPU;
+    c.key = c.dtype = nin ? in[0]->dtype : ZS_F32;
+    c.ndim = 0;
+    c.aux = aux;
     if (nin > ZSI_MAX_IN || (def->arity && nin != def->arity)) {
         zs_set_error("%s: %d inputs, expected %d", def->op.name, nin, def->arity);
         return NULL;
@@ -164,7 +171,8 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
             def->save(n, &c, out);
     }
     for (int i = 0; i < ZSI_MAX_AUX; i++)
-        zs_release(aux[i]);
+        if (aux[i])
+            zs_release(aux[i]);
     if (!out)
         return NULL;
     zsi_cost cost = def->cost ? def->cost(&c, out) : default_cost(&c, out);
