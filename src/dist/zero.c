@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "dist/internal.h"
+#include "kernels/cpu/optim.h"
 #include "zs/autograd.h"
 #include "zs/ops.h"
 #include "zs/zero.h"
@@ -402,10 +403,7 @@ double zs_zero_clip_grad_norm(zs_zero *z, double max_norm)
     /* stage 1: every rank holds the whole averaged gradient; stage 2: the
      * squares of the shards are summed over the ranks */
     zs_tensor *gt = z->stage >= 2 ? z->sg : z->fg;
-    const float *g = zs_data(gt);
-    double sq = 0;
-    for (int64_t i = 0; i < zs_numel(gt); i++)
-        sq += (double)g[i] * g[i];
+    double sq = zsk_sumsq_f32(zs_data(gt), zs_numel(gt));
     double norm = sqrt(sq);
     if (z->stage >= 2) {
         zs_tensor *t = zs_scalar(ZS_F64, sq);
@@ -416,9 +414,7 @@ double zs_zero_clip_grad_norm(zs_zero *z, double max_norm)
     }
     if (!isfinite(norm) || norm <= max_norm || max_norm <= 0)
         return norm;
-    float s = (float)(max_norm / (norm + 1e-6)), *w = zs_data(gt);
-    for (int64_t i = 0; i < zs_numel(gt); i++)
-        w[i] *= s;
+    zsk_scale_f32(zs_data(gt), zs_numel(gt), (float)(max_norm / (norm + 1e-6)));
     return norm;
 }
 

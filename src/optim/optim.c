@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "kernels/cpu/optim.h"
 #include "zs/ops.h"
 #include "zs/optim.h"
 
@@ -124,25 +125,14 @@ static void sgd_body(void *ctx, int64_t b, int64_t e)
     }
 }
 
-/* PyTorch's single-tensor Adam/AdamW, operation for operation: m.lerp_(g,
- * 1 - b1); v.mul_(b2).addcmul_(g, g, 1 - b2); denom = sqrt(v) / bc2_sqrt +
- * eps; p.addcdiv_(m, denom, -step_size). */
+/* PyTorch's single-tensor Adam/AdamW, operation for operation
+ * (kernels/cpu/optim.c). */
 static void adam_body(void *ctx, int64_t b, int64_t e)
 {
     const step_job *j = ctx;
-    float b2 = j->b2, w1 = j->one_m_b1, w2 = j->one_m_b2;
-    float eps = (float)j->c->eps, wd = j->wd, decay = j->decay;
-    float step = j->step_size, bc2s = j->bc2_sqrt;
-    bool decoupled = j->c->kind == ZS_ADAMW;
-    for (int64_t i = b; i < e; i++) {
-        float p = j->p[i] * decay;
-        float g = decoupled ? j->g[i] : j->g[i] + wd * j->p[i];
-        float m = j->m[i] + w1 * (g - j->m[i]);
-        float v = j->v[i] * b2 + w2 * g * g;
-        j->m[i] = m;
-        j->v[i] = v;
-        j->p[i] = p - step * (m / (sqrtf(v) / bc2s + eps));
-    }
+    zsk_adam_args a = {j->b2, j->one_m_b1, j->one_m_b2, (float)j->c->eps, j->wd,
+                       j->decay, j->step_size, j->bc2_sqrt, j->c->kind == ZS_ADAMW};
+    zsk_adam_f32(&a, j->p + b, j->m + b, j->v + b, j->g + b, e - b);
 }
 
 static step_job step_job_of(const zs_optim *o, double lr)
@@ -237,20 +227,6 @@ double zs_lr_at(const zs_lr_schedule *s, int64_t step)
     }
 }
 
-typedef struct norm_job {
-    const float *g;
-    double partial[256];
-} norm_job;
-
-static void sumsq_body(void *ctx, int64_t b, int64_t e)
-{
-    norm_job *j = ctx;
-    double s = 0;
-    for (int64_t i = b; i < e; i++)
-        s += (double)j->g[i] * j->g[i];
-    j->partial[zs_thread_index() & 255] += s;
-}
-
 double zs_clip_grad_norm(int n, zs_tensor **params, double max_norm)
 {
     double total = 0;
@@ -259,10 +235,7 @@ double zs_clip_grad_norm(int n, zs_tensor **params, double max_norm)
         if (!g)
             continue;
         if (g->dtype == ZS_F32 && zs_is_contiguous(g)) {
-            norm_job j = {zs_data(g), {0}};
-            zs_parallel_for(zs_numel(g), 65536, sumsq_body, &j);
-            for (int t = 0; t < 256; t++)
-                total += j.partial[t];
+            total += zsk_sumsq_f32(zs_data(g), zs_numel(g));
         } else {
             for (int64_t k = 0; k < zs_numel(g); k++) {
                 double v = zs_get(g, k);
@@ -279,9 +252,7 @@ double zs_clip_grad_norm(int n, zs_tensor **params, double max_norm)
         if (!g)
             continue;
         if (g->dtype == ZS_F32 && zs_is_contiguous(g)) {
-            float *d = zs_data(g);
-            for (int64_t k = 0; k < zs_numel(g); k++)
-                d[k] *= (float)scale;
+            zsk_scale_f32(zs_data(g), zs_numel(g), (float)scale);
         } else {
             zsi_tracking_pause();
             zs_tensor *t = zs_mul_scalar(g, scale);

@@ -1,0 +1,32 @@
+/*
+ * kernels/cpu/optim.h - optimizer and gradient-clipping kernels on flat
+ * f32 buffers: the Adam/AdamW update, the sum of squares and the scaling
+ * pass of clip_grad_norm. All are memory-bound; bench/gpt --profile shows
+ * their time per step.
+ */
+#ifndef ZS_KERNELS_CPU_OPTIM_H
+#define ZS_KERNELS_CPU_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The scalars of one Adam step, computed in double and rounded once by
+ * the caller (src/optim/optim.c says why). */
+typedef struct zsk_adam_args {
+    float b2, one_m_b1, one_m_b2, eps, wd, decay, step_size, bc2_sqrt;
+    bool decoupled; /* AdamW: decay p; Adam: add wd p to g */
+} zsk_adam_args;
+
+/* Elements [0, n) of p, m, v updated from g with PyTorch's single-tensor
+ * formula (m.lerp_(g, 1 - b1); v.mul_(b2).addcmul_(g, g, 1 - b2);
+ * p.addcdiv_(m, sqrt(v) / bc2_sqrt + eps, -step_size)). One thread; the
+ * caller splits the range. */
+void zsk_adam_f32(const zsk_adam_args *a, float *p, float *m, float *v,
+                  const float *g, int64_t n);
+/* sum x[i]^2 in double, over the pool (the partial sums per thread are
+ * added in a fixed order, so the result does not depend on timing). */
+double zsk_sumsq_f32(const float *x, int64_t n);
+/* x[i] *= s over the pool. */
+void zsk_scale_f32(float *x, int64_t n, float s);
+
+#endif
