@@ -120,18 +120,20 @@ static zs_tensor *new_untracked(zs_dtype dt, int64_t n)
 }
 
 /* Hands the contiguous x and weight and the statistics to save as the
- * aux results 0..3 when a node is recorded, else releases them. */
-static void keep_aux(const zsi_call *c, zs_tensor *xc, zs_tensor *wc,
-                     zs_tensor *mean, zs_tensor *rstd)
+ * aux results 0..3 when the kernel succeeded (st) and a node is recorded,
+ * else releases them; returns st. */
+static zs_status keep_aux(const zsi_call *c, zs_status st, zs_tensor *xc,
+                          zs_tensor *wc, zs_tensor *mean, zs_tensor *rstd)
 {
     zs_tensor *t[] = {xc, wc, mean, rstd};
-    bool rec = zsi_call_records(c);
+    bool rec = st == ZS_OK && zsi_call_records(c);
     for (int k = 0; k < 4; k++) {
         if (rec)
             c->aux[k] = t[k];
         else
             zs_release(t[k]);
     }
+    return st;
 }
 
 static void save_norm(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
@@ -187,15 +189,7 @@ static zs_status cpu_layer_norm(const zsi_call *c, zs_tensor *out)
                        bc ? zs_data(bc) : NULL, R, C, c->a->f[0], zs_data(out),
                        mean ? zs_data(mean) : NULL, rstd ? zs_data(rstd) : NULL);
     zs_release(bc);
-    if (st == ZS_OK) {
-        keep_aux(c, xc, wc, mean, rstd);
-    } else {
-        zs_release(xc);
-        zs_release(wc);
-        zs_release(mean);
-        zs_release(rstd);
-    }
-    return st;
+    return keep_aux(c, st, xc, wc, mean, rstd);
 }
 
 /* 8 FLOPs per element; x and the parameters read, y and the statistics
@@ -406,15 +400,7 @@ static zs_status cpu_batch_norm(const zsi_call *c, zs_tensor *out)
     zs_status st = mean && rstd ? bn_forward(&a, xc, wc, bc, mean, rstd, out)
                                 : ZS_ERR_NOMEM;
     zs_release(bc);
-    if (st == ZS_OK) {
-        keep_aux(c, xc, wc, mean, rstd);
-    } else {
-        zs_release(xc);
-        zs_release(wc);
-        zs_release(mean);
-        zs_release(rstd);
-    }
-    return st;
+    return keep_aux(c, st, xc, wc, mean, rstd);
 }
 
 static void save_batch_norm(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
