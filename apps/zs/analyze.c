@@ -71,7 +71,7 @@ static int apply_sets(zs_model_config *c, int n, const char *const *sets)
     for (int i = 0; i < n; i++) {
         const char *eq = strchr(sets[i], '=');
         if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof keys[i])
-            return zs_flags_error(CMD, "--set needs KEY=VALUE, got '%.60s'",
+            return flags_error(CMD, "--set needs KEY=VALUE, got '%.60s'",
                                   sets[i]);
         memcpy(keys[i], sets[i], (size_t)(eq - sets[i]));
         keys[i][eq - sets[i]] = 0;
@@ -79,72 +79,72 @@ static int apply_sets(zs_model_config *c, int n, const char *const *sets)
         vp[i] = eq + 1;
     }
     if (zs_model_config_set_many(c, n, kp, vp) != ZS_OK)
-        return zs_flags_error(CMD, "%s", lib_error());
+        return flags_error(CMD, "%s", lib_error());
     return 0;
 }
 
-/* Parses argv into o: ZS_FLAGS_OK, ZS_FLAGS_HELP (usage printed) or
- * ZS_FLAGS_BAD after a message. */
+/* Parses argv into o: FLAGS_OK, FLAGS_HELP (usage printed) or
+ * FLAGS_BAD after a message. */
 static int parse(int argc, char **argv, opts *o)
 {
     const char *model = NULL, *config = NULL;
-    zs_flag_list sets = {0};
+    flag_list sets = {0};
     int recompute = 0, precision = 1; /* indices into the choices below */
     memset(o, 0, sizeof *o);
     o->par = (zs_parallel){.micro_batch = 1, .dp = 1, .tp = 1, .pp = 1};
     o->device = "a100-80gb";
     o->mfu = 0.4;
     const double big = (double)((int64_t)1 << 40);
-    zs_flag t[] = {
-        ZS_FLAG_STR("--model", &model),
-        ZS_FLAG_STR("--config", &config),
-        ZS_FLAG_LIST("--set", &sets),
-        ZS_FLAG_NUM("--batch", &o->par.batch, 1, big),
-        ZS_FLAG_NUM("--micro-batch", &o->par.micro_batch, 1, big),
-        ZS_FLAG_NUM("--seq", &o->par.seq, 1, big),
-        ZS_FLAG_NUM("--dp", &o->par.dp, 1, 1 << 24),
-        ZS_FLAG_NUM("--tp", &o->par.tp, 1, 1 << 16),
-        ZS_FLAG_NUM("--pp", &o->par.pp, 1, 1 << 16),
-        ZS_FLAG_NUM("--zero", &o->par.zero, 0, 3),
-        ZS_FLAG_SWITCH("--offload", &o->par.offload),
-        ZS_FLAG_CHOICE("--recompute", &recompute, "none|selective|full"), /* rc_names */
-        ZS_FLAG_CHOICE("--precision", &precision, "fp32|mixed"),
-        ZS_FLAG_STR("--device", &o->device),
-        ZS_FLAG_NUM("--device-mem", &o->device_mem_gb, 1e-3, 1e6),
-        ZS_FLAG_NUM("--mfu", &o->mfu, 1e-6, 1),
-        ZS_FLAG_NUM("--tokens", &o->tokens, 0, 1e18),
-        ZS_FLAG_SWITCH("--json", &o->json),
+    flag t[] = {
+        FLAG_STR("--model", &model),
+        FLAG_STR("--config", &config),
+        FLAG_LIST("--set", &sets),
+        FLAG_NUM("--batch", &o->par.batch, 1, big),
+        FLAG_NUM("--micro-batch", &o->par.micro_batch, 1, big),
+        FLAG_NUM("--seq", &o->par.seq, 1, big),
+        FLAG_NUM("--dp", &o->par.dp, 1, 1 << 24),
+        FLAG_NUM("--tp", &o->par.tp, 1, 1 << 16),
+        FLAG_NUM("--pp", &o->par.pp, 1, 1 << 16),
+        FLAG_NUM("--zero", &o->par.zero, 0, 3),
+        FLAG_SWITCH("--offload", &o->par.offload),
+        FLAG_CHOICE("--recompute", &recompute, "none|selective|full"), /* rc_names */
+        FLAG_CHOICE("--precision", &precision, "fp32|mixed"),
+        FLAG_STR("--device", &o->device),
+        FLAG_NUM("--device-mem", &o->device_mem_gb, 1e-3, 1e6),
+        FLAG_NUM("--mfu", &o->mfu, 1e-6, 1),
+        FLAG_NUM("--tokens", &o->tokens, 0, 1e18),
+        FLAG_SWITCH("--json", &o->json),
     };
-    int res = zs_flags_parse(CMD, t, ZS_NFLAGS(t), usage, argc, argv);
-    if (res != ZS_FLAGS_OK)
+    int res = flags_parse(CMD, t, NFLAGS(t), usage, argc, argv);
+    if (res != FLAGS_OK)
         return res;
     o->par.recompute = (zs_recompute)recompute;
     o->par.precision = precision ? ZS_PREC_MIXED : ZS_PREC_FP32;
     if (model && config)
-        return zs_flags_error(CMD, "give --model or --config, not both");
+        return flags_error(CMD, "give --model or --config, not both");
     if (model) {
         const zs_model_config *p = zs_model_preset(model);
         if (!p)
-            return zs_flags_error(CMD, "%s", lib_error());
+            return flags_error(CMD, "%s", lib_error());
         o->cfg = *p;
     } else if (config) {
         if (zs_model_config_load_json(config, &o->cfg) != ZS_OK)
-            return zs_flags_error(CMD, "%s", lib_error());
+            return flags_error(CMD, "%s", lib_error());
     } else if (sets.n == 0) {
-        return zs_flags_error(CMD, "no model: give --model NAME, --config FILE or "
+        return flags_error(CMD, "no model: give --model NAME, --config FILE or "
                               "--set KEY=VALUE (see zs analyze --help)");
     }
     if (apply_sets(&o->cfg, sets.n, sets.items))
-        return ZS_FLAGS_BAD;
+        return FLAGS_BAD;
     if (zs_model_config_finish(&o->cfg) != ZS_OK)
-        return zs_flags_error(CMD, "%s", lib_error());
+        return flags_error(CMD, "%s", lib_error());
     if (!o->par.seq)
         o->par.seq = o->cfg.seq_len;
     if (!o->par.batch)
         o->par.batch = o->par.micro_batch * o->par.dp;
     if (zs_parallel_check(&o->cfg, &o->par) != ZS_OK)
-        return zs_flags_error(CMD, "%s", lib_error());
-    return ZS_FLAGS_OK;
+        return flags_error(CMD, "%s", lib_error());
+    return FLAGS_OK;
 }
 
 /* ---- the analysis, computed once for both printers --------------------- */
@@ -157,7 +157,7 @@ typedef struct result {
     zs_train_flops flops;
     zs_memory_report mem;
     zs_comm_report comm;
-    zs_device_spec dev;
+    zs_hw_spec dev;
     double device_mem_gb;
     int64_t min_dev_fp32, min_dev_mixed, devices;
     double step_s, tokens_flops, tokens_s;
@@ -176,9 +176,9 @@ static int compute(const opts *o, result *r)
     if (r->nops < 0 ||
         zs_train_flops_compute(&o->cfg, p->batch, p->seq, p->recompute, &r->flops) ||
         zs_memory_analyze(&o->cfg, p, &r->mem) || zs_comm_analyze(&o->cfg, p, &r->comm))
-        return zs_flags_error(CMD, "%s", lib_error());
-    if (zs_device_lookup(o->device, &r->dev) != ZS_OK)
-        return zs_flags_error(CMD, "%s", lib_error());
+        return flags_error(CMD, "%s", lib_error());
+    if (zs_hw_lookup(o->device, &r->dev) != ZS_OK)
+        return flags_error(CMD, "%s", lib_error());
     r->device_mem_gb = o->device_mem_gb > 0 ? o->device_mem_gb : r->dev.mem_gb;
     r->min_dev_fp32 = zs_min_devices(r->mem.fp32.total, r->device_mem_gb * 1e9);
     r->min_dev_mixed = zs_min_devices(r->mem.mixed.total, r->device_mem_gb * 1e9);
@@ -250,7 +250,7 @@ static void print_model(const opts *o, const result *r)
 static void print_ops(const opts *o, const result *r)
 {
     zs_precision pr = o->par.precision;
-    double ridge = zs_device_ridge(&r->dev, pr);
+    double ridge = zs_hw_ridge(&r->dev, pr);
     char b1[32], b2[32];
     printf("Per operator, one decoder block, forward, b=%lld s=%lld "
            "(%g bytes/element; %s ridge %.1f FLOP/byte)\n",
@@ -402,12 +402,12 @@ static void print_devices(const opts *o, const result *r)
     printf("Devices\n%-10s %12s %12s %10s %8s %12s %12s\n", "name",
            "16-bit TF/s", "fp32 TF/s", "GB/s", "mem GB", "ridge 16-bit",
            "ridge fp32");
-    for (int i = 0; i < zs_device_count(); i++) {
-        zs_device_spec d;
-        zs_device_lookup(zs_device_at(i)->name, &d);
+    for (int i = 0; i < zs_hw_count(); i++) {
+        zs_hw_spec d;
+        zs_hw_lookup(zs_hw_at(i)->name, &d);
         printf("%-10s %12.1f %12.2f %10.0f %8.0f %12.1f %12.1f%s\n", d.name,
                d.tflops16, d.tflops32, d.bw_gbs, d.mem_gb,
-               zs_device_ridge(&d, ZS_PREC_MIXED), zs_device_ridge(&d, ZS_PREC_FP32),
+               zs_hw_ridge(&d, ZS_PREC_MIXED), zs_hw_ridge(&d, ZS_PREC_FP32),
                d.measured ? "  (measured)" : "");
     }
     printf("step time on %lld x %s at MFU %.2f: %.3f s", (long long)r->devices,
@@ -557,7 +557,7 @@ static void json_engine(jw *w, const result *r)
 
 static void json_ops(jw *w, const opts *o, const result *r)
 {
-    double ridge = zs_device_ridge(&r->dev, o->par.precision);
+    double ridge = zs_hw_ridge(&r->dev, o->par.precision);
     jopen(w, "block_ops", '[');
     for (int i = 0; i < r->nops; i++) {
         const zs_op_cost *op = &r->ops[i];
@@ -630,34 +630,34 @@ static void json_rest(jw *w, const opts *o, const result *r)
     jstr(w, "device", r->dev.name);
     jnum(w, "devices", (double)r->devices);
     jnum(w, "mfu", o->mfu);
-    jnum(w, "ridge", zs_device_ridge(&r->dev, o->par.precision));
+    jnum(w, "ridge", zs_hw_ridge(&r->dev, o->par.precision));
     jnum(w, "step_seconds", r->step_s);
     jnum(w, "tokens_seconds", r->tokens_s);
     jclose(w, '}');
     jopen(w, "devices", '[');
-    for (int i = 0; i < zs_device_count(); i++) {
-        zs_device_spec d;
-        zs_device_lookup(zs_device_at(i)->name, &d);
+    for (int i = 0; i < zs_hw_count(); i++) {
+        zs_hw_spec d;
+        zs_hw_lookup(zs_hw_at(i)->name, &d);
         jopen(w, NULL, '{');
         jstr(w, "name", d.name);
         jnum(w, "tflops16", d.tflops16);
         jnum(w, "tflops32", d.tflops32);
         jnum(w, "bw_gbs", d.bw_gbs);
         jnum(w, "mem_gb", d.mem_gb);
-        jnum(w, "ridge16", zs_device_ridge(&d, ZS_PREC_MIXED));
-        jnum(w, "ridge32", zs_device_ridge(&d, ZS_PREC_FP32));
+        jnum(w, "ridge16", zs_hw_ridge(&d, ZS_PREC_MIXED));
+        jnum(w, "ridge32", zs_hw_ridge(&d, ZS_PREC_FP32));
         jbool(w, "measured", d.measured);
         jclose(w, '}');
     }
     jclose(w, ']');
 }
 
-int zs_cmd_analyze(int argc, char **argv)
+int cmd_analyze(int argc, char **argv)
 {
     opts o;
     int p = parse(argc, argv, &o);
-    if (p != ZS_FLAGS_OK)
-        return zs_flags_exit(p);
+    if (p != FLAGS_OK)
+        return flags_exit(p);
     result r;
     if (compute(&o, &r))
         return 2;

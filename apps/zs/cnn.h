@@ -7,24 +7,24 @@
 #include "zs/zs.h"
 
 /* "lenet" or "resnet"; NULL + message for other names. */
-zs_module *zs_app_cnn_new(const char *name, uint64_t seed);
+zs_module *app_cnn_new(const char *name, uint64_t seed);
 
 /* Loads the train or test half of an MNIST-format directory and checks
  * that it suits the CNNs: N > 0 images u8 [N, 28, 28] (the library checks
  * the labels: [N], < 10). ZS_OK, or an error naming the file and the shape
  * found; out is empty then. */
-zs_status zs_app_mnist_load(const char *dir, bool train, zs_image_data *out);
+zs_status app_mnist_load(const char *dir, bool train, zs_image_data *out);
 
-typedef struct zs_eval_result {
+typedef struct eval_result {
     double loss, accuracy;
     int64_t n;
     int64_t confusion[10][10]; /* [true][predicted] */
-} zs_eval_result;
+} eval_result;
 
 /* Mean cross-entropy and accuracy of m (put in eval mode for the call) on
  * the whole data set, in batches of 1000 under no-grad. */
-zs_status zs_app_evaluate(zs_module *m, const zs_image_data *d,
-                          zs_eval_result *r);
+zs_status app_evaluate(zs_module *m, const zs_image_data *d,
+                          eval_result *r);
 
 /* Normalisation of Fashion-MNIST pixels (mean, std of the training set). */
 #define ZS_FMNIST_MEAN 0.2860f

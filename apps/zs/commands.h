@@ -5,11 +5,11 @@
 #ifndef ZS_APPS_COMMANDS_H
 #define ZS_APPS_COMMANDS_H
 
-int zs_cmd_sysinfo(int argc, char **argv);
-int zs_cmd_demo(int argc, char **argv);
-int zs_cmd_train(int argc, char **argv);
-int zs_cmd_eval(int argc, char **argv);
-int zs_cmd_generate(int argc, char **argv);
-int zs_cmd_analyze(int argc, char **argv);
+int cmd_sysinfo(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_analyze(int argc, char **argv);
 
 #endif

@@ -10,7 +10,7 @@
 
 #include "apps/zs/common.h"
 
-double zs_app_now(void)
+double app_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -43,7 +43,7 @@ static char *slurp(FILE *f, size_t *n)
     return buf;
 }
 
-char *zs_app_read_corpus(const char *path, size_t *n)
+char *app_read_corpus(const char *path, size_t *n)
 {
     FILE *f;
     bool pipe = !path;
@@ -97,7 +97,7 @@ char *zs_app_read_corpus(const char *path, size_t *n)
     return text;
 }
 
-bool zs_app_meta_str(const char *json, const char *key, char *out, size_t n)
+bool app_meta_str(const char *json, const char *key, char *out, size_t n)
 {
     char pat[80];
     snprintf(pat, sizeof pat, "\"%s\":\"", key);
@@ -113,17 +113,17 @@ bool zs_app_meta_str(const char *json, const char *key, char *out, size_t n)
     return true;
 }
 
-int64_t zs_app_meta_int(const char *json, const char *key, int64_t dflt)
+int64_t app_meta_int(const char *json, const char *key, int64_t dflt)
 {
     char buf[32];
-    if (!zs_app_meta_str(json, key, buf, sizeof buf))
+    if (!app_meta_str(json, key, buf, sizeof buf))
         return dflt;
     char *end;
     long long v = strtoll(buf, &end, 10);
     return *end == '\0' ? (int64_t)v : dflt;
 }
 
-void zs_app_progress(bool tty, int64_t step, int64_t steps, double loss,
+void app_progress(bool tty, int64_t step, int64_t steps, double loss,
                      double tokens_per_s, double mfu, double eta_s)
 {
     int eta = eta_s > 0 ? (int)eta_s : 0;
@@ -141,7 +141,7 @@ void zs_app_progress(bool tty, int64_t step, int64_t steps, double loss,
     }
 }
 
-void zs_gpt_history_push(zs_gpt_history *h, double step, double train, double val)
+void gpt_history_push(gpt_history *h, double step, double train, double val)
 {
     if (h->n == h->cap) {
         int64_t cap = h->cap ? 2 * h->cap : 1024;
@@ -163,7 +163,7 @@ void zs_gpt_history_push(zs_gpt_history *h, double step, double train, double va
     h->val[h->n++] = val;
 }
 
-void zs_gpt_history_plot(const zs_gpt_history *h, const char *path)
+void gpt_history_plot(const gpt_history *h, const char *path)
 {
     const char *titles[] = {"loss (nats/token)"};
     zs_plot_series s[] = {
@@ -174,7 +174,7 @@ void zs_gpt_history_plot(const zs_gpt_history *h, const char *path)
         fprintf(stderr, "warning: %s\n", zs_last_error());
 }
 
-void zs_gpt_history_free(zs_gpt_history *h)
+void gpt_history_free(gpt_history *h)
 {
     free(h->step);
     free(h->train);

@@ -13,27 +13,27 @@
 /* Reads the corpus: path, or the King James Bible (`bible -f
  * "Gen1:1-Rev22:21"`) when path is NULL. Rejects empty and binary (NUL
  * bytes) input. Returns a malloc'd buffer or NULL + message. */
-char *zs_app_read_corpus(const char *path, size_t *n);
+char *app_read_corpus(const char *path, size_t *n);
 /* Monotonic wall-clock seconds. */
-double zs_app_now(void);
+double app_now(void);
 /* "key":"<integer>" from a flat metadata JSON object, or dflt. */
-int64_t zs_app_meta_int(const char *json, const char *key, int64_t dflt);
+int64_t app_meta_int(const char *json, const char *key, int64_t dflt);
 /* "key":"<string>" into out; false when absent. */
-bool zs_app_meta_str(const char *json, const char *key, char *out, size_t n);
+bool app_meta_str(const char *json, const char *key, char *out, size_t n);
 /* One progress line (a bar on a terminal, a plain line every 10 steps
  * otherwise). */
-void zs_app_progress(bool tty, int64_t step, int64_t steps, double loss,
+void app_progress(bool tty, int64_t step, int64_t steps, double loss,
                      double tokens_per_s, double mfu, double eta_s);
 
-typedef struct zs_gpt_history {
+typedef struct gpt_history {
     int64_t n, cap;
     double *step, *train, *val;
-} zs_gpt_history;
-void zs_gpt_history_push(zs_gpt_history *h, double step, double train, double val);
-void zs_gpt_history_plot(const zs_gpt_history *h, const char *path);
-void zs_gpt_history_free(zs_gpt_history *h);
+} gpt_history;
+void gpt_history_push(gpt_history *h, double step, double train, double val);
+void gpt_history_plot(const gpt_history *h, const char *path);
+void gpt_history_free(gpt_history *h);
 
 /* `zs train gpt`: argv[0] is "gpt"; returns the exit status. */
-int zs_cmd_train_gpt(int argc, char **argv);
+int cmd_train_gpt(int argc, char **argv);
 
 #endif

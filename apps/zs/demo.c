@@ -15,13 +15,13 @@ static void usage(FILE *f)
             "steps (default 50)\n");
 }
 
-int zs_cmd_demo(int argc, char **argv)
+int cmd_demo(int argc, char **argv)
 {
     int steps = 50;
-    zs_flag t[] = {ZS_FLAG_NUM("--steps", &steps, 1, 1e6)};
-    int p = zs_flags_parse("zs demo", t, ZS_NFLAGS(t), usage, argc, argv);
-    if (p != ZS_FLAGS_OK)
-        return zs_flags_exit(p);
+    flag t[] = {FLAG_NUM("--steps", &steps, 1, 1e6)};
+    int p = flags_parse("zs demo", t, NFLAGS(t), usage, argc, argv);
+    if (p != FLAGS_OK)
+        return flags_exit(p);
     zs_tensor *x = zs_uniform(ZS_F32, ZS_SHAPE(256, 1), -1, 1, 1);
     zs_tensor *noise = zs_normal(ZS_F32, ZS_SHAPE(256, 1), 0, 0.05, 2);
     zs_tensor *w = zs_zeros(ZS_F32, ZS_SHAPE(1, 1));

@@ -11,7 +11,7 @@
 #include "apps/zs/common.h"
 #include "apps/zs/flags.h"
 
-zs_module *zs_app_cnn_new(const char *name, uint64_t seed)
+zs_module *app_cnn_new(const char *name, uint64_t seed)
 {
     if (!strcmp(name, "lenet"))
         return zs_lenet5_new(seed);
@@ -21,7 +21,7 @@ zs_module *zs_app_cnn_new(const char *name, uint64_t seed)
     return NULL;
 }
 
-zs_status zs_app_mnist_load(const char *dir, bool train, zs_image_data *out)
+zs_status app_mnist_load(const char *dir, bool train, zs_image_data *out)
 {
     zs_status st = zs_mnist_load(dir, train, out);
     if (st != ZS_OK)
@@ -41,8 +41,8 @@ zs_status zs_app_mnist_load(const char *dir, bool train, zs_image_data *out)
     return st;
 }
 
-zs_status zs_app_evaluate(zs_module *m, const zs_image_data *d,
-                          zs_eval_result *r)
+zs_status app_evaluate(zs_module *m, const zs_image_data *d,
+                          eval_result *r)
 {
     memset(r, 0, sizeof *r);
     zs_loader *l = zs_loader_new(d, 1000, false, 0, ZS_FMNIST_MEAN, ZS_FMNIST_STD);
@@ -89,7 +89,7 @@ zs_status zs_app_evaluate(zs_module *m, const zs_image_data *d,
     return st;
 }
 
-static void print_result(const char *model_name, const zs_eval_result *r)
+static void print_result(const char *model_name, const eval_result *r)
 {
     printf("model %s, %lld test images: accuracy %.2f%%, loss %.4f\n",
            model_name, (long long)r->n, 100 * r->accuracy, r->loss);
@@ -114,18 +114,18 @@ static void usage(FILE *f)
             "                    (default %s)\n", ZS_FMNIST_DIR);
 }
 
-int zs_cmd_eval(int argc, char **argv)
+int cmd_eval(int argc, char **argv)
 {
     const char *ckpt = NULL, *data = ZS_FMNIST_DIR;
-    zs_flag t[] = {
-        ZS_FLAG_STR("--ckpt", &ckpt),
-        ZS_FLAG_STR("--data", &data),
+    flag t[] = {
+        FLAG_STR("--ckpt", &ckpt),
+        FLAG_STR("--data", &data),
     };
-    int p = zs_flags_parse("zs eval", t, ZS_NFLAGS(t), usage, argc, argv);
-    if (p != ZS_FLAGS_OK)
-        return zs_flags_exit(p);
+    int p = flags_parse("zs eval", t, NFLAGS(t), usage, argc, argv);
+    if (p != FLAGS_OK)
+        return flags_exit(p);
     if (!ckpt)
-        return zs_flags_error("zs eval", "--ckpt FILE is required (see zs eval "
+        return flags_error("zs eval", "--ckpt FILE is required (see zs eval "
                               "--help)");
     zs_tensor_set probe;
     if (zs_safetensors_load(ckpt, &probe) != ZS_OK) {
@@ -133,23 +133,23 @@ int zs_cmd_eval(int argc, char **argv)
         return 2;
     }
     char model_name[32] = "";
-    bool known = zs_app_meta_str(probe.metadata_json, "model", model_name, sizeof model_name);
+    bool known = app_meta_str(probe.metadata_json, "model", model_name, sizeof model_name);
     zs_tensor_set_free(&probe);
-    zs_module *m = known ? zs_app_cnn_new(model_name, 0) : NULL;
+    zs_module *m = known ? app_cnn_new(model_name, 0) : NULL;
     if (!m) {
         fprintf(stderr, "zs eval: %s: %s\n", ckpt,
                 known ? zs_last_error() : "no model name in its metadata");
         return 2;
     }
     zs_image_data test;
-    if (zs_checkpoint_load(ckpt, m, NULL, NULL) != ZS_OK ||
-        zs_app_mnist_load(data, false, &test) != ZS_OK) {
+    if (zs_module_load(ckpt, m, NULL, NULL) != ZS_OK ||
+        app_mnist_load(data, false, &test) != ZS_OK) {
         fprintf(stderr, "zs eval: %s\n", zs_last_error());
         zs_module_free(m);
         return 2;
     }
-    zs_eval_result r;
-    zs_status st = zs_app_evaluate(m, &test, &r);
+    eval_result r;
+    zs_status st = app_evaluate(m, &test, &r);
     if (st == ZS_OK)
         print_result(model_name, &r);
     else

@@ -15,12 +15,12 @@
 
 #include "apps/zs/flags.h"
 
-int zs_flags_exit(int parse_result)
+int flags_exit(int parse_result)
 {
-    return parse_result == ZS_FLAGS_HELP ? 0 : 2;
+    return parse_result == FLAGS_HELP ? 0 : 2;
 }
 
-int zs_flags_error(const char *cmd, const char *fmt, ...)
+int flags_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -42,25 +42,25 @@ static const char *shown(const char *s, char buf[72])
     return buf;
 }
 
-static bool is_int_kind(zs_flag_kind k)
+static bool is_int_kind(flag_kind k)
 {
-    return k == ZS_FLAG_INT || k == ZS_FLAG_INT64 || k == ZS_FLAG_UINT64;
+    return k == FLAG_INT || k == FLAG_INT64 || k == FLAG_UINT64;
 }
 
 /* The row's bounds, narrowed to what its type holds exactly; integer kinds
  * get integral bounds. */
-static void bounds(const zs_flag *f, double *lo, double *hi)
+static void bounds(const flag *f, double *lo, double *hi)
 {
     double tlo = -INFINITY, thi = INFINITY;
-    if (f->kind == ZS_FLAG_INT) {
+    if (f->kind == FLAG_INT) {
         tlo = INT_MIN;
         thi = INT_MAX;
-    } else if (f->kind == ZS_FLAG_INT64) {
-        tlo = -ZS_FLAG_EXACT_MAX;
-        thi = ZS_FLAG_EXACT_MAX;
-    } else if (f->kind == ZS_FLAG_UINT64) {
+    } else if (f->kind == FLAG_INT64) {
+        tlo = -FLAG_EXACT_MAX;
+        thi = FLAG_EXACT_MAX;
+    } else if (f->kind == FLAG_UINT64) {
         tlo = 0;
-        thi = ZS_FLAG_EXACT_MAX;
+        thi = FLAG_EXACT_MAX;
     }
     *lo = f->lo > tlo ? f->lo : tlo;
     *hi = f->hi < thi ? f->hi : thi;
@@ -70,7 +70,7 @@ static void bounds(const zs_flag *f, double *lo, double *hi)
     }
 }
 
-static bool in_range(const zs_flag *f, double v, double lo, double hi)
+static bool in_range(const flag *f, double v, double lo, double hi)
 {
     return (f->lo_open ? v > lo : v >= lo) && v <= hi;
 }
@@ -78,7 +78,7 @@ static bool in_range(const zs_flag *f, double v, double lo, double hi)
 /* The value of s as a double for row f, or false. Integer kinds read a
  * plain decimal integer exactly (strtoll), anything else with strtod and
  * then insist on an integral value. */
-static bool read_number(const zs_flag *f, const char *s, double *out)
+static bool read_number(const flag *f, const char *s, double *out)
 {
     double lo, hi;
     bounds(f, &lo, &hi);
@@ -104,27 +104,27 @@ static bool read_number(const zs_flag *f, const char *s, double *out)
     return true;
 }
 
-static int bad_number(const char *cmd, const zs_flag *f, const char *s)
+static int bad_number(const char *cmd, const flag *f, const char *s)
 {
     double lo, hi;
     char buf[72];
     bounds(f, &lo, &hi);
     if (is_int_kind(f->kind))
-        return zs_flags_error(cmd, "%s wants a number in [%.0f, %.0f] (an integer), "
+        return flags_error(cmd, "%s wants a number in [%.0f, %.0f] (an integer), "
                               "got '%s'", f->name, lo, hi, shown(s, buf));
-    return zs_flags_error(cmd, "%s wants a number in %c%g, %g], got '%s'", f->name,
+    return flags_error(cmd, "%s wants a number in %c%g, %g], got '%s'", f->name,
                           f->lo_open ? '(' : '[', lo, hi, shown(s, buf));
 }
 
-static int set_number(const char *cmd, const zs_flag *f, const char *s)
+static int set_number(const char *cmd, const flag *f, const char *s)
 {
     double v;
     if (!read_number(f, s, &v))
         return bad_number(cmd, f, s);
     switch (f->kind) {
-    case ZS_FLAG_INT: *(int *)f->dst = (int)v; break;
-    case ZS_FLAG_INT64: *(int64_t *)f->dst = (int64_t)v; break;
-    case ZS_FLAG_UINT64: *(uint64_t *)f->dst = (uint64_t)v; break;
+    case FLAG_INT: *(int *)f->dst = (int)v; break;
+    case FLAG_INT64: *(int64_t *)f->dst = (int64_t)v; break;
+    case FLAG_UINT64: *(uint64_t *)f->dst = (uint64_t)v; break;
     default: *(double *)f->dst = v; break;
     }
     return 0;
@@ -147,7 +147,7 @@ static int choice_index(const char *choices, const char *s)
 }
 
 /* "must be a, b or c, got 'x'" */
-static int bad_choice(const char *cmd, const zs_flag *f, const char *s)
+static int bad_choice(const char *cmd, const flag *f, const char *s)
 {
     char list[256] = "", buf[72];
     size_t used = 0;
@@ -159,37 +159,37 @@ static int bad_choice(const char *cmd, const zs_flag *f, const char *s)
                                  (int)n, p);
         p = bar ? bar + 1 : p + n;
     }
-    return zs_flags_error(cmd, "%s must be %s, got '%s'", f->name, list, shown(s, buf));
+    return flags_error(cmd, "%s must be %s, got '%s'", f->name, list, shown(s, buf));
 }
 
 /* Stores value s of the valued row f; 0 or 2 after a message. */
-static int set_value(const char *cmd, const zs_flag *f, const char *s)
+static int set_value(const char *cmd, const flag *f, const char *s)
 {
     switch (f->kind) {
-    case ZS_FLAG_STRING:
+    case FLAG_STRING:
         *(const char **)f->dst = s;
         return 0;
-    case ZS_FLAG_ARG:
+    case FLAG_ARG:
         if (f->choices && choice_index(f->choices, s) < 0)
             return bad_choice(cmd, f, s);
         *(const char **)f->dst = s;
         return 0;
-    case ZS_FLAG_CHOICE:
-    case ZS_FLAG_CHOICE_INDEX: {
+    case FLAG_CHOICE:
+    case FLAG_CHOICE_INDEX: {
         int k = choice_index(f->choices, s);
         if (k < 0)
             return bad_choice(cmd, f, s);
-        if (f->kind == ZS_FLAG_CHOICE)
+        if (f->kind == FLAG_CHOICE)
             *(const char **)f->dst = s;
         else
             *(int *)f->dst = k;
         return 0;
     }
-    case ZS_FLAG_LIST: {
-        zs_flag_list *l = f->dst;
-        if (l->n == ZS_FLAG_LIST_MAX)
-            return zs_flags_error(cmd, "too many %s flags (at most %d)", f->name,
-                                  ZS_FLAG_LIST_MAX);
+    case FLAG_LIST: {
+        flag_list *l = f->dst;
+        if (l->n == FLAG_LIST_MAX)
+            return flags_error(cmd, "too many %s flags (at most %d)", f->name,
+                                  FLAG_LIST_MAX);
         l->items[l->n++] = s;
         return 0;
     }
@@ -198,23 +198,23 @@ static int set_value(const char *cmd, const zs_flag *f, const char *s)
     }
 }
 
-static const zs_flag *find(const zs_flag *t, size_t n, const char *name)
+static const flag *find(const flag *t, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
-        if (t[i].kind != ZS_FLAG_ARG && !strcmp(t[i].name, name))
+        if (t[i].kind != FLAG_ARG && !strcmp(t[i].name, name))
             return &t[i];
     return NULL;
 }
 
 /* The next positional row after `taken` of them, or a message. */
-static int positional(const char *cmd, const zs_flag *t, size_t n, int *taken,
+static int positional(const char *cmd, const flag *t, size_t n, int *taken,
                       const char *s)
 {
-    const zs_flag *last = NULL;
+    const flag *last = NULL;
     char buf[72], prev[72];
     int k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (t[i].kind != ZS_FLAG_ARG)
+        if (t[i].kind != FLAG_ARG)
             continue;
         if (k++ == *taken) {
             ++*taken;
@@ -223,14 +223,14 @@ static int positional(const char *cmd, const zs_flag *t, size_t n, int *taken,
         last = &t[i];
     }
     if (!last)
-        return zs_flags_error(cmd, "unexpected argument '%s' (see %s --help)",
+        return flags_error(cmd, "unexpected argument '%s' (see %s --help)",
                               shown(s, buf), cmd);
-    return zs_flags_error(cmd, "unexpected argument '%s' (%s is already '%s')",
+    return flags_error(cmd, "unexpected argument '%s' (%s is already '%s')",
                           shown(s, buf), last->name,
                           shown(*(const char **)last->dst, prev));
 }
 
-int zs_flags_parse(const char *cmd, const zs_flag *table, size_t n,
+int flags_parse(const char *cmd, const flag *table, size_t n,
                    void (*usage)(FILE *f), int argc, char **argv)
 {
     int taken = 0;
@@ -239,25 +239,25 @@ int zs_flags_parse(const char *cmd, const zs_flag *table, size_t n,
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
-            return ZS_FLAGS_HELP;
+            return FLAGS_HELP;
         }
         int rc;
         if (a[0] != '-') {
             rc = positional(cmd, table, n, &taken, a);
         } else {
-            const zs_flag *f = find(table, n, a);
+            const flag *f = find(table, n, a);
             if (!f)
-                rc = zs_flags_error(cmd, "unknown flag '%s' (see %s --help)",
+                rc = flags_error(cmd, "unknown flag '%s' (see %s --help)",
                                     shown(a, buf), cmd);
-            else if (f->kind == ZS_FLAG_SWITCH)
+            else if (f->kind == FLAG_SWITCH)
                 rc = (*(bool *)f->dst = true, 0);
             else if (i + 1 == argc)
-                rc = zs_flags_error(cmd, "%s needs a value (see %s --help)", a, cmd);
+                rc = flags_error(cmd, "%s needs a value (see %s --help)", a, cmd);
             else
                 rc = set_value(cmd, f, argv[++i]);
         }
         if (rc)
-            return ZS_FLAGS_BAD;
+            return FLAGS_BAD;
     }
-    return ZS_FLAGS_OK;
+    return FLAGS_OK;
 }

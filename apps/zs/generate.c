@@ -35,27 +35,27 @@ static void usage(FILE *f)
             "  --threads N       worker threads\n");
 }
 
-/* Parses argv into c: ZS_FLAGS_OK, ZS_FLAGS_HELP or ZS_FLAGS_BAD (printed). */
+/* Parses argv into c: FLAGS_OK, FLAGS_HELP or FLAGS_BAD (printed). */
 static int parse(int argc, char **argv, gen_cfg *c)
 {
     *c = (gen_cfg){NULL, "", 128, {0.8, 40, 0.95, 1}, 0};
-    zs_flag t[] = {
-        ZS_FLAG_STR("--ckpt", &c->ckpt),
-        ZS_FLAG_STR("--prompt", &c->prompt),
-        ZS_FLAG_NUM("--max-new", &c->max_new, 1, 1e9),
-        ZS_FLAG_NUM("--temperature", &c->s.temperature, 0, 1e6),
-        ZS_FLAG_NUM("--top-k", &c->s.top_k, 0, 1e9),
-        ZS_FLAG_NUM_ABOVE("--top-p", &c->s.top_p, 0, 1),
-        ZS_FLAG_NUM("--seed", &c->s.seed, 0, ZS_FLAG_EXACT_MAX),
-        ZS_FLAG_NUM("--threads", &c->threads, 1, 256),
+    flag t[] = {
+        FLAG_STR("--ckpt", &c->ckpt),
+        FLAG_STR("--prompt", &c->prompt),
+        FLAG_NUM("--max-new", &c->max_new, 1, 1e9),
+        FLAG_NUM("--temperature", &c->s.temperature, 0, 1e6),
+        FLAG_NUM("--top-k", &c->s.top_k, 0, 1e9),
+        FLAG_NUM_ABOVE("--top-p", &c->s.top_p, 0, 1),
+        FLAG_NUM("--seed", &c->s.seed, 0, FLAG_EXACT_MAX),
+        FLAG_NUM("--threads", &c->threads, 1, 256),
     };
-    int p = zs_flags_parse("zs generate", t, ZS_NFLAGS(t), usage, argc, argv);
-    if (p != ZS_FLAGS_OK)
+    int p = flags_parse("zs generate", t, NFLAGS(t), usage, argc, argv);
+    if (p != FLAGS_OK)
         return p;
     if (!c->ckpt)
-        return zs_flags_error("zs generate", "--ckpt DIR is required (see zs "
+        return flags_error("zs generate", "--ckpt DIR is required (see zs "
                               "generate --help)");
-    return ZS_FLAGS_OK;
+    return FLAGS_OK;
 }
 
 /* Loads the tokenizer and the model of a training output directory; the
@@ -104,7 +104,7 @@ static int stream(const gen_cfg *c, zs_module *m, zs_kv_cache *kv,
     free(buf);
     zs_tensor *logits = zs_gpt_forward_cached(m, kv, x);
     zs_release(x);
-    double t0 = zs_app_now();
+    double t0 = app_now();
     int64_t produced = 0, next = logits ? 0 : -1; /* -1: failed, message set */
     for (int64_t t = 0; logits && t < c->max_new; t++) {
         int64_t V = logits->shape[2], last = logits->shape[1] - 1;
@@ -124,18 +124,18 @@ static int stream(const gen_cfg *c, zs_module *m, zs_kv_cache *kv,
         if (!logits)
             next = -1;
     }
-    double dt = zs_app_now() - t0;
+    double dt = app_now() - t0;
     fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s]\n", (long long)produced,
             dt, dt > 0 ? (double)produced / dt : 0);
     return next < 0 ? 1 : 0;
 }
 
-int zs_cmd_generate(int argc, char **argv)
+int cmd_generate(int argc, char **argv)
 {
     gen_cfg c;
     int p = parse(argc, argv, &c);
-    if (p != ZS_FLAGS_OK)
-        return zs_flags_exit(p);
+    if (p != FLAGS_OK)
+        return flags_exit(p);
     if (c.threads)
         zs_set_num_threads(c.threads);
     zs_bpe *bpe = NULL;

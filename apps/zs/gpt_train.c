@@ -87,44 +87,44 @@ static void usage(FILE *f)
             "                    the slowest (default 2)\n");
 }
 
-/* Parses argv (argv[0] = "gpt") into c: ZS_FLAGS_OK, ZS_FLAGS_HELP or
- * ZS_FLAGS_BAD (printed). */
+/* Parses argv (argv[0] = "gpt") into c: FLAGS_OK, FLAGS_HELP or
+ * FLAGS_BAD (printed). */
 static int parse(int argc, char **argv, gpt_cfg *c)
 {
     *c = (gpt_cfg){"small", NULL, "runs/gpt", ZS_GPT2, 4096, 8, 0, 2000, 100,
                    1, 100, 20, 0, 1e-3, 1e-4, 0.1, 1.0, 0, 1, 0, 0, 0,
                    SYNC_ALLREDUCE, -1, false, 8, 300, ZS_ALLREDUCE_RING, false};
     int arch = 0, algo = 0; /* indices into the choices below */
-    zs_flag t[] = {
-        ZS_FLAG_STR("--preset", &c->preset),
-        ZS_FLAG_CHOICE("--arch", &arch, "gpt2|bloom"),
-        ZS_FLAG_STR("--data", &c->data),
-        ZS_FLAG_NUM("--vocab", &c->vocab, 257, 65536),
-        ZS_FLAG_NUM("--batch", &c->batch, 1, 4096),
-        ZS_FLAG_NUM("--seq", &c->seq, 1, 1 << 20),
-        ZS_FLAG_NUM("--accum", &c->accum, 1, 1024),
-        ZS_FLAG_NUM("--steps", &c->steps, 1, 1e9),
-        ZS_FLAG_NUM("--minutes", &c->minutes, 0, 1e6),
-        ZS_FLAG_NUM("--lr", &c->lr, 0, 10),
-        ZS_FLAG_NUM("--warmup", &c->warmup, 0, 1e9),
-        ZS_FLAG_NUM("--wd", &c->wd, 0, 10),
-        ZS_FLAG_NUM("--clip", &c->clip, 0, 1e9),
-        ZS_FLAG_NUM("--eval-every", &c->eval_every, 1, 1e9),
-        ZS_FLAG_NUM("--seed", &c->seed, 0, ZS_FLAG_EXACT_MAX),
-        ZS_FLAG_NUM("--threads", &c->threads, 1, 256),
-        ZS_FLAG_STR("--out", &c->out),
-        ZS_FLAG_SWITCH("--resume", &c->resume),
-        ZS_FLAG_NUM("--stop-after", &c->stop_after, 1, 1e9),
-        ZS_FLAG_NUM("--dp", &c->dp, 1, 1 << 20),
-        ZS_FLAG_NUM("--bucket-mb", &c->bucket_mb, 0, 1 << 20),
-        ZS_FLAG_CHOICE("--allreduce", &algo, "ring|mpi"),
-        ZS_FLAG_NUM("--comm-timeout", &c->comm_timeout, 0, 1e7),
-        ZS_FLAG_NUM("--zero", &c->zero, 0, 3),
-        ZS_FLAG_CHOICE("--sync", &c->sync, "allreduce|ps|async|ssp"), /* sync_names */
-        ZS_FLAG_NUM("--staleness", &c->staleness, 0, 1e6),
+    flag t[] = {
+        FLAG_STR("--preset", &c->preset),
+        FLAG_CHOICE("--arch", &arch, "gpt2|bloom"),
+        FLAG_STR("--data", &c->data),
+        FLAG_NUM("--vocab", &c->vocab, 257, 65536),
+        FLAG_NUM("--batch", &c->batch, 1, 4096),
+        FLAG_NUM("--seq", &c->seq, 1, 1 << 20),
+        FLAG_NUM("--accum", &c->accum, 1, 1024),
+        FLAG_NUM("--steps", &c->steps, 1, 1e9),
+        FLAG_NUM("--minutes", &c->minutes, 0, 1e6),
+        FLAG_NUM("--lr", &c->lr, 0, 10),
+        FLAG_NUM("--warmup", &c->warmup, 0, 1e9),
+        FLAG_NUM("--wd", &c->wd, 0, 10),
+        FLAG_NUM("--clip", &c->clip, 0, 1e9),
+        FLAG_NUM("--eval-every", &c->eval_every, 1, 1e9),
+        FLAG_NUM("--seed", &c->seed, 0, FLAG_EXACT_MAX),
+        FLAG_NUM("--threads", &c->threads, 1, 256),
+        FLAG_STR("--out", &c->out),
+        FLAG_SWITCH("--resume", &c->resume),
+        FLAG_NUM("--stop-after", &c->stop_after, 1, 1e9),
+        FLAG_NUM("--dp", &c->dp, 1, 1 << 20),
+        FLAG_NUM("--bucket-mb", &c->bucket_mb, 0, 1 << 20),
+        FLAG_CHOICE("--allreduce", &algo, "ring|mpi"),
+        FLAG_NUM("--comm-timeout", &c->comm_timeout, 0, 1e7),
+        FLAG_NUM("--zero", &c->zero, 0, 3),
+        FLAG_CHOICE("--sync", &c->sync, "allreduce|ps|async|ssp"), /* sync_names */
+        FLAG_NUM("--staleness", &c->staleness, 0, 1e6),
     };
-    int p = zs_flags_parse("zs train gpt", t, ZS_NFLAGS(t), usage, argc, argv);
-    if (p != ZS_FLAGS_OK)
+    int p = flags_parse("zs train gpt", t, NFLAGS(t), usage, argc, argv);
+    if (p != FLAGS_OK)
         return p;
     c->arch = arch ? ZS_BLOOM : ZS_GPT2;
     c->algo = algo ? ZS_ALLREDUCE_MPI : ZS_ALLREDUCE_RING;
@@ -132,7 +132,7 @@ static int parse(int argc, char **argv, gpt_cfg *c)
     if (!c->staleness_set)
         c->staleness = 2;
     c->min_lr = c->lr / 10;
-    return ZS_FLAGS_OK;
+    return FLAGS_OK;
 }
 
 /* Mean loss over eval_batches fixed validation batches. */
@@ -237,12 +237,12 @@ static int prepare_data(const gpt_cfg *c, run_state *s)
             return 2;
     } else {
         size_t n = 0;
-        char *text = zs_app_read_corpus(c->data, &n);
+        char *text = app_read_corpus(c->data, &n);
         if (!text)
             return 2;
-        double t0 = zs_app_now();
+        double t0 = app_now();
         s->bpe = zs_bpe_train(text, n, (int32_t)c->vocab);
-        double t1 = zs_app_now();
+        double t1 = app_now();
         int32_t *ids = NULL;
         size_t nid = 0;
         if (!s->bpe || zs_bpe_encode(s->bpe, text, n, 0, &ids, &nid) != ZS_OK ||
@@ -253,7 +253,7 @@ static int prepare_data(const gpt_cfg *c, run_state *s)
         }
         fprintf(stderr, "corpus %zu bytes: BPE vocabulary %d trained in %.1f s, "
                 "%zu tokens encoded in %.2f s (%.2f bytes/token)\n", n,
-                zs_bpe_vocab_size(s->bpe), t1 - t0, nid, zs_app_now() - t1,
+                zs_bpe_vocab_size(s->bpe), t1 - t0, nid, app_now() - t1,
                 (double)n / (double)(nid ? nid : 1));
         free(text);
         zs_status st = zs_bpe_save(s->bpe, tpath);
@@ -405,18 +405,18 @@ static int restore(const gpt_cfg *c, run_state *s)
     char path[4200], *meta = NULL;
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
     zs_optim *o = s->z ? zs_optim_new(&s->oc, 1, &s->fp) : s->o;
-    zs_status st = o ? zs_checkpoint_load(path, s->m, o, &meta) : ZS_ERR_NOMEM;
+    zs_status st = o ? zs_module_load(path, s->m, o, &meta) : ZS_ERR_NOMEM;
     if (st == ZS_OK && s->z)
         st = zero_state(s, o, false);
     if (s->z)
         zs_optim_free(o);
     if (st != ZS_OK)
         return 2;
-    s->step0 = zs_app_meta_int(meta, "step", 0);
+    s->step0 = app_meta_int(meta, "step", 0);
     /* asynchronous updates make (ranks - 1) optimizer steps per step */
     int P = zs_comm_size(zs_comm_world());
     zs_optim_set_steps(s->o, s->step0 * (c->sync >= SYNC_ASYNC ? P - 1 : 1));
-    bool same = zs_app_meta_int(meta, "vocab", -1) == zs_bpe_vocab_size(s->bpe);
+    bool same = app_meta_int(meta, "vocab", -1) == zs_bpe_vocab_size(s->bpe);
     free(meta);
     if (!same) {
         zs_set_error("checkpoint %s was written with another tokenizer", path);
@@ -445,7 +445,7 @@ static int save(const gpt_cfg *c, run_state *s, int64_t step, double val)
         st = zero_state(s, lead ? o : NULL, true);
     if (st == ZS_OK && lead) {
         zs_optim_set_steps(o, zs_optim_steps(s->o));
-        st = zs_checkpoint_save(path, s->m, o, meta);
+        st = zs_module_save(path, s->m, o, meta);
     }
     if (s->z && lead)
         zs_optim_free(o);
@@ -594,7 +594,7 @@ typedef struct loop {
     const gpt_cfg *c;
     run_state *s;
     zs_lr_schedule sched;
-    zs_gpt_history h;
+    gpt_history h;
     bool lead, tty;
     double t0, last_val, peak, flops_tok;
     int64_t tokens_step, done; /* done: steps finished in this run */
@@ -611,7 +611,7 @@ static int after_step(loop *L, int64_t step, double loss, double gnorm, double d
 {
     const gpt_cfg *c = L->c;
     run_state *s = L->s;
-    double elapsed = zs_app_now() - L->t0;
+    double elapsed = app_now() - L->t0;
     double tps = (double)L->tokens_step / dt, mfu = L->flops_tok * tps / L->peak;
     int64_t done = L->done = step + 1 - s->step0;
     double eta = elapsed / (double)done * (double)(c->steps - step - 1);
@@ -620,9 +620,9 @@ static int after_step(loop *L, int64_t step, double loss, double gnorm, double d
     fprintf(s->metrics, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.3g,\"grad_norm\":%.4f,"
             "\"tokens_per_s\":%.0f,\"mfu\":%.4f}\n", (long long)step, loss,
             zs_lr_at(&L->sched, step), gnorm, tps, mfu);
-    zs_gpt_history_push(&L->h, (double)step, loss, NAN);
+    gpt_history_push(&L->h, (double)step, loss, NAN);
     if (L->lead)
-        zs_app_progress(L->tty, step, c->steps, loss, tps, mfu, eta);
+        app_progress(L->tty, step, c->steps, loss, tps, mfu, eta);
     bool last = step + 1 == c->steps || step + 1 == c->stop_after ||
                 (c->minutes > 0 && elapsed >= c->minutes * 60);
     if ((step + 1) % c->eval_every != 0 && !last)
@@ -657,7 +657,7 @@ static int eval_and_save(loop *L, int64_t step, double loss, double tps, double 
     fprintf(s->metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)step,
             L->last_val);
     fflush(s->metrics);
-    zs_gpt_history_push(&L->h, (double)step, NAN, L->last_val);
+    gpt_history_push(&L->h, (double)step, NAN, L->last_val);
     if ((L->lead || s->z) && save(c, s, step + 1, L->last_val)) {
         fprintf(stderr, "zs train gpt: %s\n", zs_last_error());
         return -1;
@@ -665,7 +665,7 @@ static int eval_and_save(loop *L, int64_t step, double loss, double tps, double 
     char path[4200];
     snprintf(path, sizeof path, "%s/curves.svg", c->out);
     if (L->lead)
-        zs_gpt_history_plot(&L->h, path);
+        gpt_history_plot(&L->h, path);
     return 0;
 }
 
@@ -674,14 +674,14 @@ static int eval_and_save(loop *L, int64_t step, double loss, double tps, double 
 static int run_sync(loop *L)
 {
     for (int64_t step = L->s->step0; step < L->c->steps; step++) {
-        double ts = zs_app_now(), gnorm = 0;
+        double ts = app_now(), gnorm = 0;
         double loss = train_step(L->c, L->s, step, &L->sched, &gnorm);
         if (isnan(loss)) {
             fprintf(stderr, "\nzs train gpt: step %lld failed: %s\n", (long long)step,
                     zs_last_error());
             return 1;
         }
-        int r = after_step(L, step, loss, gnorm, zs_app_now() - ts);
+        int r = after_step(L, step, loss, gnorm, app_now() - ts);
         if (r)
             return r < 0 ? 1 : 0;
     }
@@ -701,7 +701,7 @@ static int serve_update(void *ctx, const zs_ps_update *u)
     L->loss_sum += u->loss;
     if ((u->index + 1) % L->workers != 0)
         return 0;
-    double now = zs_app_now(), dt = now - L->t_step;
+    double now = app_now(), dt = now - L->t_step;
     L->t_step = now;
     int r = after_step(L, step, L->loss_sum / L->workers, gnorm, dt);
     L->loss_sum = 0;
@@ -715,7 +715,7 @@ static int serve_update(void *ctx, const zs_ps_update *u)
  * last step, then reports how stale the gradients were. */
 static int run_server(loop *L)
 {
-    L->t_step = zs_app_now();
+    L->t_step = app_now();
     if (L->s->step0 >= L->c->steps)
         return 0;
     if (zs_ps_serve(L->s->ps, serve_update, L) != ZS_OK) {
@@ -724,7 +724,7 @@ static int run_server(loop *L)
     }
     zs_ps_stats st;
     zs_ps_get_stats(L->s->ps, &st);
-    double total = zs_app_now() - L->t0;
+    double total = app_now() - L->t0;
     fprintf(stderr, "parameter server (%s, %d workers): %lld updates, staleness mean "
             "%.2f max %lld, largest clock gap %lld, %lld replies held, server idle "
             "%.0f%%\n", sync_names[L->c->sync], L->workers, (long long)st.updates,
@@ -849,12 +849,12 @@ static int start_ps(const gpt_cfg *c, run_state *s)
     return s->ps ? 0 : 2;
 }
 
-int zs_cmd_train_gpt(int argc, char **argv)
+int cmd_train_gpt(int argc, char **argv)
 {
     gpt_cfg c;
     int p = parse(argc, argv, &c);
-    if (p != ZS_FLAGS_OK)
-        return zs_flags_exit(p);
+    if (p != FLAGS_OK)
+        return flags_exit(p);
     if (c.threads > 0)
         zs_set_num_threads(c.threads);
     run_state s = {0};
@@ -900,14 +900,14 @@ int zs_cmd_train_gpt(int argc, char **argv)
     double n_params = (double)zs_gpt_param_count(g) - (g->arch == ZS_GPT2 ? (double)(g->ctx * g->width) : 0);
     L.flops_tok = 6 * n_params + 6.0 * (double)(g->layers * c.seq * g->width);
     L.sched = (zs_lr_schedule){ZS_LR_COSINE, c.lr, c.warmup, c.steps, c.min_lr, 0, 0};
-    L.t0 = zs_app_now();
+    L.t0 = app_now();
     if (c.sync >= SYNC_ASYNC)
         rc = lead ? run_server(&L) : run_worker(&L);
     else
         rc = run_sync(&L);
     if (!rc && lead)
         fprintf(stderr, "trained %lld steps in %.1f s; last val loss %.4f; files in %s\n",
-                (long long)L.done, zs_app_now() - L.t0, L.last_val, c.out);
+                (long long)L.done, app_now() - L.t0, L.last_val, c.out);
     if (!rc && lead && c.zero == 3) {
         zs_zero_memory zm;
         zs_zero_get_memory(s.z, &zm);
@@ -916,7 +916,7 @@ int zs_cmd_train_gpt(int argc, char **argv)
                 (double)zm.params / 1048576, (double)zm.params_peak / 1048576,
                 (double)zs_nbytes(s.fp) / 1048576);
     }
-    zs_gpt_history_free(&L.h);
+    gpt_history_free(&L.h);
     run_free(&s);
     return rc;
 }

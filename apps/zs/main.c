@@ -17,12 +17,12 @@ static const struct {
     int (*fn)(int argc, char **argv);
     const char *help;
 } commands[] = {
-    {"sysinfo", zs_cmd_sysinfo, "print CPU features, threads and measured peaks"},
-    {"demo", zs_cmd_demo, "fit a tiny model with autograd and print the losses"},
-    {"train", zs_cmd_train, "train a model: zs train lenet|resnet [flags]"},
-    {"generate", zs_cmd_generate, "sample text from a GPT checkpoint directory"},
-    {"eval", zs_cmd_eval, "evaluate a CNN checkpoint: accuracy, confusion matrix"},
-    {"analyze", zs_cmd_analyze, "FLOPs, memory, communication, roofline of a large model"},
+    {"sysinfo", cmd_sysinfo, "print CPU features, threads and measured peaks"},
+    {"demo", cmd_demo, "fit a tiny model with autograd and print the losses"},
+    {"train", cmd_train, "train a model: zs train lenet|resnet [flags]"},
+    {"generate", cmd_generate, "sample text from a GPT checkpoint directory"},
+    {"eval", cmd_eval, "evaluate a CNN checkpoint: accuracy, confusion matrix"},
+    {"analyze", cmd_analyze, "FLOPs, memory, communication, roofline of a large model"},
 };
 
 static void usage(FILE *f)

@@ -13,13 +13,13 @@ static void usage(FILE *f)
             "and bandwidth measurements\n");
 }
 
-int zs_cmd_sysinfo(int argc, char **argv)
+int cmd_sysinfo(int argc, char **argv)
 {
     bool quick = false;
-    zs_flag t[] = {ZS_FLAG_SWITCH("--quick", &quick)};
-    int p = zs_flags_parse("zs sysinfo", t, ZS_NFLAGS(t), usage, argc, argv);
-    if (p != ZS_FLAGS_OK)
-        return zs_flags_exit(p);
+    flag t[] = {FLAG_SWITCH("--quick", &quick)};
+    int p = flags_parse("zs sysinfo", t, NFLAGS(t), usage, argc, argv);
+    if (p != FLAGS_OK)
+        return flags_exit(p);
     const zs_cpu_features *f = zs_cpu();
     printf("zhisuan %s\n", ZS_VERSION);
     printf("threads        %d (ZS_NUM_THREADS)\n", zs_num_threads());

@@ -57,39 +57,39 @@ static void usage(FILE *f)
             ZS_FMNIST_DIR);
 }
 
-/* Parses argv into c: ZS_FLAGS_OK, ZS_FLAGS_HELP or ZS_FLAGS_BAD (printed). */
+/* Parses argv into c: FLAGS_OK, FLAGS_HELP or FLAGS_BAD (printed). */
 static int parse_args(int argc, char **argv, train_cfg *c)
 {
     *c = (train_cfg){NULL, ZS_FMNIST_DIR, NULL, "adam", "constant", 5, 0, 0, 64, 0,
                      -1, 0.9, 0, 1, false};
-    zs_flag t[] = {
-        ZS_FLAG_ARG("MODEL", &c->model, "lenet|resnet|gpt"),
-        ZS_FLAG_NUM("--epochs", &c->epochs, 1, 1000),
-        ZS_FLAG_NUM("--batch", &c->batch, 1, 1 << 20),
-        ZS_FLAG_CHOICE("--optim", &c->optim, "sgd|adam|adamw"),
-        ZS_FLAG_NUM("--lr", &c->lr, 0, 10),
-        ZS_FLAG_NUM("--momentum", &c->momentum, 0, 0.999),
-        ZS_FLAG_NUM("--wd", &c->wd, 0, 1),
-        ZS_FLAG_CHOICE("--schedule", &c->schedule, "constant|cosine|step"),
-        ZS_FLAG_NUM("--seed", &c->seed, 0, ZS_FLAG_EXACT_MAX),
-        ZS_FLAG_NUM("--threads", &c->threads, 1, 256),
-        ZS_FLAG_STR("--data", &c->data),
-        ZS_FLAG_STR("--out", &c->out),
-        ZS_FLAG_NUM("--limit", &c->limit, 1, 1e9),
-        ZS_FLAG_SWITCH("--resume", &c->resume),
-        ZS_FLAG_NUM("--stop-after", &c->stop_after, 1, 1000),
+    flag t[] = {
+        FLAG_ARG("MODEL", &c->model, "lenet|resnet|gpt"),
+        FLAG_NUM("--epochs", &c->epochs, 1, 1000),
+        FLAG_NUM("--batch", &c->batch, 1, 1 << 20),
+        FLAG_CHOICE("--optim", &c->optim, "sgd|adam|adamw"),
+        FLAG_NUM("--lr", &c->lr, 0, 10),
+        FLAG_NUM("--momentum", &c->momentum, 0, 0.999),
+        FLAG_NUM("--wd", &c->wd, 0, 1),
+        FLAG_CHOICE("--schedule", &c->schedule, "constant|cosine|step"),
+        FLAG_NUM("--seed", &c->seed, 0, FLAG_EXACT_MAX),
+        FLAG_NUM("--threads", &c->threads, 1, 256),
+        FLAG_STR("--data", &c->data),
+        FLAG_STR("--out", &c->out),
+        FLAG_NUM("--limit", &c->limit, 1, 1e9),
+        FLAG_SWITCH("--resume", &c->resume),
+        FLAG_NUM("--stop-after", &c->stop_after, 1, 1000),
     };
-    int p = zs_flags_parse("zs train", t, ZS_NFLAGS(t), usage, argc, argv);
-    if (p != ZS_FLAGS_OK)
+    int p = flags_parse("zs train", t, NFLAGS(t), usage, argc, argv);
+    if (p != FLAGS_OK)
         return p;
     if (!c->model)
-        return zs_flags_error("zs train", "which model? (lenet or resnet; "
+        return flags_error("zs train", "which model? (lenet or resnet; "
                               "see zs train --help)");
-    if (!strcmp(c->model, "gpt")) /* zs_cmd_train sends `zs train gpt ...` on */
-        return zs_flags_error("zs train", "gpt comes first: zs train gpt [flags]");
+    if (!strcmp(c->model, "gpt")) /* cmd_train sends `zs train gpt ...` on */
+        return flags_error("zs train", "gpt comes first: zs train gpt [flags]");
     if (c->lr < 0)
         c->lr = strcmp(c->optim, "sgd") ? 1e-3 : 0.05;
-    return ZS_FLAGS_OK;
+    return FLAGS_OK;
 }
 
 static void progress(bool tty, int epoch, int epochs, int64_t i, int64_t nb,
@@ -156,8 +156,8 @@ static int run(train_cfg *c)
         snprintf(outbuf, sizeof outbuf, "runs/%s", c->model);
         c->out = outbuf;
     }
-    if (zs_app_mnist_load(c->data, true, &full) != ZS_OK ||
-        zs_app_mnist_load(c->data, false, &test) != ZS_OK)
+    if (app_mnist_load(c->data, true, &full) != ZS_OK ||
+        app_mnist_load(c->data, false, &test) != ZS_OK)
         goto fail;
     if (c->limit > 0) {
         if (zs_image_data_head(&full, c->limit, &train) != ZS_OK)
@@ -166,7 +166,7 @@ static int run(train_cfg *c)
         train.images = zs_retain(full.images);
         train.labels = zs_retain(full.labels);
     }
-    if (!(m = zs_app_cnn_new(c->model, c->seed)))
+    if (!(m = app_cnn_new(c->model, c->seed)))
         goto fail;
     zs_tensor *fp, *fg;
     if (zs_module_flatten(m, &fp, &fg) != ZS_OK)
@@ -192,12 +192,12 @@ static int run(train_cfg *c)
     int start_epoch = 0;
     if (c->resume) {
         char *meta = NULL;
-        if (zs_checkpoint_load(path, m, o, &meta) != ZS_OK)
+        if (zs_module_load(path, m, o, &meta) != ZS_OK)
             goto fail;
-        start_epoch = (int)zs_app_meta_int(meta, "epoch", 0);
-        zs_optim_set_steps(o, zs_app_meta_int(meta, "optim_steps", 0));
-        zs_rng_set_state((uint64_t)zs_app_meta_int(meta, "rng_seed", 0),
-                         (uint64_t)zs_app_meta_int(meta, "rng_offset", 0));
+        start_epoch = (int)app_meta_int(meta, "epoch", 0);
+        zs_optim_set_steps(o, app_meta_int(meta, "optim_steps", 0));
+        zs_rng_set_state((uint64_t)app_meta_int(meta, "rng_seed", 0),
+                         (uint64_t)app_meta_int(meta, "rng_offset", 0));
         char want[64];
         snprintf(want, sizeof want, "\"model\":\"%s\"", c->model);
         bool same = meta && strstr(meta, want);
@@ -230,12 +230,12 @@ static int run(train_cfg *c)
         sched = (zs_lr_schedule){ZS_LR_COSINE, c->lr, nb, nb * c->epochs, c->lr / 100, 0, 0};
     else if (!strcmp(c->schedule, "step"))
         sched = (zs_lr_schedule){ZS_LR_STEP, c->lr, 0, 0, 0, 2 * nb, 0.1};
-    double t_start = zs_app_now();
+    double t_start = app_now();
     int last = c->stop_after > 0 && c->stop_after < c->epochs ? c->stop_after : c->epochs;
     for (int ep = start_epoch; ep < last; ep++) {
         zs_loader_seek(l, ep, 0);
         zs_module_train(m, true);
-        double t0 = zs_app_now(), loss_sum = 0;
+        double t0 = app_now(), loss_sum = 0;
         int64_t seen = 0;
         for (int64_t i = 0; i < nb; i++) {
             zs_scope_push();
@@ -261,16 +261,16 @@ static int run(train_cfg *c)
             fprintf(metrics, "{\"epoch\":%d,\"step\":%lld,\"loss\":%.9g}\n", ep + 1,
                     (long long)step, lv);
             history_push(&h, (double)step / (double)nb, lv);
-            double dt = zs_app_now() - t0, ips = (double)seen / (dt > 0 ? dt : 1e-9);
+            double dt = app_now() - t0, ips = (double)seen / (dt > 0 ? dt : 1e-9);
             double eta = (double)(nb - i - 1) * dt / (double)(i + 1) +
                          (double)(last - ep - 1) * dt * (double)nb / (double)(i + 1);
             progress(tty, ep, c->epochs, i, nb, loss_sum / (double)seen, ips, eta);
         }
         if (tty)
             fputc('\n', stderr);
-        double epoch_s = zs_app_now() - t0;
-        zs_eval_result r;
-        if (zs_app_evaluate(m, &test, &r) != ZS_OK)
+        double epoch_s = app_now() - t0;
+        eval_result r;
+        if (app_evaluate(m, &test, &r) != ZS_OK)
             goto fail;
         printf("epoch %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, "
                "%.1f s\n", ep + 1, loss_sum / (double)seen, r.loss, 100 * r.accuracy,
@@ -295,12 +295,12 @@ static int run(train_cfg *c)
                  ep + 1, (long long)zs_optim_steps(o), (unsigned long long)rs,
                  (unsigned long long)ro, c->optim, r.accuracy);
         snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
-        if (zs_checkpoint_save(path, m, o, meta) != ZS_OK)
+        if (zs_module_save(path, m, o, meta) != ZS_OK)
             goto fail;
         write_plot(c, &h);
     }
     fprintf(stderr, "done in %.1f s; checkpoint, metrics.jsonl and curves.svg in %s\n",
-            zs_app_now() - t_start, c->out);
+            app_now() - t_start, c->out);
     rc = 0;
 fail:
     if (rc)
@@ -318,14 +318,14 @@ fail:
     return rc;
 }
 
-int zs_cmd_train(int argc, char **argv)
+int cmd_train(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "gpt"))
-        return zs_cmd_train_gpt(argc - 1, argv + 1);
+        return cmd_train_gpt(argc - 1, argv + 1);
     train_cfg c;
     int p = parse_args(argc, argv, &c);
-    if (p != ZS_FLAGS_OK)
-        return zs_flags_exit(p);
+    if (p != FLAGS_OK)
+        return flags_exit(p);
     if (c.threads > 0)
         zs_set_num_threads(c.threads);
     return run(&c);

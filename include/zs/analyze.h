@@ -263,33 +263,33 @@ zs_status zs_comm_analyze(const zs_model_config *c, const zs_parallel *p,
                           zs_comm_report *out);
 
 /* ---- devices and roofline (src/analyze/devices.c) --------------------- */
-typedef struct zs_device_spec {
+typedef struct zs_hw_spec {
     char name[32];
     double tflops16;  /* dense fp16/bf16 (tensor cores) peak, TFLOP/s */
     double tflops32;  /* fp32 peak, TFLOP/s */
     double bw_gbs;    /* memory bandwidth, GB/s */
     double mem_gb;    /* device memory, GB */
     bool measured;    /* "cpu": measured on this machine */
-} zs_device_spec;
+} zs_hw_spec;
 
-int zs_device_count(void);
+int zs_hw_count(void);
 /* The i-th device of the static table (borrowed) or NULL. */
-const zs_device_spec *zs_device_at(int i);
+const zs_hw_spec *zs_hw_at(int i);
 /* Looks up a device by name (case-insensitive; "a100" = "a100-80gb",
  * "h100" = "h100-sxm"). "cpu" is measured now with zs_measure_peak_gflops
  * and zs_measure_triad_gbs on zs_num_threads() threads (its 16-bit peak is
  * the fp32 one) and the machine's RAM. ZS_ERR_ARG + message when unknown. */
-zs_status zs_device_lookup(const char *name, zs_device_spec *out);
+zs_status zs_hw_lookup(const char *name, zs_hw_spec *out);
 /* Peak FLOP/s for a precision (mixed uses the 16-bit peak). */
-double zs_device_peak_flops(const zs_device_spec *d, zs_precision p);
+double zs_hw_peak_flops(const zs_hw_spec *d, zs_precision p);
 /* Ridge point of the roofline in FLOP/byte: peak / bandwidth. */
-double zs_device_ridge(const zs_device_spec *d, zs_precision p);
+double zs_hw_ridge(const zs_hw_spec *d, zs_precision p);
 /* Roofline time of an operator: max(flops / peak, bytes / bandwidth). */
-double zs_roofline_seconds(const zs_device_spec *d, zs_precision p,
+double zs_roofline_seconds(const zs_hw_spec *d, zs_precision p,
                            double flops, double bytes);
 /* Seconds for `flops` on `devices` devices at model-FLOPs utilisation
  * mfu (0 < mfu <= 1): flops / (devices * peak * mfu). */
-double zs_step_seconds(const zs_device_spec *d, zs_precision p, double flops,
+double zs_step_seconds(const zs_hw_spec *d, zs_precision p, double flops,
                        int64_t devices, double mfu);
 
 /* ---- the engine's own count (src/analyze/engine_flops.c) -------------- */

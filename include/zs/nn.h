@@ -211,13 +211,13 @@ struct zs_optim;
 /* Saves parameters and buffers under their dotted names, the optimizer's
  * state (if o) under "optim.<name>" and metadata (a JSON object of string
  * values, may be NULL) to a safetensors file, atomically. */
-zs_status zs_checkpoint_save(const char *path, zs_module *m, struct zs_optim *o,
+zs_status zs_module_save(const char *path, zs_module *m, struct zs_optim *o,
                              const char *metadata_json);
-/* Loads a checkpoint written by zs_checkpoint_save into m (and o): every
+/* Loads a checkpoint written by zs_module_save into m (and o): every
  * parameter and buffer must be present with the same shape, or nothing is
  * changed and the message names the first mismatch. *metadata_json (if
  * not NULL) receives a malloc'd copy of the metadata. */
-zs_status zs_checkpoint_load(const char *path, zs_module *m, struct zs_optim *o,
+zs_status zs_module_load(const char *path, zs_module *m, struct zs_optim *o,
                              char **metadata_json);
 
 #ifdef __cplusplus

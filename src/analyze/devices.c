@@ -15,7 +15,7 @@
 
 #include "zs/analyze.h"
 
-static const zs_device_spec table[] = {
+static const zs_hw_spec table[] = {
     /* name        16-bit  fp32   GB/s    GB */
     {"v100", 125, 15.7, 900, 32, false},
     {"a100-80gb", 312, 19.5, 2039, 80, false},
@@ -25,18 +25,18 @@ static const zs_device_spec table[] = {
 };
 #define N_DEVICES ((int)(sizeof table / sizeof *table))
 
-int zs_device_count(void) { return N_DEVICES; }
+int zs_hw_count(void) { return N_DEVICES; }
 
-const zs_device_spec *zs_device_at(int i)
+const zs_hw_spec *zs_hw_at(int i)
 {
     return i >= 0 && i < N_DEVICES ? &table[i] : NULL;
 }
 
 /* Measured once per process: the FMA peak (0.1 s) and a triad over three
  * 32 MB arrays, on zs_num_threads() threads. */
-static void measure_cpu(zs_device_spec *d)
+static void measure_cpu(zs_hw_spec *d)
 {
-    static zs_device_spec cached;
+    static zs_hw_spec cached;
     static bool done;
     if (!done) {
         int nt = zs_num_threads();
@@ -53,7 +53,7 @@ static void measure_cpu(zs_device_spec *d)
     *d = cached;
 }
 
-zs_status zs_device_lookup(const char *name, zs_device_spec *out)
+zs_status zs_hw_lookup(const char *name, zs_hw_spec *out)
 {
     static const struct {
         const char *alias, *name;
@@ -76,28 +76,28 @@ zs_status zs_device_lookup(const char *name, zs_device_spec *out)
                         "a100-80gb, h100-sxm, h200, cpu)", name);
 }
 
-double zs_device_peak_flops(const zs_device_spec *d, zs_precision p)
+double zs_hw_peak_flops(const zs_hw_spec *d, zs_precision p)
 {
     return 1e12 * (p == ZS_PREC_FP32 ? d->tflops32 : d->tflops16);
 }
 
-double zs_device_ridge(const zs_device_spec *d, zs_precision p)
+double zs_hw_ridge(const zs_hw_spec *d, zs_precision p)
 {
-    return d->bw_gbs > 0 ? zs_device_peak_flops(d, p) / (d->bw_gbs * 1e9) : 0;
+    return d->bw_gbs > 0 ? zs_hw_peak_flops(d, p) / (d->bw_gbs * 1e9) : 0;
 }
 
-double zs_roofline_seconds(const zs_device_spec *d, zs_precision p,
+double zs_roofline_seconds(const zs_hw_spec *d, zs_precision p,
                            double flops, double bytes)
 {
-    double peak = zs_device_peak_flops(d, p), bw = d->bw_gbs * 1e9;
+    double peak = zs_hw_peak_flops(d, p), bw = d->bw_gbs * 1e9;
     double tc = peak > 0 ? flops / peak : 0, tm = bw > 0 ? bytes / bw : 0;
     return tc > tm ? tc : tm;
 }
 
-double zs_step_seconds(const zs_device_spec *d, zs_precision p, double flops,
+double zs_step_seconds(const zs_hw_spec *d, zs_precision p, double flops,
                        int64_t devices, double mfu)
 {
-    double peak = zs_device_peak_flops(d, p);
+    double peak = zs_hw_peak_flops(d, p);
     if (devices <= 0 || !(mfu > 0) || !(peak > 0))
         return -1;
     return flops / ((double)devices * peak * mfu);

@@ -77,7 +77,7 @@ static zs_status gather(zs_module *m, zs_optim *o, entries *e)
     return st;
 }
 
-zs_status zs_checkpoint_save(const char *path, zs_module *m, zs_optim *o,
+zs_status zs_module_save(const char *path, zs_module *m, zs_optim *o,
                              const char *metadata_json)
 {
     entries e;
@@ -89,7 +89,7 @@ zs_status zs_checkpoint_save(const char *path, zs_module *m, zs_optim *o,
     return st;
 }
 
-zs_status zsi_checkpoint_apply(const char *path, const zs_tensor_set *set,
+zs_status zsi_module_state_apply(const char *path, const zs_tensor_set *set,
                                zs_module *m, zs_optim *o, char **metadata_json)
 {
     entries e;
@@ -128,14 +128,14 @@ zs_status zsi_checkpoint_apply(const char *path, const zs_tensor_set *set,
     return st;
 }
 
-zs_status zs_checkpoint_load(const char *path, zs_module *m, zs_optim *o,
+zs_status zs_module_load(const char *path, zs_module *m, zs_optim *o,
                              char **metadata_json)
 {
     zs_tensor_set set;
     zs_status st = zs_safetensors_load(path, &set);
     if (st != ZS_OK)
         return st;
-    st = zsi_checkpoint_apply(path, &set, m, o, metadata_json);
+    st = zsi_module_state_apply(path, &set, m, o, metadata_json);
     zs_tensor_set_free(&set);
     return st;
 }

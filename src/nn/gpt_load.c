@@ -8,7 +8,7 @@
  * tensors are exactly as many, and hold exactly as many elements, as the
  * config implies (so the model costs no more memory than the file), and
  * only then build the model and copy the weights, each checked by name,
- * shape and dtype (zsi_checkpoint_apply).
+ * shape and dtype (zsi_module_state_apply).
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -156,7 +156,7 @@ zs_module *zs_gpt_load(const char *path, char **metadata_json)
     if (st == ZS_OK)
         st = check_sizes(path, &c, &set);
     zs_module *m = st == ZS_OK ? zs_gpt_new(&c, 0) : NULL;
-    if (m && zsi_checkpoint_apply(path, &set, m, NULL, metadata_json) != ZS_OK) {
+    if (m && zsi_module_state_apply(path, &set, m, NULL, metadata_json) != ZS_OK) {
         zs_module_free(m);
         m = NULL;
     }

@@ -8,10 +8,10 @@
 #include "zs/nn.h"
 #include "zs/optim.h"
 
-/* zs_checkpoint_load on a set already read from path (named in messages):
+/* zs_module_load on a set already read from path (named in messages):
  * checks every tensor of m (and o, when given) against set, then copies;
  * all or nothing. Borrows set. */
-zs_status zsi_checkpoint_apply(const char *path, const zs_tensor_set *set,
+zs_status zsi_module_state_apply(const char *path, const zs_tensor_set *set,
                                zs_module *m, zs_optim *o, char **metadata_json);
 
 #endif

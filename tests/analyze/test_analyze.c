@@ -320,11 +320,11 @@ static void test_comm(void)
 
 static void test_devices(void)
 {
-    zs_device_spec d;
-    ZT_CHECK(zs_device_lookup("A100", &d) == ZS_OK && !strcmp(d.name, "a100-80gb") &&
+    zs_hw_spec d;
+    ZT_CHECK(zs_hw_lookup("A100", &d) == ZS_OK && !strcmp(d.name, "a100-80gb") &&
              d.tflops16 == 312 && d.bw_gbs == 2039 && d.mem_gb == 80, "a100");
-    ZT_CHECK(close_rel(zs_device_ridge(&d, ZS_PREC_MIXED), 312e12 / 2039e9, 1e-15) &&
-             close_rel(zs_device_ridge(&d, ZS_PREC_FP32), 19.5e12 / 2039e9, 1e-15),
+    ZT_CHECK(close_rel(zs_hw_ridge(&d, ZS_PREC_MIXED), 312e12 / 2039e9, 1e-15) &&
+             close_rel(zs_hw_ridge(&d, ZS_PREC_FP32), 19.5e12 / 2039e9, 1e-15),
              "ridge");
     ZT_CHECK(zs_roofline_seconds(&d, ZS_PREC_MIXED, 312e12, 1) == 1 &&
              close_rel(zs_roofline_seconds(&d, ZS_PREC_MIXED, 1, 2039e9), 1, 1e-15),
@@ -335,19 +335,19 @@ static void test_devices(void)
     const char *names[] = {"v100", "h100", "h200"};
     const double tf[] = {125, 989, 989}, bw[] = {900, 3350, 4800};
     for (int i = 0; i < 3; i++)
-        ZT_CHECK(zs_device_lookup(names[i], &d) == ZS_OK && d.tflops16 == tf[i] &&
+        ZT_CHECK(zs_hw_lookup(names[i], &d) == ZS_OK && d.tflops16 == tf[i] &&
                  d.bw_gbs == bw[i], "%s", names[i]);
-    ZT_CHECK(zs_device_lookup("v100", &d) == ZS_OK && d.tflops32 == 15.7, "v100 fp32");
-    ZT_CHECK(zs_device_lookup("cpu", &d) == ZS_OK && d.measured && d.tflops32 > 0 &&
+    ZT_CHECK(zs_hw_lookup("v100", &d) == ZS_OK && d.tflops32 == 15.7, "v100 fp32");
+    ZT_CHECK(zs_hw_lookup("cpu", &d) == ZS_OK && d.measured && d.tflops32 > 0 &&
              d.bw_gbs > 0 && d.mem_gb > 0, "cpu measured: %.3f TF/s %.1f GB/s",
              d.tflops32, d.bw_gbs);
-    ZT_EXPECT_ERROR(zs_device_lookup("tpu", &d) != ZS_OK, "unknown device 'tpu'");
+    ZT_EXPECT_ERROR(zs_hw_lookup("tpu", &d) != ZS_OK, "unknown device 'tpu'");
     /* BLOOM on an A100: the projections are compute-bound, QK^T memory-bound
      * (227.6 FLOP/elem = 113.8 FLOP/B < 153). */
-    zs_device_lookup("a100", &d);
+    zs_hw_lookup("a100", &d);
     zs_op_cost ops[ZS_BLOCK_MAX_OPS];
     int n = zs_block_ops(preset("bloom-176b"), 2, 2048, 2, ops);
-    double ridge = zs_device_ridge(&d, ZS_PREC_MIXED);
+    double ridge = zs_hw_ridge(&d, ZS_PREC_MIXED);
     for (int i = 0; i < n; i++) {
         bool compute = ops[i].flops / ops[i].bytes >= ridge;
         bool dense = ops[i].matmul && strcmp(ops[i].name, "Q K^T") && strcmp(ops[i].name, "P V");

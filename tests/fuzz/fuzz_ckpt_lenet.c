@@ -1,5 +1,5 @@
 /*
- * fuzz_ckpt_lenet.c - zs_checkpoint_load of arbitrary bytes into a LeNet-5,
+ * fuzz_ckpt_lenet.c - zs_module_load of arbitrary bytes into a LeNet-5,
  * without and with an Adam optimizer (whose state the file must then hold
  * under "optim.*"). The model and optimizer are built once: a load changes
  * them completely or not at all, so what one input leaves is as good a
@@ -25,10 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     const char *path = zf_file(0, data, size);
     char *meta = NULL;
-    if (zs_checkpoint_load(path, m, NULL, &meta) == ZS_OK) {
+    if (zs_module_load(path, m, NULL, &meta) == ZS_OK) {
         free(meta);
         meta = NULL;
-        zs_checkpoint_load(path, m, o, &meta);
+        zs_module_load(path, m, o, &meta);
     }
     free(meta);
     return 0;

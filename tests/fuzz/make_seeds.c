@@ -249,9 +249,9 @@ static void save_ckpt(zs_module *m, zs_optim_kind kind, const char *target,
     CHECK(m && zs_module_flatten(m, &fp, &fg) == ZS_OK, "model");
     zs_optim *o = zs_optim_new(&oc, 1, &fp);
     CHECK(o && zs_optim_step(o, 1e-3) == ZS_OK, "optimizer");
-    CHECK(zs_checkpoint_save(seed_path(target, name), m, o, meta) == ZS_OK, name);
+    CHECK(zs_module_save(seed_path(target, name), m, o, meta) == ZS_OK, name);
     if (plain_name)
-        CHECK(zs_checkpoint_save(seed_path(target, plain_name), m, NULL, meta) == ZS_OK,
+        CHECK(zs_module_save(seed_path(target, plain_name), m, NULL, meta) == ZS_OK,
               plain_name);
     zs_optim_free(o);
     zs_module_free(m);
@@ -334,7 +334,7 @@ static void check_loads(void)
     zs_module_free(m);
     free(meta);
     CHECK((m = zs_lenet5_new(1)), "lenet");
-    CHECK(zs_checkpoint_load(seed_path("ckpt_lenet", "lenet.safetensors"), m, NULL, NULL) ==
+    CHECK(zs_module_load(seed_path("ckpt_lenet", "lenet.safetensors"), m, NULL, NULL) ==
               ZS_OK, "lenet.safetensors does not load");
     zs_module_free(m);
 }

@@ -191,7 +191,7 @@ static zs_module *save_tiny(const char *path, zs_gpt_arch arch, const char *meta
     zs_module *m = tiny(arch, ZS_F32);
     char buf[512];
     snprintf(buf, sizeof buf, meta, arch == ZS_BLOOM ? "bloom" : "gpt2");
-    ZT_CHECK(zs_checkpoint_save(path, m, NULL, buf) == ZS_OK, "save %s", buf);
+    ZT_CHECK(zs_module_save(path, m, NULL, buf) == ZS_OK, "save %s", buf);
     return m;
 }
 

@@ -109,9 +109,9 @@ static void test_checkpoint(void)
     snprintf(path, sizeof path, "/tmp/zs_test_nn_%d.safetensors", (int)getpid());
     snprintf(bad, sizeof bad, "/tmp/zs_test_nn_%d_bad.safetensors", (int)getpid());
     zs_module *a = zs_resnet_small_new(3), *b = zs_resnet_small_new(4);
-    ZT_CHECK(zs_checkpoint_save(path, a, NULL, "{\"model\":\"resnet\"}") == ZS_OK, "save");
+    ZT_CHECK(zs_module_save(path, a, NULL, "{\"model\":\"resnet\"}") == ZS_OK, "save");
     char *meta = NULL;
-    ZT_CHECK(zs_checkpoint_load(path, b, NULL, &meta) == ZS_OK && meta &&
+    ZT_CHECK(zs_module_load(path, b, NULL, &meta) == ZS_OK && meta &&
              strstr(meta, "resnet"), "load");
     free(meta);
     zs_tensor **pa, **pb;
@@ -127,7 +127,7 @@ static void test_checkpoint(void)
     zs_names_free(n, pb, nb);
     zs_module *le = zs_lenet5_new(5);
     double before = zs_get(le->children[0]->params[0], 0);
-    ZT_EXPECT_ERROR(zs_checkpoint_load(path, le, NULL, NULL) < 0, "the model expects");
+    ZT_EXPECT_ERROR(zs_module_load(path, le, NULL, NULL) < 0, "the model expects");
     ZT_CHECK(zs_get(le->children[0]->params[0], 0) == before, "failed load changes nothing");
     FILE *f = fopen(path, "rb"), *g = fopen(bad, "wb");
     char buf[400];
@@ -135,7 +135,7 @@ static void test_checkpoint(void)
     fwrite(buf, 1, got, g);
     fclose(f);
     fclose(g);
-    ZT_EXPECT_ERROR(zs_checkpoint_load(bad, b, NULL, NULL) < 0, "safetensors");
+    ZT_EXPECT_ERROR(zs_module_load(bad, b, NULL, NULL) < 0, "safetensors");
     unlink(path);
     unlink(bad);
     zs_module_free(a);
