@@ -35,6 +35,13 @@ void zs_optim_free(zs_optim *o);
 /* One update with learning rate lr (from a schedule); parameters whose grad
  * is NULL are skipped. */
 zs_status zs_optim_step(zs_optim *o, double lr);
+/* zs_optim_step with every gradient multiplied by grad_scale (> 0, finite)
+ * as the update reads it, in the same pass over the memory: gradient
+ * clipping (zs_grad_norm, zs_clip_coef, then this) costs one read of the
+ * gradients for the norm and none for the scaling. The .grad buffers are
+ * left unscaled. Equal to scaling the gradients in f32 first (the product
+ * is rounded to f32 before use, as PyTorch's in-place clip does). */
+zs_status zs_optim_step_scaled(zs_optim *o, double lr, double grad_scale);
 int64_t zs_optim_steps(const zs_optim *o);
 /* The state tensors (momentum / first and second moments), borrowed, and
  * the step counter, for checkpoints: names "exp_avg.<i>", "exp_avg_sq.<i>",
@@ -60,6 +67,13 @@ typedef struct zs_lr_schedule {
 /* Learning rate for step (0-based). */
 double zs_lr_at(const zs_lr_schedule *s, int64_t step);
 
+/* Global L2 norm of the gradients of params (NULL grads skipped), summed
+ * in double over the pool; nothing is scaled. */
+double zs_grad_norm(int n, zs_tensor **params);
+/* The factor torch.nn.utils.clip_grad_norm_ applies for a norm:
+ * max_norm / (norm + 1e-6) when norm > max_norm > 0, else 1 (also for a
+ * NaN/Inf norm: a step with such gradients should be skipped instead). */
+double zs_clip_coef(double norm, double max_norm);
 /* Scales all gradients so their global L2 norm is at most max_norm;
  * returns the norm before clipping (NaN/Inf when a gradient is not finite:
  * then nothing is scaled). */

@@ -99,76 +99,76 @@ void zs_optim_free(zs_optim *o)
  * the double hyper-parameters and rounded to float once: (1 - beta2) from a
  * float-rounded beta2 = 0.9999 is off by 1.7e-4 relative, and 1 - beta^t
  * loses digits in float when beta is close to 1. */
+/* What one pool task needs: the step's scalars (computed in double from
+ * the double hyper-parameters and rounded to float once, as PyTorch does:
+ * (1 - beta2) from a float-rounded beta2 = 0.9999 is off by 1.7e-4
+ * relative, and 1 - beta^t loses digits in float when beta is close to 1)
+ * and one parameter's buffers. */
 typedef struct step_job {
-    const zs_optim_config *c;
+    bool adam;
+    zsk_adam_args a;
+    zsk_sgd_args s;
     float *p, *m, *v;
     const float *g;
-    float lr, wd, mu;
-    float b1, b2, one_m_b1, one_m_b2; /* beta and 1 - beta */
-    float step_size, bc2_sqrt;        /* lr / (1 - b1^t), sqrt(1 - b2^t) */
-    float decay;                      /* AdamW: 1 - lr * wd */
-    bool first;
 } step_job;
 
-static void sgd_body(void *ctx, int64_t b, int64_t e)
+static void step_body(void *ctx, int64_t b, int64_t e)
 {
     const step_job *j = ctx;
-    float wd = j->wd, mu = j->mu;
-    for (int64_t i = b; i < e; i++) {
-        float g = j->g[i] + wd * j->p[i];
-        if (j->m) {
-            float buf = j->first ? g : mu * j->m[i] + g;
-            j->m[i] = buf;
-            g = j->c->nesterov ? g + mu * buf : buf;
-        }
-        j->p[i] -= j->lr * g;
-    }
+    if (j->adam)
+        zsk_adam_f32(&j->a, j->p + b, j->m + b, j->v + b, j->g + b, e - b);
+    else
+        zsk_sgd_f32(&j->s, j->p + b, j->m ? j->m + b : NULL, j->g + b, e - b);
 }
 
-/* PyTorch's single-tensor Adam/AdamW, operation for operation
- * (kernels/cpu/optim.c). */
-static void adam_body(void *ctx, int64_t b, int64_t e)
-{
-    const step_job *j = ctx;
-    zsk_adam_args a = {j->b2, j->one_m_b1, j->one_m_b2, (float)j->c->eps, j->wd,
-                       j->decay, j->step_size, j->bc2_sqrt, j->c->kind == ZS_ADAMW};
-    zsk_adam_f32(&a, j->p + b, j->m + b, j->v + b, j->g + b, e - b);
-}
-
-static step_job step_job_of(const zs_optim *o, double lr)
+static step_job step_job_of(const zs_optim *o, double lr, double gscale)
 {
     const zs_optim_config *c = &o->cfg;
     double t = (double)o->steps;
-    return (step_job){
-        .c = c, .lr = (float)lr, .wd = (float)c->weight_decay,
-        .mu = (float)c->momentum, .b1 = (float)c->beta1, .b2 = (float)c->beta2,
-        .one_m_b1 = (float)(1 - c->beta1), .one_m_b2 = (float)(1 - c->beta2),
+    step_job j = {.adam = c->kind != ZS_SGD};
+    j.a = (zsk_adam_args){
+        .b2 = (float)c->beta2, .one_m_b1 = (float)(1 - c->beta1),
+        .one_m_b2 = (float)(1 - c->beta2), .eps = (float)c->eps,
+        .wd = (float)c->weight_decay,
+        .decay = c->kind == ZS_ADAMW ? (float)(1 - lr * c->weight_decay) : 1.0f,
         .step_size = (float)(lr / (1 - pow(c->beta1, t))),
         .bc2_sqrt = (float)sqrt(1 - pow(c->beta2, t)),
-        .decay = c->kind == ZS_ADAMW ? (float)(1 - lr * c->weight_decay) : 1.0f,
-        .first = o->steps == 1,
+        .gscale = (float)gscale, .decoupled = c->kind == ZS_ADAMW,
     };
+    j.s = (zsk_sgd_args){(float)lr, (float)c->weight_decay, (float)c->momentum,
+                         (float)gscale, c->nesterov, o->steps == 1};
+    return j;
 }
 
 zs_status zs_optim_step(zs_optim *o, double lr)
 {
+    return zs_optim_step_scaled(o, lr, 1.0);
+}
+
+zs_status zs_optim_step_scaled(zs_optim *o, double lr, double grad_scale)
+{
     if (!o)
         return ZS_ERR_ARG;
-    o->steps++;
-    const zs_optim_config *c = &o->cfg;
+    if (!(grad_scale > 0) || !isfinite(grad_scale))
+        return zs_set_error("optim: gradient scale %g is not a positive finite "
+                            "number", grad_scale);
     for (int i = 0; i < o->n; i++) {
         zs_tensor *p = o->params[i], *g = p->grad;
-        if (!g)
-            continue;
-        if (g->dtype != ZS_F32 || !zs_is_contiguous(g) || zs_numel(g) != zs_numel(p))
+        if (g && (g->dtype != ZS_F32 || !zs_is_contiguous(g) || zs_numel(g) != zs_numel(p)))
             return zs_set_error("optim: gradient of parameter %d is not a "
                                 "contiguous f32 tensor of its shape", i);
-        step_job j = step_job_of(o, lr);
+    }
+    o->steps++;
+    step_job j = step_job_of(o, lr, grad_scale);
+    for (int i = 0; i < o->n; i++) {
+        zs_tensor *p = o->params[i];
+        if (!p->grad)
+            continue;
         j.p = zs_data(p);
         j.m = o->m[i] ? zs_data(o->m[i]) : NULL;
         j.v = o->v[i] ? zs_data(o->v[i]) : NULL;
-        j.g = zs_data(g);
-        zs_parallel_for(zs_numel(p), 16384, c->kind == ZS_SGD ? sgd_body : adam_body, &j);
+        j.g = zs_data(p->grad);
+        zs_parallel_for(zs_numel(p), 16384, step_body, &j);
     }
     return ZS_OK;
 }
@@ -227,7 +227,7 @@ double zs_lr_at(const zs_lr_schedule *s, int64_t step)
     }
 }
 
-double zs_clip_grad_norm(int n, zs_tensor **params, double max_norm)
+double zs_grad_norm(int n, zs_tensor **params)
 {
     double total = 0;
     for (int i = 0; i < n; i++) {
@@ -243,10 +243,21 @@ double zs_clip_grad_norm(int n, zs_tensor **params, double max_norm)
             }
         }
     }
-    double norm = sqrt(total);
-    if (!isfinite(norm) || norm <= max_norm || max_norm <= 0)
+    return sqrt(total);
+}
+
+double zs_clip_coef(double norm, double max_norm)
+{
+    if (!isfinite(norm) || max_norm <= 0 || norm <= max_norm)
+        return 1.0;
+    return max_norm / (norm + 1e-6);
+}
+
+double zs_clip_grad_norm(int n, zs_tensor **params, double max_norm)
+{
+    double norm = zs_grad_norm(n, params), scale = zs_clip_coef(norm, max_norm);
+    if (scale == 1.0)
         return norm;
-    double scale = max_norm / (norm + 1e-6);
     for (int i = 0; i < n; i++) {
         zs_tensor *g = params[i] ? params[i]->grad : NULL;
         if (!g)

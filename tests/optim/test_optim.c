@@ -4,6 +4,7 @@
  * several steps; learning-rate schedules; gradient clipping; bad configs.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "testutil.h"
 
@@ -130,6 +131,53 @@ static void test_schedules_and_clip(void)
     zt_section("schedules and clipping");
 }
 
+/* Two copies of one parameter: one clipped in place then stepped, the
+ * other stepped with the clip factor fused into the update. Same bits,
+ * every optimizer; the fused path leaves its gradient unscaled. */
+static void fused_case(const char *name, zs_optim_config c)
+{
+    zs_tensor *pa = zt_rand(ZS_F32, ZS_SHAPE(N), 7), *pb = zs_clone(pa);
+    zs_optim *oa = zs_optim_new(&c, 1, &pa), *ob = zs_optim_new(&c, 1, &pb);
+    bool same = oa && ob, grad_kept = true;
+    for (int t = 1; t <= 4 && same; t++) {
+        zs_tensor *g = zt_rand(ZS_F32, ZS_SHAPE(N), 200 + t);
+        zs_release(pa->grad);
+        zs_release(pb->grad);
+        pa->grad = zs_mul_scalar(g, 3.0); /* norm ~ 3 sqrt(N/3) > max */
+        pb->grad = zs_clone(pa->grad);
+        zs_tensor *g0 = zs_clone(pb->grad);
+        double max = t == 3 ? 1e9 : 2.5; /* step 3 is not clipped */
+        double na = zs_clip_grad_norm(1, &pa, max);
+        double nb = zs_grad_norm(1, &pb);
+        zs_optim_step(oa, 0.01);
+        zs_optim_step_scaled(ob, 0.01, zs_clip_coef(nb, max));
+        same = na == nb && memcmp(zs_data(pa), zs_data(pb), N * sizeof(float)) == 0;
+        grad_kept = grad_kept && memcmp(zs_data(g0), zs_data(pb->grad), N * sizeof(float)) == 0;
+        zs_release(g);
+        zs_release(g0);
+    }
+    ZT_CHECK(same, "%s: clip then step == step with the clip factor fused", name);
+    ZT_CHECK(grad_kept, "%s: the fused step leaves .grad unscaled", name);
+    ZT_EXPECT_ERROR(zs_optim_step_scaled(ob, 0.01, 0.0) != ZS_OK, "gradient scale");
+    ZT_EXPECT_ERROR(zs_optim_step_scaled(ob, 0.01, NAN) != ZS_OK, "gradient scale");
+    zs_optim_free(oa);
+    zs_optim_free(ob);
+    zs_release(pa);
+    zs_release(pb);
+}
+
+static void test_fused_clip(void)
+{
+    fused_case("sgd", (zs_optim_config){ZS_SGD, 0.1, 0, false, 1e-2, 0, 0, 0});
+    fused_case("sgd nesterov", (zs_optim_config){ZS_SGD, 0.1, 0.9, true, 1e-2, 0, 0, 0});
+    fused_case("adam l2", (zs_optim_config){ZS_ADAM, 1e-2, 0, false, 0.1, 0, 0, 0});
+    fused_case("adamw", (zs_optim_config){ZS_ADAMW, 1e-2, 0, false, 0.1, 0.9, 0.95, 0});
+    ZT_CHECK(zs_clip_coef(NAN, 1.0) == 1.0 && zs_clip_coef(0.5, 1.0) == 1.0 &&
+             zs_clip_coef(4.0, 0) == 1.0 && fabs(zs_clip_coef(4.0, 1.0) - 1 / (4 + 1e-6)) < 1e-15,
+             "clip coefficient");
+    zt_section("clipping fused into the update");
+}
+
 static void test_errors(void)
 {
     zs_tensor *p = zs_ones(ZS_F64, ZS_SHAPE(3));
@@ -147,6 +195,7 @@ int main(void)
 {
     test_rules();
     test_schedules_and_clip();
+    test_fused_clip();
     test_errors();
     return zt_done();
 }

@@ -21,9 +21,10 @@ ZSK_CLONES void zsk_adam_f32(const zsk_adam_args *a, float *restrict p,
 {
     float b2 = a->b2, w1 = a->one_m_b1, w2 = a->one_m_b2, eps = a->eps;
     float wd = a->wd, decay = a->decay, step = a->step_size, bc2s = a->bc2_sqrt;
+    float gs = a->gscale;
     if (a->decoupled) {
         for (int64_t i = 0; i < n; i++) {
-            float gi = g[i], mi = m[i] + w1 * (gi - m[i]);
+            float gi = g[i] * gs, mi = m[i] + w1 * (gi - m[i]);
             float vi = v[i] * b2 + w2 * gi * gi;
             m[i] = mi;
             v[i] = vi;
@@ -31,12 +32,29 @@ ZSK_CLONES void zsk_adam_f32(const zsk_adam_args *a, float *restrict p,
         }
     } else {
         for (int64_t i = 0; i < n; i++) {
-            float gi = g[i] + wd * p[i], mi = m[i] + w1 * (gi - m[i]);
+            float gi = g[i] * gs + wd * p[i], mi = m[i] + w1 * (gi - m[i]);
             float vi = v[i] * b2 + w2 * gi * gi;
             m[i] = mi;
             v[i] = vi;
             p[i] = p[i] - step * (mi / (sqrtf(vi) / bc2s + eps));
         }
+    }
+}
+
+ZSK_CLONES void zsk_sgd_f32(const zsk_sgd_args *a, float *restrict p,
+                            float *restrict b, const float *restrict g, int64_t n)
+{
+    float lr = a->lr, wd = a->wd, mu = a->mu, gs = a->gscale;
+    if (!b) {
+        for (int64_t i = 0; i < n; i++)
+            p[i] -= lr * (g[i] * gs + wd * p[i]);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * gs + wd * p[i];
+        float bi = a->first ? gi : mu * b[i] + gi;
+        b[i] = bi;
+        p[i] -= lr * (a->nesterov ? gi + mu * bi : bi);
     }
 }
 

@@ -14,11 +14,13 @@
  * the caller (src/optim/optim.c says why). */
 typedef struct zsk_adam_args {
     float b2, one_m_b1, one_m_b2, eps, wd, decay, step_size, bc2_sqrt;
+    float gscale;   /* each g[i] is multiplied by it as it is read (clipping
+                     * fused into the update; 1: none, exact) */
     bool decoupled; /* AdamW: decay p; Adam: add wd p to g */
 } zsk_adam_args;
 
-/* Elements [0, n) of p, m, v updated from g with PyTorch's single-tensor
- * formula (m.lerp_(g, 1 - b1); v.mul_(b2).addcmul_(g, g, 1 - b2);
+/* Elements [0, n) of p, m, v updated from gscale * g with PyTorch's
+ * single-tensor formula (m.lerp_(g, 1 - b1); v.mul_(b2).addcmul_(g, g, 1 - b2);
  * p.addcdiv_(m, sqrt(v) / bc2_sqrt + eps, -step_size)). One thread; the
  * caller splits the range. */
 void zsk_adam_f32(const zsk_adam_args *a, float *p, float *m, float *v,
@@ -28,5 +30,16 @@ void zsk_adam_f32(const zsk_adam_args *a, float *p, float *m, float *v,
 double zsk_sumsq_f32(const float *x, int64_t n);
 /* x[i] *= s over the pool. */
 void zsk_scale_f32(float *x, int64_t n, float s);
+
+/* The scalars of one SGD step (src/optim/optim.c). */
+typedef struct zsk_sgd_args {
+    float lr, wd, mu, gscale; /* gscale as in zsk_adam_args */
+    bool nesterov, first;     /* first: the momentum buffer starts as g */
+} zsk_sgd_args;
+
+/* Elements [0, n) of p (and of the momentum buffer b, NULL without
+ * momentum) updated from gscale * g with PyTorch's SGD. One thread. */
+void zsk_sgd_f32(const zsk_sgd_args *a, float *p, float *b, const float *g,
+                 int64_t n);
 
 #endif
