@@ -146,6 +146,28 @@ zs_status zs_tokens_sample(const zs_tokens *t, int64_t B, int64_t T,
                            uint64_t seed, uint64_t step, zs_tensor **x,
                            zs_tensor **y);
 
+/* ---- a tokenized corpus on disk --------------------------------------- */
+
+/* A directory's tokenizer.bpe and tokens.bin, the token file split 90/10
+ * into training and validation views. */
+typedef struct zs_text_corpus {
+    zs_bpe *bpe;
+    zs_tokens all, train, val; /* train, val: views of all */
+    bool reused;               /* opened, not made */
+    size_t text_bytes;         /* of the text it was made from (0: reused) */
+    double train_s, encode_s;  /* seconds to train the BPE and encode */
+} zs_text_corpus;
+
+/* Makes dir/tokenizer.bpe (a BPE of vocab tokens trained on text[0, n))
+ * and dir/tokens.bin (text encoded), then opens them. window: both halves
+ * of the split must hold a window of this many tokens (a sequence + 1),
+ * else an error before anything is written. */
+zs_status zs_text_corpus_make(const char *dir, const char *text, size_t n,
+                              int32_t vocab, int64_t window, zs_text_corpus *out);
+/* Opens what zs_text_corpus_make wrote (same window rule). */
+zs_status zs_text_corpus_open(const char *dir, int64_t window, zs_text_corpus *out);
+void zs_text_corpus_close(zs_text_corpus *c); /* zeroed structs: no-op */
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,7 @@
 #include "dp.h"
 #include "zero.h"
 #include "ps.h"
+#include "train.h"
 
 #define ZS_VERSION "0.1.0"
 

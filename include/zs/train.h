@@ -1,0 +1,207 @@
+/*
+ * zs/train.h - training as a library: zs_trainer runs the loop of one
+ * model on one process or on every rank of a communicator.
+ *
+ * What it owns: the flat parameter and gradient buffers of the model
+ * (zs_module_flatten), the optimizer, the learning-rate schedule, gradient
+ * accumulation, clipping (one norm pass; the scaling is fused into the
+ * optimizer's update, zs_optim_step_scaled), the data-parallel machinery
+ * (bucketed all-reduce during backward, ZeRO 1-3, or a parameter server:
+ * synchronous, asynchronous or stale-synchronous), validation, checkpoints
+ * with exact resume (on any number of ranks, ZeRO or not), and the metrics
+ * of each step (loss, gradient norm, tokens/s, MFU).
+ *
+ * What the caller gives: the model, a batch function that makes the
+ * global micro-batch number `index` as a pure function of it (every rank
+ * asks for the same batch and trains on its share of the rows, so P ranks
+ * see exactly what one process would, and a resumed run sees the batches
+ * the stopped one would have), and optionally a loss, a validation and a
+ * step callback.
+ *
+ * A data-parallel GPT (every rank runs the same program under mpirun):
+ *     zs_token_source src = {&train, 8, 128, 1};
+ *     zs_trainer_config c = zs_trainer_defaults();
+ *     c.optim.lr = c.schedule.base_lr = 1e-3;
+ *     c.steps = c.schedule.total_steps = 200;
+ *     c.batch = zs_token_batch;
+ *     c.batch_ctx = &src;
+ *     zs_trainer *t = zs_trainer_new(gpt, &c);
+ *     zs_status st = t ? zs_trainer_run(t) : ZS_ERR_STATE;
+ *     zs_trainer_free(t);
+ *
+ * Threads: a trainer and its model belong to the thread that made them
+ * (the one that initialised MPI under mpirun).
+ */
+#ifndef ZS_TRAIN_H
+#define ZS_TRAIN_H
+
+#include <stdio.h>
+
+#include "dist.h"
+#include "nn.h"
+#include "optim.h"
+#include "text.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How the ranks combine their gradients (zs/ps.h for the last three). */
+typedef enum zs_sync_mode {
+    ZS_SYNC_ALLREDUCE, /* every rank updates its replica (or ZeRO shard) */
+    ZS_SYNC_PS,        /* rank 0 owns the optimizer, synchronous */
+    ZS_SYNC_ASYNC,     /* rank 0 serves, ranks 1.. push and pull freely */
+    ZS_SYNC_SSP,       /* as ASYNC with at most `staleness` clocks of lead */
+} zs_sync_mode;
+
+/* Global micro-batch number `index` (step * accum + micro) as new tensors
+ * in the current scope: x the input, y the targets. Must depend on index
+ * only. */
+typedef zs_status (*zs_batch_fn)(void *ctx, int64_t index, zs_tensor **x,
+                                 zs_tensor **y);
+/* The scalar loss of m on (x, y) (a new tensor; NULL + error). */
+typedef zs_tensor *(*zs_loss_fn)(void *ctx, zs_module *m, zs_tensor *x,
+                                 zs_tensor *y);
+/* Validation loss of m (called under no-grad with m in eval mode, the whole
+ * model in hand even under ZeRO-3); NaN + error on failure. */
+typedef double (*zs_eval_fn)(void *ctx, zs_module *m);
+
+/* What the step callback is told after each optimizer step. */
+typedef struct zs_train_event {
+    int64_t step, steps;   /* the step just finished (0-based), of steps */
+    double loss;           /* mean over the global batch (all ranks) */
+    double grad_norm;      /* before clipping; 0 when clipping is off */
+    double lr;
+    double step_s;         /* seconds of this step */
+    double tokens_per_s;   /* targets (elements of y: tokens, or samples
+                            * for a classifier) per second, all ranks */
+    double mfu;            /* model FLOPs utilisation; 0 when not asked */
+    double elapsed_s, eta_s;
+    double val_loss;       /* NaN unless validated after this step */
+    bool validated, last;  /* last: the run stops after this step */
+    int rank;              /* of the reporting process */
+} zs_train_event;
+/* Called on every rank that runs the step (the server only, for ASYNC and
+ * SSP), after validation and before the checkpoint is written (a callback
+ * may update the text config.metadata points to). Nonzero stops the run
+ * after this step (its checkpoint is still written when due). */
+typedef int (*zs_train_event_fn)(void *ctx, const zs_train_event *e);
+
+typedef struct zs_trainer_config {
+    zs_optim_config optim;    /* over the flat parameters */
+    zs_lr_schedule schedule;  /* learning rate of each step */
+    int64_t steps;            /* optimizer steps of the whole run */
+    int64_t accum;            /* micro-batches per step (>= 1) */
+    double clip;              /* max global gradient norm; 0: off */
+    zs_batch_fn batch;        /* required */
+    void *batch_ctx;
+    zs_loss_fn loss;          /* NULL: zs_gpt_loss */
+    void *loss_ctx;
+    zs_eval_fn eval;          /* NULL: no validation */
+    void *eval_ctx;
+    int64_t eval_every;       /* validate and checkpoint every N steps and
+                               * after the last; 0: after the last only */
+    double flops_per_token;   /* model FLOPs per target, for MFU; 0: none */
+    double peak_flops;        /* per computing rank; 0: measured (0.1 s) by
+                               * zs_trainer_new when flops_per_token > 0 */
+    int64_t stop_after;       /* stop after this many steps of the run (the
+                               * schedule still spans `steps`); 0: none */
+    double max_seconds;       /* stop after a step past this; 0: none */
+    zs_comm *comm;            /* NULL: zs_comm_world() (borrowed) */
+    zs_sync_mode sync;
+    int staleness;            /* SSP's bound */
+    int zero;                 /* 0, or ZeRO stage 1-3 (ZS_SYNC_ALLREDUCE) */
+    int64_t bucket_bytes;     /* gradient buckets; 0: one after backward */
+    zs_allreduce_algo algo;
+    const char *checkpoint;   /* file written at each validation; NULL: none */
+    const char *metadata;     /* JSON object of string values stored with
+                               * the checkpoint (the model's config, ...);
+                               * the trainer adds step, optim_steps,
+                               * rng_seed, rng_offset and val_loss */
+    zs_train_event_fn on_step;
+    void *on_step_ctx;
+    FILE *log;                /* rank 0's setup and summary lines (ZeRO
+                               * memory, buckets, server statistics);
+                               * NULL: silent */
+} zs_trainer_config;
+
+/* AdamW (betas 0.9, 0.95, weight decay 0.1, lr 1e-3) with a cosine
+ * schedule to lr / 10 after 100 warm-up steps, 1000 steps, clip 1.0,
+ * accum 1, 8 MiB buckets and the ring all-reduce. */
+zs_trainer_config zs_trainer_defaults(void);
+
+typedef struct zs_trainer zs_trainer;
+
+/* Flattens m (borrowed; it must outlive the trainer and hold the same
+ * values on every rank) and builds the optimizer and the parallel
+ * machinery. Collective over the communicator. NULL + error for a bad
+ * config (message names the field) or a failure. */
+zs_trainer *zs_trainer_new(zs_module *m, const zs_trainer_config *cfg);
+void zs_trainer_free(zs_trainer *t);
+
+/* Continues from a checkpoint written by any trainer of the same model
+ * (any rank count, ZeRO stage or sync mode): weights, optimizer state,
+ * step and the RNG state. *meta (if not NULL) receives the checkpoint's
+ * metadata (free it). Collective. */
+zs_status zs_trainer_resume(zs_trainer *t, const char *path, char **meta);
+/* Trains from the current step to the end (steps, stop_after or
+ * max_seconds), validating and checkpointing as configured. Collective. */
+zs_status zs_trainer_run(zs_trainer *t);
+/* One synchronous step (ZS_SYNC_ALLREDUCE or ZS_SYNC_PS) without
+ * validation or checkpoint, for benchmarks and custom loops; e (if not
+ * NULL) receives its metrics. Collective. */
+zs_status zs_trainer_step(zs_trainer *t, zs_train_event *e);
+/* Validation loss now (NaN without an eval function). Collective. */
+double zs_trainer_validate(zs_trainer *t);
+/* Writes a checkpoint (rank 0 writes; under ZeRO every rank takes part).
+ * Collective. */
+zs_status zs_trainer_save(zs_trainer *t, const char *path, double val_loss);
+
+/* The next step to run (0-based), the optimizer (borrowed; under ZeRO it
+ * updates this rank's shards, under a parameter server it exists on rank 0
+ * only) and the flat parameters (borrowed). */
+int64_t zs_trainer_next_step(const zs_trainer *t);
+zs_optim *zs_trainer_optim(zs_trainer *t);
+zs_tensor *zs_trainer_flat_params(zs_trainer *t);
+
+/* Seconds spent in each phase of the steps since the last reset, and the
+ * bytes the two optimizer passes move per step (for bandwidth fractions). */
+typedef struct zs_train_profile {
+    int64_t steps;
+    double forward_s, backward_s; /* the loss function; backward */
+    double comm_s;                /* waiting for gradient communication */
+    double norm_s, update_s;      /* the norm pass; the fused update */
+    double zero_grad_s;
+    double norm_bytes, update_bytes; /* per step, this rank */
+} zs_train_profile;
+void zs_trainer_profile(const zs_trainer *t, zs_train_profile *p);
+void zs_trainer_profile_reset(zs_trainer *t);
+
+/* ---- ready-made data --------------------------------------------------- */
+
+/* Windows of a token file: batch `index` is zs_tokens_sample(tokens,
+ * batch, seq, seed, index). eval_batches is what zs_token_eval averages. */
+typedef struct zs_token_source {
+    const zs_tokens *tokens; /* borrowed */
+    int64_t batch, seq;
+    uint64_t seed;
+    int64_t eval_batches;
+} zs_token_source;
+/* zs_batch_fn over a zs_token_source. */
+zs_status zs_token_batch(void *src, int64_t index, zs_tensor **x, zs_tensor **y);
+/* zs_eval_fn over a zs_token_source: mean zs_gpt_loss of batches
+ * 0 .. eval_batches - 1 (at least 1). */
+double zs_token_eval(void *src, zs_module *m);
+/* zs_loss_fn of a classifier: cross-entropy of zs_module_forward(m, x)
+ * against the class indices y. */
+zs_tensor *zs_classifier_loss(void *ctx, zs_module *m, zs_tensor *x, zs_tensor *y);
+
+/* Model FLOPs per token of a GPT trained on sequences of seq (PaLM,
+ * appendix B): 6 N (N without the position embedding) + 6 L T C for the
+ * causal attention. */
+double zs_gpt_train_flops_per_token(const zs_gpt_config *g, int64_t seq);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,62 @@
+/*
+ * train/internal.h - the state of a zs_trainer, shared by trainer.c (the
+ * synchronous step and loop), state.c (checkpoints) and async.c (the
+ * parameter server's asynchronous loops).
+ */
+#ifndef ZS_TRAIN_INTERNAL_H
+#define ZS_TRAIN_INTERNAL_H
+
+#include "zs/autograd.h"
+#include "zs/dp.h"
+#include "zs/ops.h"
+#include "zs/ps.h"
+#include "zs/train.h"
+#include "zs/zero.h"
+
+struct zs_trainer {
+    zs_trainer_config c;
+    zs_module *m;         /* borrowed */
+    zs_comm *comm;        /* borrowed */
+    int rank, size;
+    int parts;            /* ranks that compute gradients (all but the
+                           * server for ASYNC and SSP) */
+    zs_tensor *fp, *fg;   /* flat parameters / gradients, borrowed from m;
+                           * fg NULL under ZeRO-2/3 (shards only) */
+    zs_optim *o;          /* NULL on parameter-server workers */
+    zs_dp *dp;            /* gradient averaging during backward */
+    zs_zero *z;           /* ZeRO 1 (with dp), 2 or 3 (instead of dp) */
+    zs_ps *ps;            /* made when the run starts, after any resume */
+    int64_t step;         /* next step */
+    double peak;          /* FLOP/s of the computing ranks together */
+    zs_train_profile prof;
+    /* the loop */
+    double t0, last_val;
+    int64_t first_step;   /* of this run, for the ETA */
+    int64_t targets;      /* elements of y per step (-1: not yet known) */
+    double loss_sum, t_step; /* the server: losses of this step's updates */
+};
+
+double zsi_train_now(void);
+/* Clipping and the optimizer update of step `step` on the gradients in
+ * hand (the averaged flat gradient, or ZeRO's shard): one norm pass, then
+ * the update with the clip factor fused in. *gnorm gets the norm. */
+zs_status zsi_train_update(zs_trainer *t, int64_t step, double *gnorm);
+/* The bookkeeping after step `step` (loss, seconds): the event, validation
+ * and checkpoint when due. 0: go on; 1: the run ends; < 0: failed. */
+int zsi_train_after_step(zs_trainer *t, int64_t step, double loss, double gnorm,
+                         double dt);
+/* This rank's rows of a global batch: [part * B / parts, ...). */
+void zsi_train_my_rows(zs_tensor **x, zs_tensor **y, int part, int parts);
+/* One micro-batch: global batch `index`, rows of part (of parts), loss
+ * (scaled by 1 / accum) and backward; *loss gets the unscaled loss. Under
+ * ZeRO the micro-batch is reduced into the shard; with dp and last, the
+ * buckets are reduced during this backward. */
+zs_status zsi_train_micro(zs_trainer *t, int64_t index, int part, int parts,
+                          bool last, double *loss);
+/* ASYNC and SSP: the server (rank 0) or a worker until the last step. */
+zs_status zsi_train_run_async(zs_trainer *t);
+/* Every rank's flat parameters hash alike, or an error naming the rank
+ * that diverged. Collective. */
+zs_status zsi_train_check_replicas(zs_trainer *t);
+
+#endif

@@ -1,0 +1,161 @@
+/*
+ * state.c - a trainer's checkpoints and the replica check.
+ *
+ * A checkpoint is one safetensors file (zs_module_save): the model, the
+ * optimizer state of the whole flat parameter vector, and metadata. Under
+ * ZeRO each rank holds the state of its chunks only: they are gathered
+ * into a plain optimizer over the flat parameters for writing and cut
+ * again for reading, so a run may resume on any number of ranks, with or
+ * without ZeRO.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/internal.h"
+
+/* Moves the optimizer's moments between ZeRO's per-rank chunks (t->o) and
+ * a plain optimizer over the flat parameters (full). to_full: collective
+ * gather (full may be NULL on ranks that do not write); else a local copy
+ * of this rank's chunks out of full. */
+static zs_status zero_state(zs_trainer *t, zs_optim *full, bool to_full)
+{
+    int n;
+    zs_zero_shards(t->z, &n);
+    zs_tensor **chunks = calloc((size_t)n + 1, sizeof *chunks);
+    zs_status st = chunks ? ZS_OK : zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
+    int kinds = t->c.optim.kind == ZS_SGD ? (t->c.optim.momentum > 0) : 2;
+    for (int w = 0; st == ZS_OK && w < kinds; w++) {
+        for (int i = 0; i < n; i++)
+            chunks[i] = zs_optim_moment(t->o, w, i);
+        zs_tensor *f = zs_optim_moment(full, w, 0);
+        st = to_full ? zs_zero_gather_state(t->z, chunks, f)
+                     : zs_zero_scatter_state(t->z, f, chunks);
+    }
+    free(chunks);
+    return st;
+}
+
+/* The caller's metadata object with the trainer's keys added; malloc'd. */
+static char *metadata(const zs_trainer *t, double val_loss)
+{
+    const char *user = t->c.metadata ? t->c.metadata : "{}";
+    size_t n = strlen(user);
+    while (n > 0 && user[n - 1] != '}') /* up to the closing brace */
+        n--;
+    bool empty = true;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (user[i] != '{' && user[i] != ' ' && user[i] != '\n')
+            empty = false;
+    uint64_t seed, offset;
+    zs_rng_get_state(&seed, &offset);
+    char mine[512];
+    snprintf(mine, sizeof mine, "%s\"step\":\"%lld\",\"optim_steps\":\"%lld\","
+             "\"rng_seed\":\"%llu\",\"rng_offset\":\"%llu\",\"val_loss\":\"%.6f\"}",
+             empty ? "" : ",", (long long)t->step, (long long)zs_optim_steps(t->o),
+             (unsigned long long)seed, (unsigned long long)offset, val_loss);
+    size_t head = n > 0 ? n - 1 : 0;
+    char *out = malloc(head + strlen(mine) + 2);
+    if (!out)
+        return NULL;
+    if (n == 0)
+        strcpy(out, "{");
+    else
+        memcpy(out, user, head), out[head] = '\0';
+    strcat(out, mine);
+    return out;
+}
+
+zs_status zs_trainer_save(zs_trainer *t, const char *path, double val_loss)
+{
+    bool lead = t->rank == 0;
+    if (!lead && !t->z) /* ZeRO: every rank takes part in the gather */
+        return ZS_OK;
+    /* ZeRO-3: the whole model, gathered for the write */
+    if (t->c.zero == 3 && zs_zero_gather(t->z) != ZS_OK)
+        return ZS_ERR_STATE;
+    zs_optim *o = t->z && lead ? zs_optim_new(&t->c.optim, 1, &t->fp) : t->o;
+    zs_status st = o || !lead ? ZS_OK : ZS_ERR_NOMEM;
+    if (st == ZS_OK && t->z)
+        st = zero_state(t, lead ? o : NULL, true);
+    char *meta = lead && st == ZS_OK ? metadata(t, val_loss) : NULL;
+    if (lead && st == ZS_OK && !meta)
+        st = zs_set_error_code(ZS_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == ZS_OK && lead) {
+        zs_optim_set_steps(o, zs_optim_steps(t->o));
+        st = zs_module_save(path, t->m, o, meta);
+    }
+    free(meta);
+    if (t->z && lead)
+        zs_optim_free(o);
+    if (t->c.zero == 3)
+        zs_zero_release(t->z);
+    return st;
+}
+
+/* A decimal value of the metadata ("key":"123"); fallback if absent. */
+static int64_t meta_int(const char *meta, const char *key, int64_t fallback)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = meta ? strstr(meta, pat) : NULL;
+    return p ? strtoll(p + strlen(pat), NULL, 10) : fallback;
+}
+
+zs_status zs_trainer_resume(zs_trainer *t, const char *path, char **meta_out)
+{
+    char *meta = NULL;
+    /* ZeRO: the full state is read, then each rank keeps its chunks;
+     * parameter-server workers read the weights only */
+    zs_optim *o = t->z ? zs_optim_new(&t->c.optim, 1, &t->fp) : t->o;
+    zs_status st = o || !t->z ? ZS_OK : ZS_ERR_NOMEM;
+    if (st == ZS_OK)
+        st = zs_module_load(path, t->m, o, &meta);
+    if (st == ZS_OK && t->z)
+        st = zero_state(t, o, false);
+    if (t->z)
+        zs_optim_free(o);
+    if (st != ZS_OK) {
+        free(meta);
+        return st;
+    }
+    t->step = meta_int(meta, "step", 0);
+    /* asynchronous updates make (ranks - 1) optimizer steps per step */
+    int64_t per_step = t->c.sync >= ZS_SYNC_ASYNC ? t->size - 1 : 1;
+    zs_optim_set_steps(t->o, meta_int(meta, "optim_steps", t->step * per_step));
+    if (strstr(meta ? meta : "", "\"rng_seed\""))
+        zs_rng_set_state((uint64_t)meta_int(meta, "rng_seed", 0),
+                         (uint64_t)meta_int(meta, "rng_offset", 0));
+    if (meta_out)
+        *meta_out = meta;
+    else
+        free(meta);
+    return ZS_OK;
+}
+
+/* Data parallelism keeps one copy of the parameters per rank: a 64-bit
+ * FNV-1a hash of the flat parameter bytes is gathered from all ranks, and
+ * any difference is an error naming the rank that diverged. */
+zs_status zsi_train_check_replicas(zs_trainer *t)
+{
+    if (t->size == 1)
+        return ZS_OK;
+    if (t->c.zero == 3 && zs_zero_gather(t->z) != ZS_OK) /* the whole model */
+        return ZS_ERR_STATE;
+    const unsigned char *p = zs_data(t->fp);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < zs_nbytes(t->fp); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    int64_t mine = (int64_t)h, all_n = t->size;
+    zs_tensor *one = zs_from_data(ZS_I64, 1, (int64_t[]){1}, &mine);
+    zs_tensor *all = zs_empty(ZS_I64, 1, &all_n);
+    zs_status st = one && all ? zs_comm_allgather(t->comm, one, all) : ZS_ERR_NOMEM;
+    for (int r = 1; st == ZS_OK && r < t->size; r++)
+        if (((int64_t *)zs_data(all))[r] != ((int64_t *)zs_data(all))[0])
+            st = zs_set_error_code(ZS_ERR_STATE, "data parallel: the parameters "
+                                   "of rank %d differ from rank 0's", r);
+    zs_release(one);
+    zs_release(all);
+    if (t->c.zero == 3)
+        zs_zero_release(t->z);
+    return st;
+}
