@@ -43,6 +43,18 @@ static char *slurp(FILE *f, size_t *n)
     return buf;
 }
 
+zs_status app_make_outdir(const char *dir)
+{
+    struct stat st;
+    mkdir("runs", 0755);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return zs_set_error("cannot create output directory %s: %s", dir,
+                            strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return zs_set_error("--out %s exists and is not a directory", dir);
+    return ZS_OK;
+}
+
 char *app_read_corpus(const char *path, size_t *n)
 {
     FILE *f;
@@ -141,42 +153,3 @@ void app_progress(bool tty, int64_t step, int64_t steps, double loss,
     }
 }
 
-void gpt_history_push(gpt_history *h, double step, double train, double val)
-{
-    if (h->n == h->cap) {
-        int64_t cap = h->cap ? 2 * h->cap : 1024;
-        double *a = realloc(h->step, (size_t)cap * sizeof *a);
-        if (a)
-            h->step = a;
-        double *b = realloc(h->train, (size_t)cap * sizeof *b);
-        if (b)
-            h->train = b;
-        double *c = realloc(h->val, (size_t)cap * sizeof *c);
-        if (c)
-            h->val = c;
-        if (!a || !b || !c)
-            return;
-        h->cap = cap;
-    }
-    h->step[h->n] = step;
-    h->train[h->n] = train;
-    h->val[h->n++] = val;
-}
-
-void gpt_history_plot(const gpt_history *h, const char *path)
-{
-    const char *titles[] = {"loss (nats/token)"};
-    zs_plot_series s[] = {
-        {"train", 0, h->n, h->step, h->train},
-        {"validation", 0, h->n, h->step, h->val},
-    };
-    if (zs_svg_plot(path, "GPT training", 1, titles, 2, s) != ZS_OK)
-        fprintf(stderr, "warning: %s\n", zs_last_error());
-}
-
-void gpt_history_free(gpt_history *h)
-{
-    free(h->step);
-    free(h->train);
-    free(h->val);
-}

@@ -14,6 +14,9 @@
  * "Gen1:1-Rev22:21"`) when path is NULL. Rejects empty and binary (NUL
  * bytes) input. Returns a malloc'd buffer or NULL + message. */
 char *app_read_corpus(const char *path, size_t *n);
+/* Makes the output directory dir (and runs/, where default outputs go);
+ * an error when it cannot be made or exists as something else. */
+zs_status app_make_outdir(const char *dir);
 /* Monotonic wall-clock seconds. */
 double app_now(void);
 /* "key":"<integer>" from a flat metadata JSON object, or dflt. */
@@ -24,14 +27,6 @@ bool app_meta_str(const char *json, const char *key, char *out, size_t n);
  * otherwise). */
 void app_progress(bool tty, int64_t step, int64_t steps, double loss,
                      double tokens_per_s, double mfu, double eta_s);
-
-typedef struct gpt_history {
-    int64_t n, cap;
-    double *step, *train, *val;
-} gpt_history;
-void gpt_history_push(gpt_history *h, double step, double train, double val);
-void gpt_history_plot(const gpt_history *h, const char *path);
-void gpt_history_free(gpt_history *h);
 
 /* `zs train gpt`: argv[0] is "gpt"; returns the exit status. */
 int cmd_train_gpt(int argc, char **argv);

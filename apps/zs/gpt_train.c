@@ -10,7 +10,6 @@
  * Output directory: tokenizer.bpe, tokens.bin, checkpoint.safetensors,
  * metrics.jsonl, curves.svg.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,24 +21,23 @@
 #include "apps/zs/common.h"
 #include "apps/zs/flags.h"
 
+/* The flags: the trainer's own fields are parsed into t directly. */
 typedef struct gpt_cfg {
+    zs_trainer_config t;
     const char *preset, *data, *out;
-    int64_t vocab, batch, seq, steps, warmup, accum, eval_every, stop_after;
-    double lr, wd, clip, minutes, bucket_mb, comm_timeout;
+    int64_t vocab, batch, seq, warmup;
+    double minutes, bucket_mb, comm_timeout;
     uint64_t seed;
-    int threads, zero, dp, sync, staleness, arch, algo;
+    int threads, dp, sync, arch, algo;
     bool resume;
 } gpt_cfg;
 
 /* What the step callback prints to and remembers. */
 typedef struct run {
-    const gpt_cfg *c;
-    FILE *metrics;
-    gpt_history h;
+    zs_train_log *log;
     bool lead, tty;
     int64_t done;
     double last_val;
-    char svg[4200];
 } run;
 
 static void usage(FILE *f)
@@ -65,68 +63,68 @@ static void usage(FILE *f)
             "  --out DIR         output directory (default runs/gpt)\n"
             "  --resume          continue from DIR/checkpoint.safetensors\n"
             "  --stop-after N    stop after step N, keeping the schedule of --steps\n"
-            "  --dp N            data-parallel ranks: must equal mpirun's -np\n"
-            "                    (default: the number of ranks)\n"
-            "  --bucket-mb X     gradient bucket size; buckets are all-reduced while\n"
-            "                    backward runs (default 8, 0 = one all-reduce after\n"
-            "                    backward)\n"
+            "Under mpirun (data parallelism, every rank trains on its share):\n"
+            "  --dp N            ranks: must equal mpirun's -np (default: the ranks)\n"
+            "  --bucket-mb X     gradient buckets all-reduced while backward runs\n"
+            "                    (default 8, 0 = one all-reduce after backward)\n"
             "  --allreduce NAME  ring (Zhisuan's, default) | mpi\n"
-            "  --comm-timeout S  under mpirun: a rank waiting S seconds for another\n"
-            "                    stops the job with a message naming it (default 300,\n"
-            "                    0 = wait forever)\n"
-            "  --zero N          under mpirun: 1 = ZeRO stage 1 (optimizer state\n"
-            "                    partitioned across ranks), 2 = stage 2 (and the\n"
-            "                    gradients, reduce-scattered by bucket during\n"
-            "                    backward), 3 = stage 3 (and the parameters: each\n"
-            "                    block gathered just before its forward and its\n"
-            "                    backward, dropped after); 0 = plain data parallel\n"
-            "  --sync NAME       under mpirun, how gradients meet: allreduce (default);\n"
-            "                    ps = parameter server on rank 0, synchronous (same\n"
-            "                    losses as allreduce); async = rank 0 serves, the other\n"
-            "                    ranks push gradients and pull parameters without\n"
-            "                    waiting for each other; ssp = async with a bounded\n"
-            "                    clock difference (--staleness)\n"
-            "  --staleness N     ssp: a worker may run at most N gradients ahead of\n"
-            "                    the slowest (default 2)\n");
+            "  --comm-timeout S  a rank waiting S s for another stops the job, naming\n"
+            "                    it (default 300, 0 = wait forever)\n"
+            "  --zero N          ZeRO stage: 1 partitions the optimizer state, 2 also\n"
+            "                    the gradients, 3 also the parameters (each block\n"
+            "                    gathered for its forward and backward); 0 = none\n"
+            "  --sync NAME       allreduce (default); ps = parameter server on rank 0,\n"
+            "                    synchronous; async = rank 0 serves, the others push\n"
+            "                    gradients and pull parameters without waiting for each\n"
+            "                    other; ssp = async with a bounded clock difference\n"
+            "  --staleness N     ssp: most gradients a worker may run ahead (default 2)\n");
 }
 
 /* Parses argv (argv[0] = "gpt") into c: FLAGS_OK, FLAGS_HELP or
  * FLAGS_BAD (printed). */
 static int parse(int argc, char **argv, gpt_cfg *c)
 {
-    *c = (gpt_cfg){.preset = "small", .out = "runs/gpt", .vocab = 4096, .batch = 8,
-                   .steps = 2000, .warmup = 100, .accum = 1, .eval_every = 100,
-                   .lr = 1e-3, .wd = 0.1, .clip = 1.0, .bucket_mb = 8,
-                   .comm_timeout = 300, .seed = 1, .staleness = -1};
-    flag t[] = {
+    *c = (gpt_cfg){.t = zs_trainer_defaults(), .preset = "small", .out = "runs/gpt",
+                   .vocab = 4096, .batch = 8, .warmup = 100, .bucket_mb = 8,
+                   .comm_timeout = 300, .seed = 1};
+    zs_trainer_config *t = &c->t;
+    t->steps = 2000, t->eval_every = 100, t->staleness = -1;
+    flag f[] = {
         FLAG_STR("--preset", &c->preset),
         FLAG_CHOICE("--arch", &c->arch, "gpt2|bloom"),
         FLAG_STR("--data", &c->data),
         FLAG_NUM("--vocab", &c->vocab, 257, 65536),
         FLAG_NUM("--batch", &c->batch, 1, 4096),
         FLAG_NUM("--seq", &c->seq, 1, 1 << 20),
-        FLAG_NUM("--accum", &c->accum, 1, 1024),
-        FLAG_NUM("--steps", &c->steps, 1, 1e9),
+        FLAG_NUM("--accum", &t->accum, 1, 1024),
+        FLAG_NUM("--steps", &t->steps, 1, 1e9),
         FLAG_NUM("--minutes", &c->minutes, 0, 1e6),
-        FLAG_NUM("--lr", &c->lr, 0, 10),
+        FLAG_NUM("--lr", &t->optim.lr, 0, 10),
         FLAG_NUM("--warmup", &c->warmup, 0, 1e9),
-        FLAG_NUM("--wd", &c->wd, 0, 10),
-        FLAG_NUM("--clip", &c->clip, 0, 1e9),
-        FLAG_NUM("--eval-every", &c->eval_every, 1, 1e9),
+        FLAG_NUM("--wd", &t->optim.weight_decay, 0, 10),
+        FLAG_NUM("--clip", &t->clip, 0, 1e9),
+        FLAG_NUM("--eval-every", &t->eval_every, 1, 1e9),
         FLAG_NUM("--seed", &c->seed, 0, FLAG_EXACT_MAX),
         FLAG_NUM("--threads", &c->threads, 1, 256),
         FLAG_STR("--out", &c->out),
         FLAG_SWITCH("--resume", &c->resume),
-        FLAG_NUM("--stop-after", &c->stop_after, 1, 1e9),
+        FLAG_NUM("--stop-after", &t->stop_after, 1, 1e9),
         FLAG_NUM("--dp", &c->dp, 1, 1 << 20),
         FLAG_NUM("--bucket-mb", &c->bucket_mb, 0, 1 << 20),
         FLAG_CHOICE("--allreduce", &c->algo, "ring|mpi"),
         FLAG_NUM("--comm-timeout", &c->comm_timeout, 0, 1e7),
-        FLAG_NUM("--zero", &c->zero, 0, 3),
+        FLAG_NUM("--zero", &t->zero, 0, 3),
         FLAG_CHOICE("--sync", &c->sync, "allreduce|ps|async|ssp"), /* zs_sync_mode */
-        FLAG_NUM("--staleness", &c->staleness, 0, 1e6),
+        FLAG_NUM("--staleness", &t->staleness, 0, 1e6),
     };
-    return flags_parse("zs train gpt", t, NFLAGS(t), usage, argc, argv);
+    int p = flags_parse("zs train gpt", f, NFLAGS(f), usage, argc, argv);
+    t->sync = (zs_sync_mode)c->sync;
+    t->schedule = (zs_lr_schedule){ZS_LR_COSINE, t->optim.lr, c->warmup, t->steps,
+                                   t->optim.lr / 10, 0, 0};
+    t->max_seconds = 60 * c->minutes;
+    t->bucket_bytes = (int64_t)(c->bucket_mb * 1048576);
+    t->algo = c->algo ? ZS_ALLREDUCE_MPI : ZS_ALLREDUCE_RING;
+    return p;
 }
 
 /* Flag combinations a run cannot have (before any work); prints why. */
@@ -134,10 +132,10 @@ static bool flags_ok(const gpt_cfg *c, int ranks)
 {
     char why[256] = "";
     int parts = c->sync >= ZS_SYNC_ASYNC ? ranks - 1 : ranks;
-    if (c->zero > 0 && c->sync != ZS_SYNC_ALLREDUCE)
+    if (c->t.zero > 0 && c->sync != ZS_SYNC_ALLREDUCE)
         snprintf(why, sizeof why, "--zero works with --sync allreduce only (a parameter "
                  "server keeps the optimizer state on rank 0)");
-    else if (c->staleness >= 0 && c->sync != ZS_SYNC_SSP)
+    else if (c->t.staleness >= 0 && c->sync != ZS_SYNC_SSP)
         snprintf(why, sizeof why, "--staleness applies to --sync ssp only");
     else if (c->sync >= ZS_SYNC_ASYNC && ranks < 2)
         snprintf(why, sizeof why, "--sync async and ssp need at least 2 ranks (rank 0 "
@@ -166,12 +164,8 @@ static zs_status check_setup(gpt_cfg *c, zs_gpt_config *g)
     if (c->seq > g->ctx)
         return zs_set_error("--seq %lld is longer than the %s model's context of %lld",
                             (long long)c->seq, c->preset, (long long)g->ctx);
-    mkdir("runs", 0755);
-    if (mkdir(c->out, 0755) != 0 && errno != EEXIST)
-        return zs_set_error("cannot create output directory %s: %s", c->out,
-                            strerror(errno));
-    if (stat(c->out, &st) != 0 || !S_ISDIR(st.st_mode))
-        return zs_set_error("--out %s exists and is not a directory", c->out);
+    if (app_make_outdir(c->out) != ZS_OK)
+        return ZS_ERR_IO;
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
     if (c->resume && (stat(path, &st) != 0 || !S_ISREG(st.st_mode)))
         return zs_set_error("--resume: no checkpoint %s (train without --resume "
@@ -199,56 +193,21 @@ static zs_status corpus(const gpt_cfg *c, zs_text_corpus *tc)
     return st;
 }
 
-/* zs_train_event_fn: metrics.jsonl, progress, validation lines, curves. */
+/* zs_train_event_fn: metrics.jsonl and curves.svg (zs_train_log), the
+ * progress line and the validation lines. */
 static int on_step(void *ctx, const zs_train_event *e)
 {
     run *r = ctx;
     r->done++;
-    fprintf(r->metrics, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.3g,\"grad_norm\":%.4f,"
-            "\"tokens_per_s\":%.0f,\"mfu\":%.4f}\n", (long long)e->step, e->loss, e->lr,
-            e->grad_norm, e->tokens_per_s, e->mfu);
-    gpt_history_push(&r->h, (double)e->step, e->loss, NAN);
-    if (r->lead)
-        app_progress(r->tty, e->step, e->steps, e->loss, e->tokens_per_s, e->mfu,
-                     e->eta_s);
-    if (!e->validated)
+    zs_train_log_event(r->log, e);
+    if (!r->lead)
         return 0;
-    r->last_val = e->val_loss;
-    if (r->tty)
-        fputc('\n', stderr);
-    if (r->lead)
-        fprintf(stderr, "step %lld: train loss %.4f, val loss %.4f nats/token (%.0f "
-                "tokens/s, MFU %.1f%%)\n", (long long)e->step + 1, e->loss, e->val_loss,
-                e->tokens_per_s, 100 * e->mfu);
-    fprintf(r->metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)e->step,
-            e->val_loss);
-    fflush(r->metrics);
-    gpt_history_push(&r->h, (double)e->step, NAN, e->val_loss);
-    if (r->lead)
-        gpt_history_plot(&r->h, r->svg);
+    app_progress(r->tty, e->step, e->steps, e->loss, e->tokens_per_s, e->mfu, e->eta_s);
+    if (e->validated)
+        fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f nats/token (%.0f "
+                "tokens/s, MFU %.1f%%)\n", r->tty ? "\n" : "", (long long)e->step + 1,
+                e->loss, r->last_val = e->val_loss, e->tokens_per_s, 100 * e->mfu);
     return 0;
-}
-
-/* The trainer's config from the flags. */
-static zs_trainer_config trainer_config(const gpt_cfg *c, const zs_gpt_config *g)
-{
-    zs_trainer_config t = zs_trainer_defaults();
-    t.optim.lr = t.schedule.base_lr = c->lr;
-    t.optim.weight_decay = c->wd;
-    t.schedule = (zs_lr_schedule){ZS_LR_COSINE, c->lr, c->warmup, c->steps, c->lr / 10, 0, 0};
-    t.steps = c->steps;
-    t.accum = c->accum;
-    t.clip = c->clip;
-    t.eval_every = c->eval_every;
-    t.flops_per_token = zs_gpt_train_flops_per_token(g, c->seq);
-    t.stop_after = c->stop_after;
-    t.max_seconds = 60 * c->minutes;
-    t.sync = (zs_sync_mode)c->sync;
-    t.staleness = c->staleness >= 0 ? c->staleness : 2;
-    t.zero = c->zero;
-    t.bucket_bytes = (int64_t)(c->bucket_mb * 1048576);
-    t.algo = c->algo ? ZS_ALLREDUCE_MPI : ZS_ALLREDUCE_RING;
-    return t;
 }
 
 /* The model: the preset over the corpus's vocabulary, on every rank alike. */
@@ -266,18 +225,39 @@ static zs_module *model(const gpt_cfg *c, zs_gpt_config *g, const zs_bpe *bpe, b
     return m;
 }
 
-/* Continues from the output directory's checkpoint. */
-static zs_status resume(zs_trainer *t, const char *path, const zs_bpe *bpe)
+/* Builds the trainer over m and runs it; the exit status. */
+static int train(const gpt_cfg *c, const zs_gpt_config *g, zs_module *m,
+                 const zs_text_corpus *tc, run *r)
 {
-    char *meta = NULL;
-    zs_status st = zs_trainer_resume(t, path, &meta);
-    if (st == ZS_OK && app_meta_int(meta, "vocab", -1) != zs_bpe_vocab_size(bpe))
-        st = zs_set_error("checkpoint %s was written with another tokenizer", path);
-    free(meta);
-    if (st == ZS_OK)
-        fprintf(stderr, "resuming %s at step %lld\n", path,
-                (long long)zs_trainer_next_step(t));
-    return st;
+    char path[4200], meta[1024];
+    zs_token_source train = {&tc->train, c->batch, c->seq, c->seed, 0};
+    zs_token_source val = {&tc->val, c->batch, c->seq, c->seed + 77, 20};
+    zs_trainer_config tcfg = c->t;
+    tcfg.staleness = tcfg.staleness >= 0 ? tcfg.staleness : 2;
+    tcfg.flops_per_token = zs_gpt_train_flops_per_token(g, c->seq);
+    tcfg.batch = zs_token_batch, tcfg.batch_ctx = &train;
+    tcfg.eval = zs_token_eval, tcfg.eval_ctx = &val;
+    tcfg.on_step = on_step, tcfg.on_step_ctx = r;
+    tcfg.log = stderr;
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
+    tcfg.checkpoint = path;
+    zs_gpt_config_to_metadata(g, meta, sizeof meta);
+    tcfg.metadata = meta;
+    zs_trainer *t = zs_trainer_new(m, &tcfg);
+    int rc = t ? 0 : 1;
+    if (!rc && c->resume && zs_trainer_resume(t, path, NULL) != ZS_OK)
+        rc = 2; /* another model or tokenizer: the shapes differ */
+    if (!rc && !(r->log = zs_train_log_open(c->out, c->resume, r->lead)))
+        rc = 2;
+    double t0 = app_now();
+    if (!rc && zs_trainer_run(t) != ZS_OK)
+        rc = 1;
+    if (!rc && r->lead)
+        fprintf(stderr, "trained %lld steps in %.1f s; last val loss %.4f; files in %s\n",
+                (long long)r->done, app_now() - t0, r->last_val, c->out);
+    zs_train_log_close(r->log);
+    zs_trainer_free(t);
+    return rc;
 }
 
 int cmd_train_gpt(int argc, char **argv)
@@ -288,57 +268,19 @@ int cmd_train_gpt(int argc, char **argv)
         return flags_exit(p);
     if (c.threads > 0)
         zs_set_num_threads(c.threads);
-    int ranks = zs_comm_size(zs_comm_world());
-    run r = {.c = &c, .lead = zs_comm_rank(zs_comm_world()) == 0, .last_val = NAN};
+    run r = {.lead = zs_comm_rank(zs_comm_world()) == 0, .last_val = NAN};
     r.tty = r.lead && isatty(2);
-    if (!flags_ok(&c, ranks))
+    if (!flags_ok(&c, zs_comm_size(zs_comm_world())))
         return 2;
     if (!getenv("ZS_COMM_TIMEOUT")) /* the environment's setting wins */
         zs_comm_set_timeout(zs_comm_world(), c.comm_timeout);
     zs_gpt_config g = {0};
     zs_text_corpus tc = {0};
     zs_module *m = NULL;
-    zs_trainer *t = NULL;
-    char path[4200], meta[1024];
     int rc = check_setup(&c, &g) == ZS_OK && corpus(&c, &tc) == ZS_OK &&
-             (m = model(&c, &g, tc.bpe, r.lead)) ? 0 : 2;
-    zs_token_source train = {&tc.train, c.batch, c.seq, c.seed, 0};
-    zs_token_source val = {&tc.val, c.batch, c.seq, c.seed + 77, 20};
-    zs_trainer_config tcfg = trainer_config(&c, &g);
-    tcfg.batch = zs_token_batch, tcfg.batch_ctx = &train;
-    tcfg.eval = zs_token_eval, tcfg.eval_ctx = &val;
-    tcfg.on_step = on_step, tcfg.on_step_ctx = &r;
-    tcfg.log = stderr;
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", c.out);
-    tcfg.checkpoint = path;
-    snprintf(meta, sizeof meta, "{\"model\":\"gpt\",\"arch\":\"%s\",\"preset\":\"%s\","
-             "\"vocab\":\"%lld\",\"ctx\":\"%lld\",\"layers\":\"%lld\",\"heads\":\"%lld\","
-             "\"width\":\"%lld\"}", c.arch ? "bloom" : "gpt2", c.preset,
-             (long long)g.vocab, (long long)g.ctx, (long long)g.layers,
-             (long long)g.heads, (long long)g.width);
-    tcfg.metadata = meta;
-    if (!rc && !(t = zs_trainer_new(m, &tcfg)))
-        rc = 1;
-    if (!rc && c.resume && resume(t, path, tc.bpe) != ZS_OK)
-        rc = 2;
-    snprintf(r.svg, sizeof r.svg, "%s/metrics.jsonl", c.out);
-    if (!rc && !(r.metrics = fopen(r.lead ? r.svg : "/dev/null", c.resume ? "a" : "w")))
-        rc = 2 + 0 * zs_set_error("cannot write %s", r.svg);
-    snprintf(r.svg, sizeof r.svg, "%s/curves.svg", c.out);
-    double t0 = app_now();
-    if (!rc && zs_trainer_run(t) != ZS_OK) {
-        fprintf(stderr, "\n");
-        rc = 1;
-    }
+             (m = model(&c, &g, tc.bpe, r.lead)) ? train(&c, &g, m, &tc, &r) : 2;
     if (rc)
-        fprintf(stderr, "zs train gpt: %s\n", zs_last_error());
-    else if (r.lead)
-        fprintf(stderr, "trained %lld steps in %.1f s; last val loss %.4f; files in %s\n",
-                (long long)r.done, app_now() - t0, r.last_val, c.out);
-    if (r.metrics)
-        fclose(r.metrics);
-    gpt_history_free(&r.h);
-    zs_trainer_free(t);
+        fprintf(stderr, "%szs train gpt: %s\n", r.tty ? "\n" : "", zs_last_error());
     zs_module_free(m);
     zs_text_corpus_close(&tc);
     return rc;

@@ -164,6 +164,9 @@ zs_status zs_gpt_config_check(const zs_gpt_config *c);
  * field is an error. */
 zs_status zs_gpt_config_from_metadata(const char *metadata_json,
                                       zs_gpt_config *out);
+/* The inverse: c as a metadata JSON object ("model":"gpt" and the fields
+ * above) into buf[0, n); false when it does not fit. */
+bool zs_gpt_config_to_metadata(const zs_gpt_config *c, char *buf, size_t n);
 /* Builds the GPT a checkpoint file holds: reads the file once, takes the
  * config from its metadata, checks the config against the file's tensors
  * (every parameter present with its shape, nothing more) before allocating

@@ -196,6 +196,16 @@ double zs_token_eval(void *src, zs_module *m);
  * against the class indices y. */
 zs_tensor *zs_classifier_loss(void *ctx, zs_module *m, zs_tensor *x, zs_tensor *y);
 
+/* A run's dir/metrics.jsonl (one JSON line per step: step, loss, lr,
+ * grad_norm, tokens_per_s, mfu; one per validation: step, val_loss) and
+ * dir/curves.svg (train and validation loss, redrawn at each validation).
+ * write false (ranks other than 0): events are accepted and dropped. */
+typedef struct zs_train_log zs_train_log;
+zs_train_log *zs_train_log_open(const char *dir, bool append, bool write);
+/* A zs_train_event_fn over a zs_train_log (ctx); returns 0. */
+int zs_train_log_event(void *log, const zs_train_event *e);
+void zs_train_log_close(zs_train_log *l);
+
 /* Model FLOPs per token of a GPT trained on sequences of seq (PaLM,
  * appendix B): 6 N (N without the position embedding) + 6 L T C for the
  * causal attention. */

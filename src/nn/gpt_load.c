@@ -122,6 +122,16 @@ zs_status zs_gpt_config_from_metadata(const char *metadata_json,
     return st;
 }
 
+bool zs_gpt_config_to_metadata(const zs_gpt_config *c, char *buf, size_t n)
+{
+    int k = snprintf(buf, n, "{\"model\":\"gpt\",\"arch\":\"%s\",\"vocab\":\"%lld\","
+                     "\"ctx\":\"%lld\",\"layers\":\"%lld\",\"heads\":\"%lld\","
+                     "\"width\":\"%lld\"}", c->arch == ZS_BLOOM ? "bloom" : "gpt2",
+                     (long long)c->vocab, (long long)c->ctx, (long long)c->layers,
+                     (long long)c->heads, (long long)c->width);
+    return k > 0 && (size_t)k < n;
+}
+
 /* The file's parameters (tensors not named optim.*) must be as many, and
  * hold as many elements, as the config implies. */
 static zs_status check_sizes(const char *path, const zs_gpt_config *c,

@@ -125,6 +125,8 @@ zs_status zs_trainer_resume(zs_trainer *t, const char *path, char **meta_out)
     if (strstr(meta ? meta : "", "\"rng_seed\""))
         zs_rng_set_state((uint64_t)meta_int(meta, "rng_seed", 0),
                          (uint64_t)meta_int(meta, "rng_offset", 0));
+    if (t->c.log && t->rank == 0)
+        fprintf(t->c.log, "resuming %s at step %lld\n", path, (long long)t->step);
     if (meta_out)
         *meta_out = meta;
     else
