@@ -92,24 +92,6 @@ static int parse_args(int argc, char **argv, train_cfg *c)
     return FLAGS_OK;
 }
 
-static void progress(bool tty, int epoch, int epochs, int64_t i, int64_t nb,
-                     double loss, double ips, double eta)
-{
-    if (tty) {
-        int w = 24, done = (int)(w * (i + 1) / nb);
-        fprintf(stderr, "\repoch %d/%d [", epoch + 1, epochs);
-        for (int k = 0; k < w; k++)
-            fputc(k < done ? '=' : k == done ? '>' : ' ', stderr);
-        fprintf(stderr, "] %lld/%lld loss %.4f %.0f img/s ETA %d:%02d   ",
-                (long long)(i + 1), (long long)nb, loss, ips, (int)eta / 60,
-                (int)eta % 60);
-    } else if ((i + 1) % (nb / 5 > 0 ? nb / 5 : 1) == 0 || i + 1 == nb) {
-        fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f %.0f img/s ETA %d:%02d\n",
-                epoch + 1, epochs, (long long)(i + 1), (long long)nb, loss, ips,
-                (int)eta / 60, (int)eta % 60);
-    }
-}
-
 static void history_push(history *h, double step, double loss)
 {
     if (h->n == h->cap) {
@@ -142,15 +124,138 @@ static void write_plot(const train_cfg *c, const history *h)
         fprintf(stderr, "zs train: warning: %s\n", zs_last_error());
 }
 
+/* The run's state seen by the trainer's callbacks. */
+typedef struct cnn_run {
+    const train_cfg *c;
+    zs_loader *l;
+    const zs_image_data *test;
+    FILE *metrics;
+    history h;
+    bool tty;
+    int64_t nb, seen;
+    double loss_sum, t_epoch;
+    eval_result r;   /* of the last validation */
+    char meta[512];  /* the checkpoint's metadata, updated per epoch */
+} cnn_run;
+
+/* zs_batch_fn: batch index % nb of epoch index / nb (a seek only when the
+ * loader is elsewhere, so its prefetch keeps working). */
+static zs_status cnn_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
+{
+    cnn_run *r = ctx;
+    int64_t ep = index / r->nb, i = index % r->nb;
+    if (zs_loader_epoch(r->l) != ep || zs_loader_index(r->l) != i)
+        zs_loader_seek(r->l, ep, i);
+    return zs_loader_next(r->l, x, y) == 0 ? ZS_OK : ZS_ERR_STATE;
+}
+
+/* zs_eval_fn: test loss (accuracy and confusion kept in r->r). */
+static double cnn_eval(void *ctx, zs_module *m)
+{
+    cnn_run *r = ctx;
+    return app_evaluate(m, r->test, &r->r) == ZS_OK ? r->r.loss : NAN;
+}
+
+static void progress(const cnn_run *r, const zs_train_event *e)
+{
+    int64_t i = e->step % r->nb, ep = e->step / r->nb;
+    double loss = r->loss_sum / (double)r->seen, ips = e->tokens_per_s;
+    int eta = (int)e->eta_s, epochs = r->c->epochs;
+    if (r->tty) {
+        int w = 24, done = (int)(w * (i + 1) / r->nb);
+        fprintf(stderr, "\repoch %d/%d [", (int)ep + 1, epochs);
+        for (int k = 0; k < w; k++)
+            fputc(k < done ? '=' : k == done ? '>' : ' ', stderr);
+        fprintf(stderr, "] %lld/%lld loss %.4f %.0f img/s ETA %d:%02d   ",
+                (long long)(i + 1), (long long)r->nb, loss, ips, eta / 60, eta % 60);
+    } else if ((i + 1) % (r->nb / 5 > 0 ? r->nb / 5 : 1) == 0 || i + 1 == r->nb) {
+        fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f %.0f img/s ETA %d:%02d\n",
+                (int)ep + 1, epochs, (long long)(i + 1), (long long)r->nb, loss, ips,
+                eta / 60, eta % 60);
+    }
+}
+
+/* The end of an epoch: its line, metrics, curves and checkpoint metadata. */
+static void epoch_done(cnn_run *r, int ep)
+{
+    double train_loss = r->loss_sum / (double)r->seen, s = app_now() - r->t_epoch;
+    if (r->tty)
+        fputc('\n', stderr);
+    printf("epoch %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s\n",
+           ep + 1, train_loss, r->r.loss, 100 * r->r.accuracy, s);
+    fflush(stdout);
+    fprintf(r->metrics, "{\"epoch\":%d,\"train_loss\":%.9g,\"test_loss\":%.9g,"
+            "\"test_accuracy\":%.6f,\"epoch_seconds\":%.3f}\n", ep + 1, train_loss,
+            r->r.loss, r->r.accuracy, s);
+    fflush(r->metrics);
+    history *h = &r->h;
+    if (h->ne < 256) {
+        h->ep[h->ne] = ep + 1;
+        h->train_loss[h->ne] = train_loss;
+        h->test_loss[h->ne] = r->r.loss;
+        h->test_acc[h->ne++] = r->r.accuracy;
+    }
+    snprintf(r->meta, sizeof r->meta, "{\"model\":\"%s\",\"epoch\":\"%d\",\"optim\":\"%s\","
+             "\"test_accuracy\":\"%.4f\"}", r->c->model, ep + 1, r->c->optim,
+             r->r.accuracy);
+    write_plot(r->c, h);
+    r->loss_sum = 0;
+    r->seen = 0;
+    r->t_epoch = app_now();
+}
+
+/* zs_train_event_fn: per-step metrics and progress; per-epoch summary. */
+static int on_step(void *ctx, const zs_train_event *e)
+{
+    cnn_run *r = ctx;
+    int ep = (int)(e->step / r->nb);
+    int64_t b = (int64_t)(e->tokens_per_s * e->step_s + 0.5); /* images */
+    r->loss_sum += e->loss * (double)b;
+    r->seen += b;
+    fprintf(r->metrics, "{\"epoch\":%d,\"step\":%lld,\"loss\":%.9g}\n", ep + 1,
+            (long long)e->step, e->loss);
+    history_push(&r->h, (double)e->step / (double)r->nb, e->loss);
+    progress(r, e);
+    if (e->validated)
+        epoch_done(r, ep);
+    return 0;
+}
+
+/* The trainer's config: the optimizer and schedule of the flags, one
+ * validation and checkpoint per epoch. */
+static zs_trainer_config cnn_config(const train_cfg *c, cnn_run *r, const char *ckpt)
+{
+    zs_optim_kind kind = !strcmp(c->optim, "sgd") ? ZS_SGD
+                       : !strcmp(c->optim, "adam") ? ZS_ADAM : ZS_ADAMW;
+    zs_trainer_config t = zs_trainer_defaults();
+    t.optim = (zs_optim_config){kind, c->lr, kind == ZS_SGD ? c->momentum : 0, false,
+                                c->wd, 0, 0, 0};
+    int64_t nb = r->nb;
+    t.schedule = (zs_lr_schedule){ZS_LR_CONSTANT, c->lr, 0, 0, 0, 0, 0};
+    if (!strcmp(c->schedule, "cosine"))
+        t.schedule = (zs_lr_schedule){ZS_LR_COSINE, c->lr, nb, nb * c->epochs, c->lr / 100, 0, 0};
+    else if (!strcmp(c->schedule, "step"))
+        t.schedule = (zs_lr_schedule){ZS_LR_STEP, c->lr, 0, 0, 0, 2 * nb, 0.1};
+    t.steps = nb * c->epochs;
+    t.stop_after = c->stop_after > 0 ? nb * c->stop_after : 0;
+    t.clip = 0;
+    t.eval_every = nb;
+    t.batch = cnn_batch, t.batch_ctx = r;
+    t.loss = zs_classifier_loss;
+    t.eval = cnn_eval, t.eval_ctx = r;
+    t.on_step = on_step, t.on_step_ctx = r;
+    t.checkpoint = ckpt;
+    t.metadata = r->meta;
+    return t;
+}
+
 static int run(train_cfg *c)
 {
     int rc = 2;
     zs_image_data train = {0}, test = {0}, full = {0};
     zs_module *m = NULL;
-    zs_optim *o = NULL;
-    zs_loader *l = NULL;
-    FILE *metrics = NULL;
-    history h = {0};
+    zs_trainer *t = NULL;
+    cnn_run r = {.c = c, .test = &test, .tty = isatty(2)};
     char outbuf[4096], path[4200];
     if (!c->out) {
         snprintf(outbuf, sizeof outbuf, "runs/%s", c->model);
@@ -166,155 +271,61 @@ static int run(train_cfg *c)
         train.images = zs_retain(full.images);
         train.labels = zs_retain(full.labels);
     }
-    if (!(m = app_cnn_new(c->model, c->seed)))
+    if (!(m = app_cnn_new(c->model, c->seed)) || app_make_outdir(c->out) != ZS_OK ||
+        !(r.l = zs_loader_new(&train, c->batch, true, c->seed, ZS_FMNIST_MEAN, ZS_FMNIST_STD)))
         goto fail;
-    zs_tensor *fp, *fg;
-    if (zs_module_flatten(m, &fp, &fg) != ZS_OK)
-        goto fail;
-    fp->grad = zs_retain(fg);
-    zs_optim_kind kind = !strcmp(c->optim, "sgd") ? ZS_SGD
-                       : !strcmp(c->optim, "adam") ? ZS_ADAM : ZS_ADAMW;
-    zs_optim_config oc = {kind, c->lr, kind == ZS_SGD ? c->momentum : 0, false,
-                          c->wd, 0, 0, 0};
-    if (!(o = zs_optim_new(&oc, 1, &fp)))
-        goto fail;
-    mkdir("runs", 0755);
-    struct stat so;
-    if (mkdir(c->out, 0755) != 0 && access(c->out, W_OK) != 0) {
-        zs_set_error("cannot create output directory %s", c->out);
-        goto fail;
-    }
-    if (stat(c->out, &so) != 0 || !S_ISDIR(so.st_mode)) {
-        zs_set_error("--out %s exists and is not a directory", c->out);
-        goto fail;
-    }
+    r.nb = zs_loader_batches_per_epoch(r.l);
+    snprintf(r.meta, sizeof r.meta, "{\"model\":\"%s\"}", c->model);
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
-    int start_epoch = 0;
-    if (c->resume) {
-        char *meta = NULL;
-        if (zs_module_load(path, m, o, &meta) != ZS_OK)
-            goto fail;
-        start_epoch = (int)app_meta_int(meta, "epoch", 0);
-        zs_optim_set_steps(o, app_meta_int(meta, "optim_steps", 0));
-        zs_rng_set_state((uint64_t)app_meta_int(meta, "rng_seed", 0),
-                         (uint64_t)app_meta_int(meta, "rng_offset", 0));
-        char want[64];
-        snprintf(want, sizeof want, "\"model\":\"%s\"", c->model);
-        bool same = meta && strstr(meta, want);
-        free(meta);
-        if (!same) {
-            zs_set_error("checkpoint %s was not written for model %s", path, c->model);
-            goto fail;
-        }
-        fprintf(stderr, "resuming %s after epoch %d\n", path, start_epoch);
-    } else {
-        zs_manual_seed(c->seed);
-    }
-    snprintf(path, sizeof path, "%s/metrics.jsonl", c->out);
-    if (!(metrics = fopen(path, c->resume ? "a" : "w"))) {
-        zs_set_error("cannot write %s", path);
+    zs_trainer_config tc = cnn_config(c, &r, path);
+    if (!(t = zs_trainer_new(m, &tc)))
+        goto fail;
+    zs_manual_seed(c->seed);
+    char *meta = NULL;
+    if (c->resume && zs_trainer_resume(t, path, &meta) != ZS_OK)
+        goto fail;
+    char want[64];
+    snprintf(want, sizeof want, "\"model\":\"%s\"", c->model);
+    bool same = !c->resume || (meta && strstr(meta, want));
+    free(meta);
+    if (!same) {
+        zs_set_error("checkpoint %s was not written for model %s", path, c->model);
         goto fail;
     }
-    if (!(l = zs_loader_new(&train, c->batch, true, c->seed, ZS_FMNIST_MEAN, ZS_FMNIST_STD)))
+    if (c->resume)
+        fprintf(stderr, "resuming %s after epoch %lld\n", path,
+                (long long)(zs_trainer_next_step(t) / r.nb));
+    char mpath[4200];
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", c->out);
+    if (!(r.metrics = fopen(mpath, c->resume ? "a" : "w"))) {
+        zs_set_error("cannot write %s", mpath);
         goto fail;
+    }
     fprintf(stderr, "%s: %lld parameters, %lld train / %lld test images, "
             "batch %lld, %s lr %g, %d threads\n", c->model,
             (long long)zs_module_num_params(m), (long long)train.images->shape[0],
             (long long)test.images->shape[0], (long long)c->batch, c->optim,
             c->lr, zs_num_threads());
     rc = 1;
-    bool tty = isatty(2);
-    int64_t nb = zs_loader_batches_per_epoch(l);
-    zs_lr_schedule sched = {ZS_LR_CONSTANT, c->lr, 0, 0, 0, 0, 0};
-    if (!strcmp(c->schedule, "cosine"))
-        sched = (zs_lr_schedule){ZS_LR_COSINE, c->lr, nb, nb * c->epochs, c->lr / 100, 0, 0};
-    else if (!strcmp(c->schedule, "step"))
-        sched = (zs_lr_schedule){ZS_LR_STEP, c->lr, 0, 0, 0, 2 * nb, 0.1};
-    double t_start = app_now();
-    int last = c->stop_after > 0 && c->stop_after < c->epochs ? c->stop_after : c->epochs;
-    for (int ep = start_epoch; ep < last; ep++) {
-        zs_loader_seek(l, ep, 0);
-        zs_module_train(m, true);
-        double t0 = app_now(), loss_sum = 0;
-        int64_t seen = 0;
-        for (int64_t i = 0; i < nb; i++) {
-            zs_scope_push();
-            zs_tensor *x, *y;
-            if (zs_loader_next(l, &x, &y) != 0) {
-                zs_scope_pop();
-                goto fail;
-            }
-            zs_tensor *logits = zs_module_forward(m, x);
-            zs_tensor *loss = zs_cross_entropy(logits, y, -100);
-            if (!loss || zs_backward(loss, NULL, false) != ZS_OK ||
-                zs_optim_step(o, zs_lr_at(&sched, zs_optim_steps(o))) != ZS_OK) {
-                zs_scope_pop();
-                goto fail;
-            }
-            zs_fill_(fg, 0.0);
-            double lv = zs_item(loss);
-            int64_t b = y->shape[0];
-            zs_scope_pop();
-            loss_sum += lv * (double)b;
-            seen += b;
-            int64_t step = (int64_t)ep * nb + i;
-            fprintf(metrics, "{\"epoch\":%d,\"step\":%lld,\"loss\":%.9g}\n", ep + 1,
-                    (long long)step, lv);
-            history_push(&h, (double)step / (double)nb, lv);
-            double dt = app_now() - t0, ips = (double)seen / (dt > 0 ? dt : 1e-9);
-            double eta = (double)(nb - i - 1) * dt / (double)(i + 1) +
-                         (double)(last - ep - 1) * dt * (double)nb / (double)(i + 1);
-            progress(tty, ep, c->epochs, i, nb, loss_sum / (double)seen, ips, eta);
-        }
-        if (tty)
-            fputc('\n', stderr);
-        double epoch_s = app_now() - t0;
-        eval_result r;
-        if (app_evaluate(m, &test, &r) != ZS_OK)
-            goto fail;
-        printf("epoch %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, "
-               "%.1f s\n", ep + 1, loss_sum / (double)seen, r.loss, 100 * r.accuracy,
-               epoch_s);
-        fflush(stdout);
-        fprintf(metrics, "{\"epoch\":%d,\"train_loss\":%.9g,\"test_loss\":%.9g,"
-                "\"test_accuracy\":%.6f,\"epoch_seconds\":%.3f}\n", ep + 1,
-                loss_sum / (double)seen, r.loss, r.accuracy, epoch_s);
-        fflush(metrics);
-        if (h.ne < 256) {
-            h.ep[h.ne] = ep + 1;
-            h.train_loss[h.ne] = loss_sum / (double)seen;
-            h.test_loss[h.ne] = r.loss;
-            h.test_acc[h.ne++] = r.accuracy;
-        }
-        uint64_t rs, ro;
-        zs_rng_get_state(&rs, &ro);
-        char meta[512];
-        snprintf(meta, sizeof meta, "{\"model\":\"%s\",\"epoch\":\"%d\","
-                 "\"optim_steps\":\"%lld\",\"rng_seed\":\"%llu\",\"rng_offset\":"
-                 "\"%llu\",\"optim\":\"%s\",\"test_accuracy\":\"%.4f\"}", c->model,
-                 ep + 1, (long long)zs_optim_steps(o), (unsigned long long)rs,
-                 (unsigned long long)ro, c->optim, r.accuracy);
-        snprintf(path, sizeof path, "%s/checkpoint.safetensors", c->out);
-        if (zs_module_save(path, m, o, meta) != ZS_OK)
-            goto fail;
-        write_plot(c, &h);
-    }
+    double t_start = r.t_epoch = app_now();
+    if (zs_trainer_run(t) != ZS_OK)
+        goto fail;
     fprintf(stderr, "done in %.1f s; checkpoint, metrics.jsonl and curves.svg in %s\n",
             app_now() - t_start, c->out);
     rc = 0;
 fail:
     if (rc)
         fprintf(stderr, "zs train: %s\n", zs_last_error());
-    if (metrics)
-        fclose(metrics);
-    zs_loader_free(l);
-    zs_optim_free(o);
+    if (r.metrics)
+        fclose(r.metrics);
+    zs_trainer_free(t);
+    zs_loader_free(r.l);
     zs_module_free(m);
     zs_image_data_free(&train);
     zs_image_data_free(&test);
     zs_image_data_free(&full);
-    free(h.step);
-    free(h.loss);
+    free(r.h.step);
+    free(r.h.loss);
     return rc;
 }
 
