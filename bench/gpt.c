@@ -6,11 +6,12 @@
  * Training: preset --preset (default small: 6 layers, 384 wide, 6 heads,
  * context 256), vocabulary 4096, random tokens (content does not change
  * speed), batch --batch x --seq (default 8 x 256). A step is that of
- * `zs train gpt` (apps/zs/gpt_train.c): scope, zs_gpt_loss, backward,
- * zs_item, clip_grad_norm 1.0 on the flat gradient, AdamW (betas 0.9,
- * 0.95, eps 1e-8, weight decay 0.1) on the flat parameters, zeroing of the
- * flat gradient. --warmup untimed steps, then --steps timed steps; both
- * sides do the same.
+ * `zs train gpt`: one zs_trainer_step (zs/train.h) of the library's
+ * trainer: scope, zs_gpt_loss, backward, zs_item, the gradient norm (clip
+ * 1.0), AdamW (betas 0.9, 0.95, eps 1e-8, weight decay 0.1) with the clip
+ * factor fused into its pass over the flat parameters, zeroing of the flat
+ * gradient. --warmup untimed steps, then --steps timed steps; both sides
+ * do the same (PyTorch: clip_grad_norm_, then AdamW).
  *
  * Generation: batch 1, a random prompt of 64 tokens, 128 new greedy
  * tokens with a KV cache: one prefill forward, then one token
@@ -28,7 +29,9 @@
  * the s^2 score term (Zhisuan's fused attention never stores it), plus the
  * output layer's fp32 logits and their gradient, 8sbV.
  *
- * --profile adds the phase times of the timed steps and the per-operator
+ * --profile adds the phase times of the timed steps (the trainer's
+ * profile), the bandwidth the two optimizer passes reach as a fraction of
+ * the triad bandwidth measured in the same run, and the per-operator
  * table (zs_profile_print) of one extra training step.
  *
  * The last two lines read `gpt train tokens/s zhisuan/pytorch = R` and
@@ -57,9 +60,6 @@
 #define MEM_STEPS 2
 #define MiB (1024.0 * 1024.0)
 
-enum { PH_FORWARD, PH_BACKWARD, PH_CLIP, PH_OPTIM, PH_ZERO, PH_COUNT };
-static const char *PHASE_NAMES[PH_COUNT] = {"forward+loss", "backward", "clip",
-                                            "optimizer", "zero grad"};
 
 typedef struct config {
     const char *preset;
@@ -71,11 +71,9 @@ typedef struct config {
 
 typedef struct trainer {
     zs_module *m;
-    zs_optim *o;
-    zs_tensor *fp, *fg;   /* flat parameters and gradients, borrowed from m */
+    zs_trainer *t;        /* the library's trainer over m */
     int64_t batch, seq, vocab;
-    uint64_t rng;
-    double phase[PH_COUNT];
+    uint64_t rng;         /* generation's prompt */
 } trainer;
 
 /* Seconds per side: training and generation. */
@@ -203,12 +201,23 @@ static zs_tensor *random_tokens(uint64_t *rng, int64_t b, int64_t t, int64_t voc
 
 static void trainer_free(trainer *t)
 {
-    zs_optim_free(t->o);
+    zs_trainer_free(t->t);
     zs_module_free(t->m);
     *t = (trainer){0};
 }
 
-/* The model of preset (vocab), flattened, with AdamW as `zs train gpt`. */
+/* zs_batch_fn: random tokens, a pure function of the batch index. */
+static zs_status random_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
+{
+    const trainer *t = ctx;
+    uint64_t rng = SEED + 0x9e3779b97f4a7c15ull * (uint64_t)(index + 1);
+    *x = random_tokens(&rng, t->batch, t->seq, t->vocab);
+    *y = random_tokens(&rng, t->batch, t->seq, t->vocab);
+    return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+/* The model of preset (vocab) under a trainer configured as `zs train
+ * gpt` (AdamW, clip 1.0, lr 1e-3 constant). */
 static zs_status trainer_init(trainer *t, const char *preset, int64_t vocab,
                               int64_t batch, int64_t seq)
 {
@@ -221,44 +230,21 @@ static zs_status trainer_init(trainer *t, const char *preset, int64_t vocab,
     if (t->seq > gc.ctx)
         return zs_set_error("--seq %lld is longer than the %s model's context "
                             "of %lld", (long long)t->seq, preset, (long long)gc.ctx);
-    if (!(t->m = zs_gpt_new(&gc, SEED)) ||
-        zs_module_flatten(t->m, &t->fp, &t->fg) != ZS_OK)
+    if (!(t->m = zs_gpt_new(&gc, SEED)))
         return ZS_ERR_ARG;
-    t->fp->grad = zs_retain(t->fg);
-    zs_optim_config oc = {ZS_ADAMW, 1e-3, 0, false, 0.1, 0.9, 0.95, 1e-8};
-    if (!(t->o = zs_optim_new(&oc, 1, &t->fp)))
-        return ZS_ERR_ARG;
-    zs_module_train(t->m, true);
-    return ZS_OK;
+    zs_trainer_config tc = zs_trainer_defaults();
+    tc.schedule = (zs_lr_schedule){ZS_LR_CONSTANT, 1e-3, 0, 0, 0, 0, 0};
+    tc.steps = 1 << 30;
+    tc.batch = random_batch, tc.batch_ctx = t;
+    return (t->t = zs_trainer_new(t->m, &tc)) ? ZS_OK : ZS_ERR_ARG;
 }
 
-/* One training step; adds each phase's seconds to t->phase. */
+/* One training step. */
 static zs_status train_step(trainer *t, double *loss_out)
 {
-    double ts[PH_COUNT + 1];
-    zs_status st = ZS_ERR_ARG;
-    zs_scope_push();
-    zs_tensor *x = random_tokens(&t->rng, t->batch, t->seq, t->vocab);
-    zs_tensor *y = random_tokens(&t->rng, t->batch, t->seq, t->vocab);
-    ts[0] = now();
-    zs_tensor *loss = x && y ? zs_gpt_loss(t->m, x, y) : NULL;
-    ts[1] = now();
-    if (!loss || zs_backward(loss, NULL, false) != ZS_OK)
-        goto out;
-    *loss_out = zs_item(loss);
-    ts[2] = now();
-    zs_clip_grad_norm(1, &t->fp, 1.0);
-    ts[3] = now();
-    if (zs_optim_step(t->o, 1e-3) != ZS_OK)
-        goto out;
-    ts[4] = now();
-    zs_fill_(t->fg, 0.0);
-    ts[5] = now();
-    for (int p = 0; p < PH_COUNT; p++)
-        t->phase[p] += ts[p + 1] - ts[p];
-    st = ZS_OK;
-out:
-    zs_scope_pop();
+    zs_train_event e;
+    zs_status st = zs_trainer_step(t->t, &e);
+    *loss_out = e.loss;
     return st;
 }
 
@@ -268,7 +254,7 @@ static zs_status bench_zs_train(trainer *t, const config *c, result *r)
     for (int64_t i = 0; i < c->warmup; i++)
         if (train_step(t, &loss) != ZS_OK)
             return ZS_ERR_ARG;
-    memset(t->phase, 0, sizeof t->phase);
+    zs_trainer_profile_reset(t->t);
     r->train_best_s = INFINITY;
     double t0 = now();
     for (int64_t i = 0; i < c->steps; i++) {
@@ -352,16 +338,36 @@ static zs_status bench_zs_generate(trainer *t, const config *c, result *r)
     return st;
 }
 
+/* Phase times of the timed steps; the two optimizer passes as bytes moved
+ * per second against the triad bandwidth measured now. */
+static void print_phases(const trainer *t, const config *c)
+{
+    zs_train_profile p;
+    zs_trainer_profile(t->t, &p);
+    const char *names[] = {"forward+loss", "backward", "grad norm", "update", "zero grad"};
+    double s[] = {p.forward_s, p.backward_s, p.norm_s, p.update_s, p.zero_grad_s};
+    double total = 0, n = (double)(p.steps ? p.steps : 1);
+    for (int i = 0; i < 5; i++)
+        total += s[i];
+    double triad = zs_measure_triad_gbs(c->threads, (size_t)1 << 28, 5) * 1e9;
+    printf("\nzhisuan time per training step by phase (mean of %lld timed steps; "
+           "triad %.1f GB/s on %d threads):\n", (long long)p.steps, triad / 1e9,
+           c->threads);
+    for (int i = 0; i < 5; i++) {
+        double bytes = i == 2 ? p.norm_bytes : i == 3 ? p.update_bytes : 0;
+        char bw[96] = "";
+        if (bytes > 0 && s[i] > 0)
+            snprintf(bw, sizeof bw, "  %6.1f GB/s = %.2f of triad (%.0f MB moved)",
+                     bytes * n / s[i] / 1e9, bytes * n / s[i] / triad, bytes / 1e6);
+        printf("  %-13s %9.2f ms %5.1f%%%s\n", names[i], 1e3 * s[i] / n,
+               100 * s[i] / total, bw);
+    }
+}
+
 static void print_profile(trainer *t, const config *c)
 {
-    double total = 0, loss;
-    for (int p = 0; p < PH_COUNT; p++)
-        total += t->phase[p];
-    printf("\nzhisuan time per training step by phase (mean of %lld timed steps):\n",
-           (long long)c->steps);
-    for (int p = 0; p < PH_COUNT; p++)
-        printf("  %-13s %9.2f ms %5.1f%%\n", PHASE_NAMES[p],
-               1e3 * t->phase[p] / (double)c->steps, 100 * t->phase[p] / total);
+    double loss;
+    print_phases(t, c);
     zs_profile_reset();
     zs_profile_enable(true);
     double t0 = now();
