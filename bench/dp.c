@@ -2,9 +2,12 @@
  * dp.c - bench/dp: how much of the gradient all-reduce of data-parallel
  * GPT training the gradient buckets hide behind backward.
  *
- * Under mpirun every rank runs the same training step of a GPT (forward,
- * backward on its own micro-batch of random tokens, gradient averaging;
- * no optimizer, which is the same in every mode) in these modes, the
+ * Under mpirun every rank runs the same training step of a GPT through
+ * the library's trainer (zs_trainer_step: forward, backward on its rows
+ * of a global batch of random tokens, gradient averaging, then an SGD
+ * update with learning rate 0). The time counted is forward + backward +
+ * the wait for communication (the trainer's profile), without the update,
+ * which is the same in every mode. One model and trainer per mode, the
  * modes interleaved round by round so that machine noise hits all alike:
  *   compute   forward + backward, no communication (the floor)
  *   mpi-after one MPI_Allreduce of the whole gradient after backward: the
@@ -29,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "zs/zs.h"
@@ -45,13 +47,6 @@ typedef struct opts {
     double bucket_mb;
 } opts;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static uint64_t next_rand(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -63,8 +58,8 @@ static uint64_t next_rand(uint64_t *s)
 static zs_tensor *random_tokens(uint64_t *rng, int64_t b, int64_t t, int64_t vocab)
 {
     zs_tensor *x = zs_empty(ZS_I64, 2, (int64_t[]){b, t});
-    int64_t *ids = zs_data(x);
-    for (int64_t i = 0; i < b * t; i++)
+    int64_t *ids = x ? zs_data(x) : NULL;
+    for (int64_t i = 0; ids && i < b * t; i++)
         ids[i] = (int64_t)(next_rand(rng) % (uint64_t)vocab);
     return x;
 }
@@ -75,26 +70,33 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* One step in mode m; returns its seconds (max over ranks). */
-static double step(zs_module *m, zs_dp *dp, uint64_t *rng, const opts *o,
-                   int64_t vocab, zs_tensor *fg)
+/* The batches of one mode: rows sequences of seq random tokens. */
+typedef struct source {
+    int64_t rows, seq, vocab;
+    uint64_t seed;
+} source;
+
+static zs_status random_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
 {
-    zs_comm *w = zs_comm_world();
+    const source *s = ctx;
+    uint64_t rng = s->seed + 0x9E3779B97F4A7C15ull * (uint64_t)(index + 1);
+    *x = random_tokens(&rng, s->rows, s->seq, s->vocab);
+    *y = random_tokens(&rng, s->rows, s->seq, s->vocab);
+    return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+/* One step of trainer t; returns forward + backward + communication
+ * seconds, the max over the ranks of w. */
+static double step(zs_trainer *t, zs_comm *w)
+{
+    zs_train_profile a, b;
     zs_comm_barrier(w);
-    double t0 = now();
-    zs_scope_push();
-    zs_tensor *x = random_tokens(rng, o->batch, o->seq, vocab);
-    zs_tensor *y = random_tokens(rng, o->batch, o->seq, vocab);
-    if (dp && zs_dp_begin(dp) != ZS_OK)
+    zs_trainer_profile(t, &a);
+    if (zs_trainer_step(t, NULL) != ZS_OK)
         return -1;
-    zs_tensor *loss = zs_gpt_loss(m, x, y);
-    if (!loss || zs_backward(loss, NULL, false) != ZS_OK)
-        return -1;
-    zs_scope_pop();
-    if (dp && zs_dp_finish(dp) != ZS_OK)
-        return -1;
-    double dt = now() - t0;
-    zs_fill_(fg, 0.0);
+    zs_trainer_profile(t, &b);
+    double dt = (b.forward_s - a.forward_s) + (b.backward_s - a.backward_s) +
+                (b.comm_s - a.comm_s);
     zs_tensor *all = zs_empty(ZS_F64, 1, (int64_t[]){zs_comm_size(w)});
     zs_tensor *one = zs_from_data(ZS_F64, 1, (int64_t[]){1}, &dt);
     zs_comm_allgather(w, one, all);
@@ -107,57 +109,62 @@ static double step(zs_module *m, zs_dp *dp, uint64_t *rng, const opts *o,
     return mx;
 }
 
+/* Mode k's trainer over its own model (every rank alike), on alone (a
+ * one-rank communicator: the compute floor) or the world. */
+static zs_trainer *mode_trainer(int k, const opts *o, zs_module **m, source *src,
+                                zs_comm *alone)
+{
+    zs_comm *w = zs_comm_world();
+    zs_gpt_config gc = {.arch = ZS_GPT2, .vocab = 4096};
+    if (zs_gpt_preset(o->preset, &gc) != 0 || !(*m = zs_gpt_new(&gc, 1)))
+        return NULL;
+    *src = (source){o->batch * (k == COMPUTE ? 1 : zs_comm_size(w)), o->seq, gc.vocab,
+                    (uint64_t)(k == COMPUTE ? zs_comm_rank(w) : 0)};
+    zs_trainer_config tc = zs_trainer_defaults();
+    tc.optim = (zs_optim_config){ZS_SGD, 0, 0, false, 0, 0, 0, 0};
+    tc.schedule = (zs_lr_schedule){ZS_LR_CONSTANT, 0, 0, 0, 0, 0, 0};
+    tc.steps = 1 << 30;
+    tc.clip = 0;
+    tc.batch = random_batch, tc.batch_ctx = src;
+    tc.comm = k == COMPUTE ? alone : w;
+    tc.algo = k == MPI_AFTER || k == MPI_BUCKET ? ZS_ALLREDUCE_MPI : ZS_ALLREDUCE_RING;
+    tc.bucket_bytes = k >= MPI_BUCKET ? (int64_t)(o->bucket_mb * 1048576) : 0;
+    return zs_trainer_new(*m, &tc);
+}
+
 static int run_ranks(const opts *o)
 {
     zs_comm *w = zs_comm_world();
     int P = zs_comm_size(w), R = zs_comm_rank(w);
     zs_set_num_threads(1);
-    zs_gpt_config gc = {.arch = ZS_GPT2, .vocab = 4096};
-    if (zs_gpt_preset(o->preset, &gc) != 0) {
-        fprintf(stderr, "dp: %s\n", zs_last_error());
-        return 1;
-    }
-    zs_module *m = zs_gpt_new(&gc, 1);
-    zs_tensor *fp, *fg, **ps;
-    char **names;
-    if (!m || zs_module_flatten(m, &fp, &fg) != ZS_OK) {
-        fprintf(stderr, "dp: %s\n", zs_last_error());
-        return 1;
-    }
-    int np = zs_module_parameters(m, &ps, &names);
-    zs_dp *dps[NMODES] = {NULL};
-    for (int k = MPI_AFTER; k < NMODES; k++) {
-        zs_dp_config dc = {k == MPI_AFTER || k == MPI_BUCKET ? ZS_ALLREDUCE_MPI
-                                                             : ZS_ALLREDUCE_RING,
-                           k >= MPI_BUCKET ? (int64_t)(o->bucket_mb * 1048576) : 0};
-        if (!(dps[k] = zs_dp_new(w, &dc, np, ps, fg))) {
+    zs_comm *alone = zs_comm_split(w, R, 0);
+    zs_module *m[NMODES] = {NULL};
+    zs_trainer *tr[NMODES] = {NULL};
+    source src[NMODES];
+    for (int k = 0; k < NMODES; k++)
+        if (!alone || !(tr[k] = mode_trainer(k, o, &m[k], &src[k], alone))) {
             fprintf(stderr, "dp: %s\n", zs_last_error());
             return 1;
         }
+    double *t[NMODES], early[NMODES] = {0};
+    for (int k = 0; k < NMODES; k++) {
+        t[k] = calloc((size_t)o->rounds, sizeof(double));
+        step(tr[k], w); /* warm-up */
     }
-    zs_names_free(np, ps, names);
-    zs_dp_stats st;
-    zs_dp_get_stats(dps[RING_BUCKET], &st);
+    zs_train_profile pr;
+    zs_trainer_profile(tr[RING_BUCKET], &pr);
+    int64_t n = zs_numel(zs_trainer_flat_params(tr[COMPUTE]));
     if (R == 0)
         printf("bench/dp: %d ranks x 1 thread, GPT %s (%lld parameters, gradient "
                "%.1f MiB), per-rank batch %lld x %lld, %d buckets of ~%.1f MiB, "
-               "median of %d rounds\n", P, o->preset, (long long)zs_numel(fp),
-               4.0 * (double)zs_numel(fg) / 1048576, (long long)o->batch,
-               (long long)o->seq, st.buckets,
-               4.0 * (double)zs_numel(fg) / st.buckets / 1048576, o->rounds);
-    uint64_t rng = 0x9E3779B97F4A7C15ull + (uint64_t)R;
-    double *t[NMODES], early[NMODES] = {0};
-    for (int k = 0; k < NMODES; k++)
-        t[k] = calloc((size_t)o->rounds, sizeof(double));
-    for (int k = 0; k < NMODES; k++) /* warm-up */
-        step(m, dps[k], &rng, o, gc.vocab, fg);
+               "median of %d rounds\n", P, o->preset, (long long)n,
+               4.0 * (double)n / 1048576, (long long)o->batch, (long long)o->seq,
+               pr.buckets, 4.0 * (double)n / pr.buckets / 1048576, o->rounds);
     for (int r = 0; r < o->rounds; r++)
         for (int k = 0; k < NMODES; k++) {
-            t[k][r] = step(m, dps[k], &rng, o, gc.vocab, fg);
-            if (dps[k]) {
-                zs_dp_get_stats(dps[k], &st);
-                early[k] += (double)st.started_in_backward / st.buckets / o->rounds;
-            }
+            t[k][r] = step(tr[k], w);
+            zs_trainer_profile(tr[k], &pr);
+            early[k] += pr.buckets_early / o->rounds;
         }
     double med[NMODES];
     for (int k = 0; k < NMODES; k++) {
@@ -183,10 +190,11 @@ static int run_ranks(const opts *o)
                med[MPI_AFTER] / med[RING_BUCKET]);
     }
     for (int k = 0; k < NMODES; k++) {
-        zs_dp_free(dps[k]);
+        zs_trainer_free(tr[k]);
+        zs_module_free(m[k]);
         free(t[k]);
     }
-    zs_module_free(m);
+    zs_comm_free(alone);
     return 0;
 }
 

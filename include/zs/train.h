@@ -173,6 +173,9 @@ typedef struct zs_train_profile {
     double norm_s, update_s;      /* the norm pass; the fused update */
     double zero_grad_s;
     double norm_bytes, update_bytes; /* per step, this rank */
+    int buckets;                  /* data parallel: gradient buckets, and */
+    double buckets_early;         /* the fraction started during backward
+                                   * (last step) */
 } zs_train_profile;
 void zs_trainer_profile(const zs_trainer *t, zs_train_profile *p);
 void zs_trainer_profile_reset(zs_trainer *t);

@@ -248,6 +248,12 @@ void zs_trainer_profile(const zs_trainer *t, zs_train_profile *p)
     zs_tensor **opt = t->z ? zs_zero_shards(t->z, &k) : (zs_tensor **)&t->fp;
     for (int i = 0; i < k; i++)
         n += opt[i] ? (double)zs_numel(opt[i]) : 0;
+    if (t->dp) {
+        zs_dp_stats ds;
+        zs_dp_get_stats(t->dp, &ds);
+        p->buckets = ds.buckets;
+        p->buckets_early = ds.buckets ? (double)ds.started_in_backward / ds.buckets : 0;
+    }
     p->norm_bytes = t->c.clip > 0 ? 4 * n : 0;
     p->update_bytes = t->o ? 4 * n * (3 + 2 * states) : 0;
 }
