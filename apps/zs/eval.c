@@ -1,5 +1,5 @@
 /*
- * eval.c - `zs eval --ckpt FILE`: accuracy and confusion matrix of a CNN
+ * eval.c - `zs eval --ckpt PATH`: accuracy and confusion matrix of a CNN
  * checkpoint on the test set; and the evaluation loop `zs train` uses.
  */
 #include <stdio.h>
@@ -108,8 +108,9 @@ static void print_result(const char *model_name, const eval_result *r)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: zs eval --ckpt FILE [flags]\n"
-            "  --ckpt FILE       a checkpoint written by zs train lenet|resnet\n"
+            "usage: zs eval --ckpt PATH [flags]\n"
+            "  --ckpt PATH       a checkpoint written by zs train lenet|resnet, or its\n"
+            "                    output directory\n"
             "  --data DIR        MNIST-format directory whose test set is used\n"
             "                    (default %s)\n", ZS_FMNIST_DIR);
 }
@@ -125,36 +126,30 @@ int cmd_eval(int argc, char **argv)
     if (p != FLAGS_OK)
         return flags_exit(p);
     if (!ckpt)
-        return flags_error("zs eval", "--ckpt FILE is required (see zs eval "
+        return flags_error("zs eval", "--ckpt PATH is required (see zs eval "
                               "--help)");
-    zs_tensor_set probe;
-    if (zs_safetensors_load(ckpt, &probe) != ZS_OK) {
+    zs_model_file mf;
+    zs_image_data test = {0};
+    zs_status st = zs_model_open(ckpt, &mf);
+    if (st == ZS_OK && strcmp(mf.kind, "gpt") != 0)
+        st = app_mnist_load(data, false, &test);
+    else if (st == ZS_OK)
+        st = zs_set_error("%s holds a %s; zs eval evaluates lenet or resnet "
+                          "checkpoints (zs generate runs GPTs)", ckpt, mf.kind);
+    if (st != ZS_OK) {
         fprintf(stderr, "zs eval: %s\n", zs_last_error());
+        zs_model_close(&mf);
         return 2;
     }
-    char model_name[32] = "";
-    bool known = app_meta_str(probe.metadata_json, "model", model_name, sizeof model_name);
-    zs_tensor_set_free(&probe);
-    zs_module *m = known ? app_cnn_new(model_name, 0) : NULL;
-    if (!m) {
-        fprintf(stderr, "zs eval: %s: %s\n", ckpt,
-                known ? zs_last_error() : "no model name in its metadata");
-        return 2;
-    }
-    zs_image_data test;
-    if (zs_module_load(ckpt, m, NULL, NULL) != ZS_OK ||
-        app_mnist_load(data, false, &test) != ZS_OK) {
-        fprintf(stderr, "zs eval: %s\n", zs_last_error());
-        zs_module_free(m);
-        return 2;
-    }
+    zs_module *m = mf.model;
+    const char *model_name = mf.kind;
     eval_result r;
-    zs_status st = app_evaluate(m, &test, &r);
+    st = app_evaluate(m, &test, &r);
     if (st == ZS_OK)
         print_result(model_name, &r);
     else
         fprintf(stderr, "zs eval: %s\n", zs_last_error());
     zs_image_data_free(&test);
-    zs_module_free(m);
+    zs_model_close(&mf);
     return st == ZS_OK ? 0 : 1;
 }

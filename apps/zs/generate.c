@@ -58,26 +58,6 @@ static int parse(int argc, char **argv, gen_cfg *c)
     return FLAGS_OK;
 }
 
-/* Loads the tokenizer and the model of a training output directory; the
- * model's config comes from the checkpoint (zs_gpt_load checks it). */
-static int load(const char *dir, zs_bpe **bpe, zs_module **m)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/tokenizer.bpe", dir);
-    if (!(*bpe = zs_bpe_load(path)))
-        return 2;
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
-    if (!(*m = zs_gpt_load(path, NULL)))
-        return 2;
-    int64_t vocab = zs_gpt_config_of(*m)->vocab;
-    if (vocab != zs_bpe_vocab_size(*bpe)) {
-        zs_set_error("tokenizer has %d tokens but the checkpoint's model has %lld",
-                     zs_bpe_vocab_size(*bpe), (long long)vocab);
-        return 2;
-    }
-    return 0;
-}
-
 static void emit(const zs_bpe *bpe, int32_t id)
 {
     size_t len;
@@ -138,12 +118,17 @@ int cmd_generate(int argc, char **argv)
         return flags_exit(p);
     if (c.threads)
         zs_set_num_threads(c.threads);
-    zs_bpe *bpe = NULL;
-    zs_module *m = NULL;
+    zs_model_file mf;
     zs_kv_cache *kv = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = load(c.ckpt, &bpe, &m);
+    int rc = zs_model_open(c.ckpt, &mf) == ZS_OK ? 0 : 2;
+    if (!rc && strcmp(mf.kind, "gpt") != 0) {
+        zs_set_error("%s holds a %s, not a GPT", c.ckpt, mf.kind);
+        rc = 2;
+    }
+    zs_bpe *bpe = mf.tokenizer;
+    zs_module *m = mf.model;
     if (!rc && zs_bpe_encode(bpe, c.prompt, strlen(c.prompt), 0, &ids, &n) != ZS_OK)
         rc = 2;
     if (!rc && n == 0) { /* empty prompt: start from end-of-text */
@@ -172,7 +157,6 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "zs generate: %s\n", zs_last_error());
     zs_kv_cache_free(kv);
     free(ids);
-    zs_module_free(m);
-    zs_bpe_free(bpe);
+    zs_model_close(&mf);
     return rc;
 }

@@ -1,14 +1,35 @@
 /*
- * zs/infer.h - inference: sampling the next token.
+ * zs/infer.h - inference: a trained model back from disk, and sampling the
+ * next token.
  */
 #ifndef ZS_INFER_H
 #define ZS_INFER_H
 
 #include "core.h"
+#include "nn.h"
+#include "text.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* A model as zs train left it. */
+typedef struct zs_model_file {
+    zs_module *model;    /* owned */
+    zs_bpe *tokenizer;   /* owned; NULL for models without text (CNNs) */
+    char kind[16];       /* the metadata's "model": gpt, lenet, resnet */
+    zs_gpt_config gpt;   /* kind "gpt": its config */
+    char *metadata;      /* owned: the checkpoint's metadata JSON */
+} zs_model_file;
+
+/* Opens path: a checkpoint file, or a training output directory holding
+ * checkpoint.safetensors. The kind and config come from the metadata
+ * (checked against the file's tensors before anything is allocated, see
+ * zs_gpt_load); a GPT also needs the tokenizer.bpe of its directory, with
+ * the same vocabulary. On failure *out is empty and the message names the
+ * file and what is wrong. */
+zs_status zs_model_open(const char *path, zs_model_file *out);
+void zs_model_close(zs_model_file *f); /* zeroed structs: no-op */
 
 typedef struct zs_sampler {
     double temperature; /* 0 = greedy (argmax) */

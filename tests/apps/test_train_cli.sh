@@ -101,8 +101,15 @@ refused "labels do not match the images" "64 images but 320 labels" \
 "$zs" train lenet "${small[@]}" --limit 100000 --out "$tmp/lim" >/dev/null 2>"$tmp/err"
 check "--limit above the set's size trains on all of it" \
       'grep -q "320 train / 100 test images" "$tmp/err"'
-refused "eval: the checkpoint is a directory" "directory" \
-        "$zs" eval --ckpt "$tmp/full" --data "$tmp/data"
+"$zs" eval --ckpt "$tmp/full" --data "$tmp/data" >"$tmp/evaldir" 2>&1
+check "eval takes a training directory (its checkpoint.safetensors)" \
+      '[ $? -eq 0 ] && grep -q "accuracy" "$tmp/evaldir"'
+mkdir -p "$tmp/emptydir"
+refused "eval: a directory without a checkpoint" "emptydir/checkpoint.safetensors" \
+        "$zs" eval --ckpt "$tmp/emptydir" --data "$tmp/data"
+"$zs" train gpt --preset tiny --steps 1 --seq 32 --vocab 300 --data "$src/README.md" \
+    --out "$tmp/g" >/dev/null 2>&1
+refused "eval: a GPT checkpoint" "lenet or resnet" "$zs" eval --ckpt "$tmp/g" --data "$tmp/data"
 : > "$tmp/afile"
 refused "--out is a file" "not a directory" "$zs" train lenet "${small[@]}" --out "$tmp/afile"
 exit $fail
