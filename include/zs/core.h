@@ -14,6 +14,37 @@
  * thread-local message readable with zs_last_error(). A function given a NULL
  * tensor returns NULL without overwriting the first message, so a chain of
  * calls can be checked once at its end.
+ *
+ * Threads: several user threads may use the library at once, each on its
+ * own tensors (tests/core/test_threads.c checks it under ThreadSanitizer).
+ *   May be called from several threads at once:
+ *   - operators, zs_backward and the optimizers, on tensors that no other
+ *     thread writes; modules' forward (and loss) on distinct modules, or on
+ *     one module whose parameters nobody updates meanwhile;
+ *   - zs_retain / zs_release of one shared tensor (the reference counts of
+ *     tensors, storages and autograd nodes are atomic), and operators that
+ *     only read a shared tensor (one that no thread writes and that needs no
+ *     gradient);
+ *   - the allocator (zs_alloc, zs_free, the stats), the global random stream
+ *     (zs_rng_reserve: concurrent draws get disjoint ranges in an unspecified
+ *     order; pass explicit seeds for results that do not depend on timing),
+ *     zs_parallel_for (the pool runs one call at a time; a call that finds it
+ *     busy runs its whole range on the calling thread, with the same result);
+ *   - the profiler's counters while profiling is on (zs_profile_*, ops.h).
+ *   Not to be done concurrently:
+ *   - two threads mutating one tensor (in-place operators, .grad, a
+ *     backward through one graph, zs_set_requires_grad), or one module's
+ *     parameters updated (optimizer step, load, flatten, to_dtype) while
+ *     another thread reads them;
+ *   - zs_device_register, zs_profile_enable, zsi_op_set_kernel and the
+ *     kernels' test knobs, zs_set_num_threads: call them before other
+ *     threads start working, or while none does;
+ *   - communicator (MPI) calls other than from the thread that initialised
+ *     MPI (zs/dist.h).
+ *   Per thread: the error message, grad mode (zs_no_grad_push), scopes (a
+ *   tensor created inside a scope belongs to that thread's scope: give
+ *   another thread its own reference, zs_retain, or zs_keep it out first)
+ *   and the grad-ready hook (zs/autograd.h).
  */
 #ifndef ZS_CORE_H
 #define ZS_CORE_H
@@ -55,10 +86,19 @@ typedef enum zs_dtype {
 
 typedef enum zs_device { ZS_CPU = 0, ZS_CUDA = 1 } zs_device;
 
+/* Reference counts are C11 atomics (retain: a relaxed increment; release:
+ * an acq_rel decrement, the last one frees). C++ translation units (.cu)
+ * see an int of the same size and layout; only the C library changes it. */
+#ifdef __cplusplus
+typedef int zs_refcount;
+#else
+typedef _Atomic int zs_refcount;
+#endif
+
 typedef struct zs_storage {
     void *data;        /* 64-byte aligned */
     size_t nbytes;
-    int refcount;
+    zs_refcount refcount;
     zs_device device;
     bool external;     /* true: data is not ours to free */
 } zs_storage;
@@ -68,7 +108,7 @@ struct zsi_scope;
 
 /* Fields are readable by users; change them only through the API. */
 typedef struct zs_tensor {
-    int refcount;
+    zs_refcount refcount;
     zs_dtype dtype;
     zs_device device;
     int ndim;
@@ -318,12 +358,18 @@ void zs_print(const zs_tensor *t, FILE *f);
 typedef void (*zs_range_fn)(void *ctx, int64_t begin, int64_t end);
 
 /* Runs fn over [0, n) split into chunks of at least `grain` items across the
- * pool; the calling thread takes part. Calls from inside a pool task run
- * serially. Returns when every chunk is done. */
+ * pool; the calling thread takes part. Returns when every chunk is done.
+ * The pool serves one call at a time: a call from inside a pool task, or
+ * from a thread that finds the pool busy with another thread's call, runs
+ * fn(ctx, 0, n) on the calling thread. fn must therefore give the same
+ * result for any split of [0, n) (the kernels split by zs_num_threads(),
+ * never by who runs a chunk). */
 void zs_parallel_for(int64_t n, int64_t grain, zs_range_fn fn, void *ctx);
 /* Pool size (ZS_NUM_THREADS, else the number of online CPUs). */
 int zs_num_threads(void);
-/* Resizes the pool (1 = serial). Not to be called from pool tasks. */
+/* Resizes the pool (1 = serial). Not to be called from pool tasks, nor
+ * while other threads run operators (it waits for the pool, but kernels
+ * that read zs_num_threads() mid-call would see two sizes). */
 void zs_set_num_threads(int n);
 /* Index of the calling thread in the pool, 0 for the caller. */
 int zs_thread_index(void);

@@ -151,8 +151,11 @@ typedef struct zs_op_stat {
     double seconds;       /* measured while profiling is on */
 } zs_op_stat;
 
-/* Counters accumulate while enabled (off at start; FLOP counting is cheap,
- * timing adds a clock read per call). */
+/* Counters (calls, the cost model's FLOPs and bytes, wall time) accumulate
+ * only while enabled (off at start: an operator then pays one load; on, two
+ * clock reads and a lock per call). Operators on other threads are counted
+ * too; enable and disable while no other thread runs operators. The readers
+ * below are thread-safe. */
 void zs_profile_enable(bool on);
 void zs_profile_reset(void);
 /* Fills up to max entries (operators with calls > 0); returns the count. */

@@ -8,6 +8,7 @@
  * point peak / bandwidth. Time at a model-FLOPs utilisation (MFU):
  * flops / (devices * peak * MFU).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -32,25 +33,29 @@ const zs_hw_spec *zs_hw_at(int i)
     return i >= 0 && i < N_DEVICES ? &table[i] : NULL;
 }
 
-/* Measured once per process: the FMA peak (0.1 s) and a triad over three
- * 32 MB arrays, on zs_num_threads() threads. */
+/* Measured once per process (pthread_once: the first caller measures,
+ * concurrent ones wait for it): the FMA peak (0.1 s) and a triad over
+ * three 32 MB arrays, on zs_num_threads() threads. */
+static zs_hw_spec cpu_cached;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void measure_cpu_once(void)
+{
+    int nt = zs_num_threads();
+    double gflops = zs_measure_peak_gflops(nt, 0.1);
+    double gbs = zs_measure_triad_gbs(nt, (size_t)32 << 20, 3);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    cpu_cached = table[N_DEVICES - 1];
+    cpu_cached.tflops32 = gflops / 1e3;
+    cpu_cached.tflops16 = cpu_cached.tflops32;
+    cpu_cached.bw_gbs = gbs;
+    cpu_cached.mem_gb = pages > 0 && page > 0 ? (double)pages * (double)page / 1e9 : 0;
+}
+
 static void measure_cpu(zs_hw_spec *d)
 {
-    static zs_hw_spec cached;
-    static bool done;
-    if (!done) {
-        int nt = zs_num_threads();
-        double gflops = zs_measure_peak_gflops(nt, 0.1);
-        double gbs = zs_measure_triad_gbs(nt, (size_t)32 << 20, 3);
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        cached = table[N_DEVICES - 1];
-        cached.tflops32 = gflops / 1e3;
-        cached.tflops16 = cached.tflops32;
-        cached.bw_gbs = gbs;
-        cached.mem_gb = pages > 0 && page > 0 ? (double)pages * (double)page / 1e9 : 0;
-        done = true;
-    }
-    *d = cached;
+    pthread_once(&cpu_once, measure_cpu_once);
+    *d = cpu_cached;
 }
 
 zs_status zs_hw_lookup(const char *name, zs_hw_spec *out)

@@ -8,6 +8,12 @@
  * into .grad in place, so a training loop reuses the same gradient memory.
  * Unless keep_graph, each node drops its saved tensors once used and is
  * marked freed; a later backward through it fails with a message.
+ *
+ * Threads: node reference counts and the live-node count are atomic, so
+ * graphs of different threads may share nodes' inputs; one backward walks
+ * its graph's scratch fields (deps, visit, gout, leaves' grad_pending)
+ * unlocked, so two threads must not backpropagate through a shared node
+ * or into a shared leaf at once (zs/core.h, "Threads").
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +31,12 @@ void zs_set_grad_ready_hook(zs_grad_ready_fn fn, void *ctx)
     ready_hook = fn;
     ready_ctx = ctx;
 }
-static int64_t live_nodes; /* approximate under concurrent use */
+static atomic_llong live_nodes; /* every thread's nodes (relaxed counts) */
 
-int64_t zs_autograd_live_nodes(void) { return live_nodes; }
+int64_t zs_autograd_live_nodes(void)
+{
+    return atomic_load_explicit(&live_nodes, memory_order_relaxed);
+}
 
 zs_status zs_set_requires_grad(zs_tensor *t, bool on)
 {
@@ -78,7 +87,7 @@ static void node_hook(zs_tensor *t)
     zsi_node_release(t->node);
 }
 
-void zsi_node_retain(zsi_node *n) { n->refcount++; }
+void zsi_node_retain(zsi_node *n) { zsi_ref_inc(&n->refcount); }
 
 static void node_drop_saved(zsi_node *n)
 {
@@ -92,7 +101,7 @@ void zsi_node_release(zsi_node *n)
 {
     /* Iterative over the chain of single-consumer inputs to bound the stack
      * depth of long graphs (one level per branch, not per node). */
-    while (n && --n->refcount == 0) {
+    while (n && zsi_ref_dec(&n->refcount)) {
         zsi_node *next = NULL;
         node_drop_saved(n);
         zs_release(n->gout);
@@ -107,7 +116,7 @@ void zsi_node_release(zsi_node *n)
         }
         free(n->c.extra);
         free(n);
-        live_nodes--;
+        atomic_fetch_sub_explicit(&live_nodes, 1, memory_order_relaxed);
         n = next;
     }
 }
@@ -142,9 +151,8 @@ static zs_status record(zsi_op *op, zs_tensor *out, int nin, zs_tensor *const *i
     n->in_node = (zsi_node **)(n->c.in_meta + un);
     n->in_leaf = (zs_tensor **)(n->in_node + un);
     n->c.needs = (uint8_t *)(n->in_leaf + un);
-    zsi_node_release_hook = node_hook;
-    live_nodes++;
-    n->refcount = 1;
+    atomic_fetch_add_explicit(&live_nodes, 1, memory_order_relaxed);
+    atomic_init(&n->refcount, 1);
     n->c.op = op;
     n->c.nin = nin;
     for (int i = 0; i < nin; i++) {
@@ -164,8 +172,11 @@ static zs_status record(zsi_op *op, zs_tensor *out, int nin, zs_tensor *const *i
     return ZS_OK;
 }
 
+/* Both hooks are set once, before main, and only read after: no thread
+ * can see them change. */
 __attribute__((constructor)) static void install_recorder(void)
 {
+    zsi_node_release_hook = node_hook;
     zsi_set_recorder(record);
 }
 
@@ -228,7 +239,8 @@ static zs_status collect(zsi_node *root, vec *all)
 static zs_status accumulate_leaf(zs_tensor *leaf, zs_tensor *g)
 {
     if (!leaf->grad) {
-        if (g->refcount == 1 && g->storage->refcount == 1 && zs_is_contiguous(g) &&
+        if (zsi_ref_get(&g->refcount) == 1 && zsi_ref_get(&g->storage->refcount) == 1 &&
+            zs_is_contiguous(g) &&
             g->dtype == leaf->dtype && !g->node) {
             leaf->grad = zs_retain(g);
         } else {

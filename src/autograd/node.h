@@ -18,7 +18,7 @@ typedef struct zsi_node zsi_node;
 
 struct zsi_node {
     zsi_ctx c;            /* first: the record an operator sees */
-    int refcount;
+    zs_refcount refcount; /* atomic (core/internal.h) */
     zsi_node **in_node;   /* [nin], retained or NULL */
     zs_tensor **in_leaf;  /* [nin], retained or NULL */
     zs_tensor *gout;      /* gradient being accumulated during backward */

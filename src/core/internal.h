@@ -4,7 +4,37 @@
 #ifndef ZS_CORE_INTERNAL_H
 #define ZS_CORE_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "zs/core.h"
+
+/* Reference counts (zs_refcount: tensors, storages, autograd nodes) are
+ * atomic so that threads may share a tensor: an increment is relaxed (the
+ * caller already holds a reference), a decrement acq_rel (the thread that
+ * frees sees every write made through the other references). */
+static inline void zsi_ref_inc(zs_refcount *rc)
+{
+    atomic_fetch_add_explicit(rc, 1, memory_order_relaxed);
+}
+/* Drops one reference; true when it was the last (the caller frees). A
+ * count of 1 read by its holder cannot rise meanwhile (only a holder may
+ * retain), so the sole holder skips the locked decrement, as libstdc++'s
+ * shared_ptr does: the acquire load pairs with the other holders' release
+ * decrements. */
+static inline bool zsi_ref_dec(zs_refcount *rc)
+{
+    return atomic_load_explicit(rc, memory_order_acquire) == 1 ||
+           atomic_fetch_sub_explicit(rc, 1, memory_order_acq_rel) == 1;
+}
+/* The count now (acquire): 1 means the caller holds the only reference. */
+static inline int zsi_ref_get(const zs_refcount *rc)
+{
+    return atomic_load_explicit((zs_refcount *)rc, memory_order_acquire);
+}
+/* Storage references, for code that re-points a tensor at other storage
+ * (nn/module.c); the last release frees the memory with its device. */
+void zsi_storage_retain(zs_storage *s);
+void zsi_storage_release(zs_storage *s);
 
 /* New contiguous tensor, uninitialised, refcount 1, registered in the
  * current scope unless tracking is paused. NULL + message on failure. */
@@ -54,7 +84,8 @@ void zsi_store(zs_dtype dt, void *base, int64_t i, double v);
 bool zsi_grad_needed(const zs_tensor *t);
 
 /* Set by the autograd layer: called when a tensor with a node is freed, to
- * drop the tensor's reference to its node. */
+ * drop the tensor's reference to its node. Set once, by a constructor that
+ * runs before main (autograd/engine.c), and only read after. */
 extern void (*zsi_node_release_hook)(zs_tensor *t);
 
 #endif

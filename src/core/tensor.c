@@ -6,6 +6,10 @@
  * belongs to that scope (unless tracking is paused): zs_scope_pop releases
  * it. zs_release of a tensor whose count reaches zero also clears its scope
  * slot, so an early release inside a scope is safe.
+ *
+ * Threads: the counts are atomic (internal.h), so threads may retain and
+ * release a shared tensor; scopes and tracking are per thread, and a scope
+ * only ever holds tensors its own thread created.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -157,7 +161,7 @@ static zs_tensor *header_new(void)
         zs_set_error_code(ZS_ERR_NOMEM, "tensor: out of memory");
         return NULL;
     }
-    t->refcount = 1;
+    atomic_init(&t->refcount, 1);
     return t;
 }
 
@@ -185,7 +189,7 @@ zs_tensor *zsi_new_tensor_on(int device, zs_dtype dt, int ndim,
     }
     s->data = data;
     s->nbytes = nbytes;
-    s->refcount = 1;
+    atomic_init(&s->refcount, 1);
     s->device = (zs_device)device;
     t->storage = s;
     t->dtype = dt;
@@ -217,20 +221,22 @@ zs_tensor *zsi_new_view(const zs_tensor *base, int ndim, const int64_t *shape,
     }
     t->offset = offset;
     t->storage = base->storage;
-    t->storage->refcount++;
+    zsi_storage_retain(t->storage);
     return zsi_track(t);
 }
 
 zs_tensor *zs_retain(zs_tensor *t)
 {
     if (t)
-        t->refcount++;
+        zsi_ref_inc(&t->refcount);
     return t;
 }
 
-static void storage_release(zs_storage *s)
+void zsi_storage_retain(zs_storage *s) { zsi_ref_inc(&s->refcount); }
+
+void zsi_storage_release(zs_storage *s)
 {
-    if (s && --s->refcount == 0) {
+    if (s && zsi_ref_dec(&s->refcount)) {
         if (!s->external)
             zsi_device_free(s->device, s->data);
         free(s);
@@ -239,7 +245,7 @@ static void storage_release(zs_storage *s)
 
 void zs_release(zs_tensor *t)
 {
-    if (!t || --t->refcount > 0)
+    if (!t || !zsi_ref_dec(&t->refcount))
         return;
     if (t->scope) {
         t->scope->items[t->scope_slot] = NULL;
@@ -248,7 +254,7 @@ void zs_release(zs_tensor *t)
     if (t->node && zsi_node_release_hook)
         zsi_node_release_hook(t);
     zs_release(t->grad);
-    storage_release(t->storage);
+    zsi_storage_release(t->storage);
     free(t);
 }
 
@@ -332,7 +338,7 @@ zs_tensor *zs_from_blob(zs_dtype dt, int ndim, const int64_t *shape,
     }
     s->data = data;
     s->nbytes = (size_t)zsi_shape_numel(ndim, shape) * zs_dtype_size(dt);
-    s->refcount = 1;
+    atomic_init(&s->refcount, 1);
     s->external = true;
     t->storage = s;
     t->dtype = dt;

@@ -12,6 +12,17 @@
  *
  * Calls made from inside a pool task, or while another thread owns the
  * pool, run serially on the calling thread.
+ *
+ * Threads: the pool serves one call at a time. `owner` is taken with a
+ * trylock, so a user thread that finds the pool busy runs its whole range
+ * inline instead of waiting (no interleaving of two jobs' chunks, no
+ * deadlock when jobs nest or threads contend); the kernels split work by
+ * zs_num_threads(), not by who runs a chunk, so the result is the same.
+ * The job fields (fn, ctx, n) are written by the owner before it publishes
+ * the job (release store of `claim`) and read by a worker only after it
+ * claimed a chunk of that job (acquire CAS), while the owner still waits
+ * for that chunk. A worker that arrives late may still read nchunks while
+ * the next owner writes it, so that field is atomic.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -24,7 +35,7 @@
 #define SPIN_ITERS 20000
 
 typedef struct pool {
-    int nthreads; /* including the caller */
+    atomic_int nthreads; /* including the caller; written under owner */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -39,7 +50,8 @@ typedef struct pool {
     /* current job */
     zs_range_fn fn;
     void *ctx;
-    int64_t n, nchunks;
+    int64_t n;
+    atomic_int_fast64_t nchunks;
 } pool;
 
 static pool P = {.mu = PTHREAD_MUTEX_INITIALIZER,
@@ -49,9 +61,9 @@ static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static _Thread_local int thread_index;
 static _Thread_local bool in_task;
 
-static void run_chunk(int64_t c)
+static void run_chunk(int64_t c, int64_t nchunks)
 {
-    int64_t b = P.n * c / P.nchunks, e = P.n * (c + 1) / P.nchunks;
+    int64_t b = P.n * c / nchunks, e = P.n * (c + 1) / nchunks;
     if (b < e)
         P.fn(P.ctx, b, e);
 }
@@ -63,12 +75,15 @@ static void work_on(uint_fast64_t gen)
         if ((t >> 16) != (gen & 0xffffffffffffu))
             return;
         int64_t c = (int64_t)(t & 0xffffu);
-        if (c >= P.nchunks)
+        /* relaxed: a stale value only makes the CAS below fail */
+        int64_t nchunks = atomic_load_explicit(&P.nchunks, memory_order_relaxed);
+        if (c >= nchunks)
             return;
         if (atomic_compare_exchange_weak_explicit(&P.claim, &t, t + 1,
                                                   memory_order_acq_rel,
                                                   memory_order_acquire)) {
-            run_chunk(c);
+            /* the job of gen is ours until this chunk is done: reread */
+            run_chunk(c, atomic_load_explicit(&P.nchunks, memory_order_relaxed));
             atomic_fetch_sub_explicit(&P.pending, 1, memory_order_release);
         }
     }
@@ -108,7 +123,8 @@ static void pool_stop(void)
     atomic_store(&P.stop, true);
     pthread_cond_broadcast(&P.cv);
     pthread_mutex_unlock(&P.mu);
-    for (int i = 1; i < P.nthreads; i++)
+    int nt = atomic_load_explicit(&P.nthreads, memory_order_relaxed);
+    for (int i = 1; i < nt; i++)
         pthread_join(P.threads[i], NULL);
     free(P.threads);
     P.threads = NULL;
@@ -121,17 +137,18 @@ static void pool_start(int n)
         n = 1;
     if (n > 256)
         n = 256;
-    P.nthreads = n;
+    atomic_store_explicit(&P.nthreads, n, memory_order_relaxed);
     if (n == 1)
         return;
     P.threads = calloc((size_t)n, sizeof *P.threads);
     if (!P.threads) {
-        P.nthreads = 1;
+        atomic_store_explicit(&P.nthreads, 1, memory_order_relaxed);
         return;
     }
     for (int i = 1; i < n; i++) {
         if (pthread_create(&P.threads[i], NULL, worker, (void *)(intptr_t)i) != 0) {
-            P.nthreads = i; /* run with what started */
+            /* run with what started */
+            atomic_store_explicit(&P.nthreads, i, memory_order_relaxed);
             break;
         }
     }
@@ -165,7 +182,7 @@ static void pool_init(void)
 int zs_num_threads(void)
 {
     pthread_once(&pool_once, pool_init);
-    return P.nthreads;
+    return atomic_load_explicit(&P.nthreads, memory_order_relaxed);
 }
 
 void zs_set_num_threads(int n)
@@ -189,8 +206,9 @@ void zs_parallel_for(int64_t n, int64_t grain, zs_range_fn fn, void *ctx)
         grain = 1;
     pthread_once(&pool_once, pool_init);
     int64_t nchunks = (n + grain - 1) / grain;
-    if (nchunks > P.nthreads)
-        nchunks = P.nthreads;
+    int nt = atomic_load_explicit(&P.nthreads, memory_order_relaxed);
+    if (nchunks > nt)
+        nchunks = nt;
     if (nchunks <= 1 || in_task || pthread_mutex_trylock(&P.owner) != 0) {
         fn(ctx, 0, n);
         return;
@@ -198,7 +216,7 @@ void zs_parallel_for(int64_t n, int64_t grain, zs_range_fn fn, void *ctx)
     P.fn = fn;
     P.ctx = ctx;
     P.n = n;
-    P.nchunks = nchunks;
+    atomic_store_explicit(&P.nchunks, nchunks, memory_order_relaxed);
     atomic_store(&P.pending, (int)nchunks);
     uint_fast64_t g = atomic_load(&P.generation) + 1;
     atomic_store_explicit(&P.claim, (g & 0xffffffffffffu) << 16,

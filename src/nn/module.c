@@ -2,6 +2,7 @@
  * module.c - the module tree: parameters, buffers, children, traversal,
  * training mode, and flattening parameters/gradients into flat buffers.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,10 @@ typedef struct flat_entry {
     zs_tensor *params, *grads;
     struct flat_entry *next;
 } flat_entry;
+/* The table is shared by every thread's modules: flats_mu guards the list
+ * (an entry's module is its owner's, used by one thread at a time). */
 static flat_entry *flats;
+static pthread_mutex_t flats_mu = PTHREAD_MUTEX_INITIALIZER;
 
 zs_module *zs_module_new(const zs_module_vtable *vt, void *impl)
 {
@@ -105,15 +109,20 @@ void zs_module_free(zs_module *m)
 {
     if (!m)
         return;
+    flat_entry *e = NULL;
+    pthread_mutex_lock(&flats_mu);
     for (flat_entry **p = &flats; *p; p = &(*p)->next) {
         if ((*p)->m == m) {
-            flat_entry *e = *p;
+            e = *p;
             *p = e->next;
-            zs_release(e->params);
-            zs_release(e->grads);
-            free(e);
             break;
         }
+    }
+    pthread_mutex_unlock(&flats_mu);
+    if (e) {
+        zs_release(e->params);
+        zs_release(e->grads);
+        free(e);
     }
     for (int i = 0; i < m->nchildren; i++) {
         zs_module_free(m->children[i]);
@@ -259,16 +268,12 @@ static void rehome(zs_tensor *t, zs_tensor *flat, int64_t offset)
     zs_tensor *src = zs_detach(t); /* keeps the old storage alive */
     zs_storage *old = t->storage;
     t->storage = flat->storage;
-    t->storage->refcount++;
+    zsi_storage_retain(t->storage);
     t->offset = offset;
     zsi_contig_strides(t->ndim, t->shape, t->strides);
     zs_copy_(t, src);
     zs_release(src);
-    if (--old->refcount == 0) { /* last user: the module held it */
-        if (!old->external)
-            zs_free(old->data);
-        free(old);
-    }
+    zsi_storage_release(old); /* frees it when the module held the last */
 }
 
 zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
@@ -316,8 +321,10 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
             off += zs_numel(ps[i]);
         }
         e->m = m;
+        pthread_mutex_lock(&flats_mu);
         e->next = flats;
         flats = e;
+        pthread_mutex_unlock(&flats_mu);
         *flat_params = e->params;
         if (flat_grads)
             *flat_grads = e->grads;
@@ -336,15 +343,11 @@ static zs_status convert(zs_tensor *t, zs_dtype dt)
     if (st == ZS_OK) {
         zs_storage *old = t->storage;
         t->storage = c->storage;
-        t->storage->refcount++;
+        zsi_storage_retain(t->storage);
         t->dtype = dt;
         t->offset = 0;
         memcpy(t->strides, c->strides, sizeof t->strides);
-        if (--old->refcount == 0) {
-            if (!old->external)
-                zs_free(old->data);
-            free(old);
-        }
+        zsi_storage_release(old);
         zs_zero_grad(t, true);
     }
     zs_release(c);

@@ -10,32 +10,44 @@
  * backward needs; the cost model is counted. Measured overhead of one call
  * on a 1-element tensor: bench/dispatch.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ops/op.h"
 
 #define MAX_DEFS 256
+/* defs[0, ndefs) never change once written: entries are added under
+ * defs_mu and published by the release store of ndefs, so a reader that
+ * loads ndefs (acquire) may read the entries below it without the lock. */
 static zsi_opdef *defs[MAX_DEFS + 1];
-static int ndefs;
+static atomic_int ndefs;
+static pthread_mutex_t defs_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Registers def the first time it runs (and when a kernel is set), so the
- * tests and passes can walk every descriptor. Single-threaded, like the
- * profiler counters (ops/op.c). */
+ * tests and passes can walk every descriptor. zsi_run calls it only until
+ * def->op.registered is set, so the lock is off the hot path. */
 static void note(zsi_opdef *def)
 {
-    for (int i = 0; i < ndefs; i++)
-        if (defs[i] == def)
-            return;
-    if (ndefs < MAX_DEFS)
-        defs[ndefs++] = def;
+    pthread_mutex_lock(&defs_mu);
+    int n = atomic_load_explicit(&ndefs, memory_order_relaxed);
+    bool seen = false;
+    for (int i = 0; i < n && !seen; i++)
+        seen = defs[i] == def;
+    if (!seen && n < MAX_DEFS) {
+        defs[n] = def;
+        atomic_store_explicit(&ndefs, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&defs_mu);
 }
 
 zsi_opdef *const *zsi_opdefs(void) { return defs; }
 
 zsi_opdef *zsi_opdef_find(const char *name)
 {
-    for (int i = 0; i < ndefs; i++)
+    int n = atomic_load_explicit(&ndefs, memory_order_acquire);
+    for (int i = 0; i < n; i++)
         if (!strcmp(defs[i]->op.name, name))
             return defs[i];
     return NULL;
@@ -138,7 +150,9 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
     for (int i = 0; i < nin; i++)
         if (!in[i])
             return NULL;
-    bool first = !def->op.registered;
+    /* Until the op is registered (zsi_op_begin), its descriptor is noted
+     * too; a thread that sees it registered skips both locks. */
+    bool first = !atomic_load_explicit(&def->op.registered, memory_order_acquire);
     double t0 = zsi_op_begin(&def->op);
     if (first)
         note(def);
@@ -175,8 +189,10 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
             zs_release(aux[i]);
     if (!out)
         return NULL;
-    zsi_cost cost = def->cost ? def->cost(&c, out) : default_cost(&c, out);
-    zsi_op_end(&def->op, t0, cost.flops, cost.bytes_read, cost.bytes_written);
+    if (t0 != 0) { /* profiling: the cost model is only evaluated then */
+        zsi_cost cost = def->cost ? def->cost(&c, out) : default_cost(&c, out);
+        zsi_op_end(&def->op, t0, cost.flops, cost.bytes_read, cost.bytes_written);
+    }
     return out;
 }
 

@@ -1,15 +1,23 @@
 /*
  * op.c - operator registry, cost counters and the profiler table.
  *
- * Each operator's zsi_op registers itself on its first call. Every call adds
- * its cost model (FLOPs, bytes read and written) to the operator's
- * counters; while profiling is on, the wall time too, so zs_profile_print
- * can show achieved GFLOP/s and GB/s per operator. Counters are updated
- * from the calling thread only (operators are called from one thread).
+ * Each operator's zsi_op registers itself on its first call. While
+ * profiling is on, every call adds its cost model (FLOPs, bytes read and
+ * written) and its wall time to the operator's counters, so
+ * zs_profile_print can show achieved GFLOP/s and GB/s per operator.
+ *
+ * Threads: registration takes reg_mu once per operator (double-checked on
+ * op->registered, so later calls take no lock); the counters are added
+ * under count_mu, only while profiling is on, so with profiling off a
+ * call pays one relaxed load. zs_profile_enable itself is set-up: call it
+ * while no other thread runs operators (a call in flight when it changes
+ * is counted or not, never torn).
  *
  * It also holds the recorder hook and zsi_save (ops/op.h); the driver
  * zsi_run lives in dispatch.c.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,8 +26,10 @@
 #include "core/internal.h"
 #include "zs/ops.h"
 
-static zsi_op *registry;
-static bool profiling;
+static zsi_op *registry; /* under reg_mu */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t count_mu = PTHREAD_MUTEX_INITIALIZER; /* counters */
+static atomic_bool profiling;
 
 static double now(void)
 {
@@ -28,26 +38,40 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-double zsi_op_begin(zsi_op *op)
+static void op_register(zsi_op *op)
 {
-    if (!op->registered) {
-        op->registered = true;
+    pthread_mutex_lock(&reg_mu);
+    if (!atomic_load_explicit(&op->registered, memory_order_relaxed)) {
         op->next = registry;
         registry = op;
+        atomic_store_explicit(&op->registered, true, memory_order_release);
     }
-    return profiling ? now() : 0;
+    pthread_mutex_unlock(&reg_mu);
+}
+
+double zsi_op_begin(zsi_op *op)
+{
+    if (!atomic_load_explicit(&op->registered, memory_order_acquire))
+        op_register(op);
+    /* CLOCK_MONOTONIC is > 0 after boot: t0 == 0 means "not profiled" */
+    return atomic_load_explicit(&profiling, memory_order_relaxed) ? now() : 0;
 }
 
 void zsi_op_end(zsi_op *op, double t0, double flops, double bytes_read,
                 double bytes_written)
 {
+    if (t0 == 0)
+        return;
+    double dt = now() - t0; /* a composite op's time includes the ops it calls */
+    pthread_mutex_lock(&count_mu);
     op->calls++;
     op->flops += flops;
     op->bytes += bytes_read + bytes_written;
-    if (t0 > 0) /* a composite op's time includes the ops it calls */
-        op->seconds += now() - t0;
+    op->seconds += dt;
+    pthread_mutex_unlock(&count_mu);
 }
 
+/* Set once by autograd's constructor (before main), read-only after. */
 static zsi_recorder_fn recorder;
 
 void zsi_set_recorder(zsi_recorder_fn fn) { recorder = fn; }
@@ -70,33 +94,50 @@ void zsi_save(zsi_ctx *n, int k, zs_tensor *t)
     n->saved[k] = alias;
 }
 
-void zs_profile_enable(bool on) { profiling = on; }
+void zs_profile_enable(bool on)
+{
+    atomic_store_explicit(&profiling, on, memory_order_relaxed);
+}
 
+/* The readers below hold both locks (reg_mu first): the list and the
+ * counters stay still while they walk. */
 void zs_profile_reset(void)
 {
+    pthread_mutex_lock(&reg_mu);
+    pthread_mutex_lock(&count_mu);
     for (zsi_op *op = registry; op; op = op->next) {
         op->calls = 0;
         op->flops = op->bytes = op->seconds = 0;
     }
+    pthread_mutex_unlock(&count_mu);
+    pthread_mutex_unlock(&reg_mu);
 }
 
 int zs_profile_stats(zs_op_stat *out, int max)
 {
     int k = 0;
+    pthread_mutex_lock(&reg_mu);
+    pthread_mutex_lock(&count_mu);
     for (zsi_op *op = registry; op && k < max; op = op->next) {
         if (!op->calls)
             continue;
         out[k++] = (zs_op_stat){op->name, op->calls, op->flops, op->bytes,
                                 op->seconds};
     }
+    pthread_mutex_unlock(&count_mu);
+    pthread_mutex_unlock(&reg_mu);
     return k;
 }
 
 double zs_profile_total_flops(void)
 {
     double f = 0;
+    pthread_mutex_lock(&reg_mu);
+    pthread_mutex_lock(&count_mu);
     for (zsi_op *op = registry; op; op = op->next)
         f += op->flops;
+    pthread_mutex_unlock(&count_mu);
+    pthread_mutex_unlock(&reg_mu);
     return f;
 }
 

@@ -67,11 +67,14 @@ typedef zs_status (*zsi_backward_fn)(zsi_ctx *n, zs_tensor *gout,
 struct zsi_op {
     const char *name;
     zsi_backward_fn backward;
-    /* counters, filled by zsi_op_end */
+    /* counters, filled by zsi_op_end while profiling, under the profiler's
+     * lock (ops/op.c) */
     uint64_t calls;
     double flops, bytes, seconds;
-    struct zsi_op *next; /* registry list */
-    bool registered;
+    struct zsi_op *next; /* registry list, under the registry's lock */
+    /* set (release) once the op is on the registry list: a thread that
+     * reads true (acquire) takes no lock */
+    _Atomic bool registered;
 };
 
 typedef enum zsi_op_class {
@@ -153,7 +156,9 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
  * be recorded, so kernels should make the aux results save needs. */
 bool zsi_call_records(const zsi_call *c);
 /* Installs (or, with fn NULL, removes) the kernel of def for (device,
- * dtype): how a backend adds itself, and how the tests count calls. */
+ * dtype): how a backend adds itself, and how the tests count calls. Not
+ * thread-safe against calls of def: set kernels before threads run
+ * operators. */
 zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
                             zsi_kernel_fn fn);
 /* The infer of operators whose output has their first input's float dtype
@@ -163,13 +168,19 @@ zs_status zsi_infer_same_float(zsi_call *c);
  * to f32, runs the f32 kernel into an f32 result and rounds it into out
  * (FP32 arithmetic, one rounding). */
 zs_status zsi_via_f32(const zsi_call *c, zs_tensor *out, zsi_kernel_fn f32);
-/* Every descriptor, for the tests and passes to walk (NULL-terminated). */
+/* Every descriptor run or given a kernel so far, for the tests and passes
+ * to walk (NULL-terminated); walk it while no other thread may run an
+ * operator for its first time. */
 zsi_opdef *const *zsi_opdefs(void);
 /* The registered descriptor named name, or NULL. */
 zsi_opdef *zsi_opdef_find(const char *name);
 
 /* Profiling: call zsi_op_begin first thing, zsi_op_end with the cost model
- * just before returning the result (zsi_run does both). */
+ * just before returning the result (zsi_run does both). zsi_op_begin puts
+ * op on the registry on its first call (race-free; later calls take no
+ * lock) and returns the start time while profiling is on, else 0;
+ * zsi_op_end counts only a call whose t0 is not 0, under a lock, so
+ * profiling off costs a load and a test. Thread-safe. */
 double zsi_op_begin(zsi_op *op);
 void zsi_op_end(zsi_op *op, double t0, double flops, double bytes_read,
                 double bytes_written);
@@ -180,6 +191,7 @@ void zsi_op_end(zsi_op *op, double t0, double flops, double bytes_read,
  * allocation failure (message set). Without a recorder nothing is. */
 typedef zs_status (*zsi_recorder_fn)(zsi_op *op, zs_tensor *out, int nin,
                                      zs_tensor *const *in, zsi_ctx **ctx);
+/* Called once, by autograd's constructor before main; read-only after. */
 void zsi_set_recorder(zsi_recorder_fn fn);
 zs_status zsi_record(zsi_op *op, zs_tensor *out, int nin, zs_tensor *const *in,
                      zsi_ctx **ctx);

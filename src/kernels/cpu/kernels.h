@@ -15,15 +15,17 @@
 /* One version of each kernel, not clones, where clones do not work:
  * - under ASan (gcc defines __SANITIZE_ADDRESS__, clang answers
  *   __has_feature(address_sanitizer); fuzzing builds use ASan too);
+ * - under TSan (__SANITIZE_THREAD__, __has_feature(thread_sanitizer)): the
+ *   clones' ifunc resolvers run before the TSan runtime is set up;
  * - with clang before 18, which names the dispatcher of an external
  *   function "name.ifunc", so calls from other files (zsk_sum_f32) do not
  *   link (llvm-project #61219, fixed by PR #71706). */
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define ZSI_NO_CLONES 1
 #elif defined(__clang__) && __clang_major__ < 18
 #define ZSI_NO_CLONES 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define ZSI_NO_CLONES 1
 #endif
 #endif
