@@ -51,30 +51,11 @@ static zs_status serve(zs_trainer *t)
     return ZS_OK;
 }
 
-/* One worker gradient (accum micro-batches of global batch i); *loss gets
- * the mean loss. */
-/* One worker gradient (accum micro-batches of global batch i); *loss gets
- * the mean loss. */
-static zs_status worker_gradient(zs_trainer *t, int64_t i, double *loss)
-{
-    double sum = 0;
-    zs_status st = ZS_OK;
-    for (int64_t a = 0; st == ZS_OK && a < t->c.accum; a++) {
-        double l = 0;
-        zs_scope_push();
-        st = zsi_train_micro(t, i * t->c.accum + a, t->rank - 1, t->size - 1, false, &l);
-        zs_scope_pop();
-        sum += l;
-    }
-    *loss = sum / (double)t->c.accum;
-    return st;
-}
-
 static zs_status work(zs_trainer *t)
 {
     for (int64_t i = t->step;; i++) {
         double loss = 0;
-        zs_status st = worker_gradient(t, i, &loss);
+        zs_status st = zsi_train_accumulate(t, i, t->rank - 1, t->size - 1, &loss);
         if (st != ZS_OK)
             return zs_set_error_code(st, "rank %d: %s", t->rank, zs_last_error());
         int r = zs_ps_push_pull(t->ps, loss);

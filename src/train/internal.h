@@ -53,6 +53,10 @@ void zsi_train_my_rows(zs_tensor **x, zs_tensor **y, int part, int parts);
  * buckets are reduced during this backward. */
 zs_status zsi_train_micro(zs_trainer *t, int64_t index, int part, int parts,
                           bool last, double *loss);
+/* The accum micro-batches of global step i on rows part of parts, each in
+ * its scope; *loss gets their mean loss. */
+zs_status zsi_train_accumulate(zs_trainer *t, int64_t i, int part, int parts,
+                               double *loss);
 /* ASYNC and SSP: the server (rank 0) or a worker until the last step. */
 zs_status zsi_train_run_async(zs_trainer *t);
 /* Every rank's flat parameters hash alike, or an error naming the rank

@@ -332,20 +332,28 @@ static int apply_sync(void *ctx, const zs_ps_update *u)
     return zsi_train_update(x->t, x->step, x->gnorm) == ZS_OK ? 0 : ZS_ERR_STATE;
 }
 
-/* The gradients (all micro-batches, averaged over the ranks) and the loss
- * of step `step`; *loss gets the mean over the global batch. */
-static zs_status gradients(zs_trainer *t, int64_t step, double *loss)
+zs_status zsi_train_accumulate(zs_trainer *t, int64_t i, int part, int parts,
+                               double *loss)
 {
     double sum = 0;
     zs_status st = ZS_OK;
     for (int64_t a = 0; st == ZS_OK && a < t->c.accum; a++) {
         double l = 0;
         zs_scope_push();
-        st = zsi_train_micro(t, step * t->c.accum + a, t->rank, t->size,
-                             a == t->c.accum - 1, &l);
+        st = zsi_train_micro(t, i * t->c.accum + a, part, parts, a == t->c.accum - 1, &l);
         zs_scope_pop();
         sum += l;
     }
+    *loss = sum / (double)t->c.accum;
+    return st;
+}
+
+/* The gradients (all micro-batches, averaged over the ranks) and the loss
+ * of step `step`; *loss gets the mean over the global batch. */
+static zs_status gradients(zs_trainer *t, int64_t step, double *loss)
+{
+    double sum = 0;
+    zs_status st = zsi_train_accumulate(t, step, t->rank, t->size, &sum);
     double t0 = zsi_train_now();
     if (t->dp && zs_dp_finish(t->dp) != ZS_OK) /* gradients averaged over ranks */
         st = ZS_ERR_STATE;
@@ -356,7 +364,7 @@ static zs_status gradients(zs_trainer *t, int64_t step, double *loss)
         sum = l ? zs_item(l) : NAN;
         zs_release(l);
     }
-    *loss = sum / (double)t->c.accum;
+    *loss = sum;
     return st;
 }
 
