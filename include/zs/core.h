@@ -20,7 +20,9 @@
  *   May be called from several threads at once:
  *   - operators, zs_backward and the optimizers, on tensors that no other
  *     thread writes; modules' forward (and loss) on distinct modules, or on
- *     one module whose parameters nobody updates meanwhile;
+ *     one module whose parameters nobody updates meanwhile, with grad mode
+ *     off in all but one thread (two backwards into one parameter race on
+ *     its .grad);
  *   - zs_retain / zs_release of one shared tensor (the reference counts of
  *     tensors, storages and autograd nodes are atomic), and operators that
  *     only read a shared tensor (one that no thread writes and that needs no
@@ -29,22 +31,22 @@
  *     (zs_rng_reserve: concurrent draws get disjoint ranges in an unspecified
  *     order; pass explicit seeds for results that do not depend on timing),
  *     zs_parallel_for (the pool runs one call at a time; a call that finds it
- *     busy runs its whole range on the calling thread, with the same result);
+ *     busy runs its whole range on the calling thread, and the kernels give
+ *     the same bits either way);
  *   - the profiler's counters while profiling is on (zs_profile_*, ops.h).
  *   Not to be done concurrently:
- *   - two threads mutating one tensor (in-place operators, .grad, a
- *     backward through one graph, zs_set_requires_grad), or one module's
- *     parameters updated (optimizer step, load, flatten, to_dtype) while
- *     another thread reads them;
+ *   - two threads mutating one tensor (in-place operators, .grad,
+ *     zs_set_requires_grad), two backwards through one graph or into one
+ *     leaf, or one module's parameters updated (optimizer step, load,
+ *     flatten, to_dtype) while another thread reads them;
  *   - zs_device_register, zs_profile_enable, zsi_op_set_kernel and the
  *     kernels' test knobs, zs_set_num_threads: call them before other
  *     threads start working, or while none does;
  *   - communicator (MPI) calls other than from the thread that initialised
  *     MPI (zs/dist.h).
- *   Per thread: the error message, grad mode (zs_no_grad_push), scopes (a
- *   tensor created inside a scope belongs to that thread's scope: give
- *   another thread its own reference, zs_retain, or zs_keep it out first)
- *   and the grad-ready hook (zs/autograd.h).
+ *   Per thread: the error message, grad mode (zs_no_grad_push) and scopes
+ *   (a tensor created inside a scope belongs to that thread's scope: give
+ *   another thread its own reference, zs_retain, or zs_keep it out first).
  */
 #ifndef ZS_CORE_H
 #define ZS_CORE_H
