@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/internal.h"
+#include "parallel/internal.h"
 
 #define CH_LO(n, P, k) ((n) * (int64_t)(k) / (P))
 #define CH_N(n, P, k) (CH_LO(n, P, (k) + 1) - CH_LO(n, P, k))

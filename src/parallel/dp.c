@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/internal.h"
+#include "parallel/internal.h"
 #include "zs/autograd.h"
 #include "zs/dp.h"
 #include "zs/ops.h"

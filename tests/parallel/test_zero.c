@@ -1,5 +1,5 @@
 /*
- * test_zero.c - ZeRO stage 3's units (src/dist/zero.c) on a small model,
+ * test_zero.c - ZeRO stage 3's units (src/parallel/zero.c) on a small model,
  * plainly and by ctest under `mpirun -np 2` and `-np 4`.
  *
  * Five parameters tile a flat buffer: p0 (kept, group -1), then units 0, 1

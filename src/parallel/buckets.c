@@ -1,10 +1,10 @@
 /*
  * buckets.c - cutting a flat gradient buffer into buckets of whole
- * parameters (contract in dist/internal.h).
+ * parameters (contract in parallel/internal.h).
  */
 #include <stdlib.h>
 
-#include "dist/internal.h"
+#include "parallel/internal.h"
 
 static int by_offset_desc(const void *a, const void *b)
 {

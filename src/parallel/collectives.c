@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/internal.h"
+#include "parallel/internal.h"
 
 /* Root in range: checked on every rank (all see the same size). */
 static zs_status check_root(const char *op, const zs_comm *c, int root)

@@ -1,5 +1,5 @@
 /*
- * dist/internal.h - what comm.c (communicators, waits, timeouts, checks),
+ * parallel/internal.h - what comm.c (communicators, waits, timeouts, checks),
  * collectives.c (the MPI-backed collectives) and ring.c (the ring
  * all-reduce and requests) share. Not public.
  *
@@ -8,8 +8,8 @@
  * the ring's point-to-point traffic, the timeout survey and the argument
  * agreement, so none of them can match a user's message.
  */
-#ifndef ZS_DIST_INTERNAL_H
-#define ZS_DIST_INTERNAL_H
+#ifndef ZS_PARALLEL_INTERNAL_H
+#define ZS_PARALLEL_INTERNAL_H
 
 #include "core/internal.h"
 #include "zs/dist.h"

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/internal.h"
+#include "parallel/internal.h"
 
 static zs_comm world = {.rank = 0, .size = 1
 #ifdef ZS_HAVE_MPI

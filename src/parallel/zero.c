@@ -25,7 +25,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dist/internal.h"
+#include "parallel/internal.h"
 #include "kernels/cpu/optim.h"
 #include "zs/autograd.h"
 #include "zs/ops.h"
