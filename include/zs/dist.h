@@ -3,7 +3,9 @@
  * the library is built with it and the program runs under mpirun) or a
  * single-process communicator with the same API, and collectives on
  * tensors, including Zhisuan's own ring all-reduce (blocking and
- * non-blocking). See shared/DESIGN.md, "Distributed".
+ * non-blocking). See shared/DESIGN.md, "Distributed". The transport is a
+ * backend under the communicator (src/parallel/backend.h: MPI, or one
+ * process); the rules below hold for every backend.
  *
  * Tensors are contiguous CPU tensors. Reductions (sum) take f32, f64, i32
  * or i64; broadcast, gather, scatter, all-gather and send/recv move any
@@ -48,7 +50,7 @@ typedef struct zs_comm zs_comm;
 typedef struct zs_request zs_request;
 
 typedef enum zs_allreduce_algo {
-    ZS_ALLREDUCE_MPI = 0,  /* the MPI library's MPI_(I)allreduce */
+    ZS_ALLREDUCE_MPI = 0,  /* the backend's own: the MPI library's MPI_(I)allreduce */
     ZS_ALLREDUCE_RING = 1, /* Zhisuan's ring: reduce-scatter, then all-gather */
 } zs_allreduce_algo;
 

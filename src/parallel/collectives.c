@@ -4,10 +4,9 @@
  * all-reduce lives in ring.c.
  *
  * Every operation: local checks -> cross-rank agreement (when checks are
- * on) -> the non-blocking MPI call -> a wait against the communicator's
- * deadline (zsi_wait). On a single process each is the identity or a copy.
- * Byte-moving operations send any dtype as MPI_BYTE; reductions use the
- * matching MPI type and MPI_SUM.
+ * on) -> the backend's non-blocking start (backend.h) -> a wait against
+ * the communicator's deadline (zsi_wait). Byte-moving operations move any
+ * dtype as bytes; reductions sum in the tensor's dtype.
  */
 #include <string.h>
 #include <time.h>
@@ -43,13 +42,12 @@ static zs_status check_parts(const char *op, const zs_comm *c, const zs_tensor *
 static int dtype_of(const zs_tensor *t) { return t ? (int)t->dtype : -1; }
 static int64_t numel_of(const zs_tensor *t) { return t ? zs_numel(t) : -1; }
 
-#ifdef ZS_HAVE_MPI
-/* Waits for one started MPI collective; on a timeout the tensors stay
- * referenced for ever, as MPI may still write them. */
-static zs_status finish(zs_comm *c, const char *op, int rc, MPI_Request *rq,
+/* Waits for one started transfer (st: how its start went); when the
+ * failure broke c, the tensors stay referenced for ever, as the backend
+ * may still write them. */
+static zs_status finish(zs_comm *c, const char *op, zs_status st, zsi_req *rq,
                         const zs_tensor *a, const zs_tensor *b)
 {
-    zs_status st = zsi_mpi(c, op, rc);
     if (st == ZS_OK)
         st = zsi_wait(c, op, 1, rq, zsi_deadline(c), -1);
     if (st != ZS_OK && c->broken) {
@@ -61,8 +59,7 @@ static zs_status finish(zs_comm *c, const char *op, int rc, MPI_Request *rq,
     return st;
 }
 
-static int nbytes_int(const zs_tensor *t) { return (int)zs_nbytes(t); }
-#endif
+static int64_t nbytes(const zs_tensor *t) { return (int64_t)zs_nbytes(t); }
 
 zs_status zs_comm_barrier(zs_comm *c)
 {
@@ -70,13 +67,10 @@ zs_status zs_comm_barrier(zs_comm *c)
     if (st != ZS_OK)
         return st;
     st = zsi_agree(c, "barrier", ZSI_OP_BARRIER, 0, 0, 0, ZS_OK);
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        st = finish(c, "barrier", MPI_Ibarrier(c->mpi, &rq), &rq, NULL, NULL);
-    }
-#endif
-    return st;
+    if (st != ZS_OK)
+        return st;
+    zsi_req rq = ZSI_REQ_NONE;
+    return finish(c, "barrier", c->be->ibarrier(c, "barrier", &rq), &rq, NULL, NULL);
 }
 
 zs_status zs_comm_broadcast(zs_comm *c, zs_tensor *t, int root)
@@ -89,14 +83,11 @@ zs_status zs_comm_broadcast(zs_comm *c, zs_tensor *t, int root)
     if (st == ZS_OK)
         st = check_root(op, c, root);
     st = zsi_agree(c, op, ZSI_OP_BROADCAST, dtype_of(t), numel_of(t), root, st);
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        st = finish(c, op, MPI_Ibcast(zs_data(t), nbytes_int(t), MPI_BYTE, root, c->mpi, &rq),
-                    &rq, t, NULL);
-    }
-#endif
-    return st;
+    if (st != ZS_OK)
+        return st;
+    zsi_req rq = ZSI_REQ_NONE;
+    return finish(c, op, c->be->ibroadcast(c, op, zs_data(t), nbytes(t), root, &rq), &rq,
+                  t, NULL);
 }
 
 zs_status zs_comm_reduce(zs_comm *c, zs_tensor *t, int root)
@@ -109,16 +100,11 @@ zs_status zs_comm_reduce(zs_comm *c, zs_tensor *t, int root)
     if (st == ZS_OK)
         st = check_root(op, c, root);
     st = zsi_agree(c, op, ZSI_OP_REDUCE, dtype_of(t), numel_of(t), root, st);
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        void *d = zs_data(t);
-        st = finish(c, op, MPI_Ireduce(c->rank == root ? MPI_IN_PLACE : d, d,
-                                       (int)zs_numel(t), zsi_mpi_type(t->dtype), MPI_SUM,
-                                       root, c->mpi, &rq), &rq, t, NULL);
-    }
-#endif
-    return st;
+    if (st != ZS_OK)
+        return st;
+    zsi_req rq = ZSI_REQ_NONE;
+    return finish(c, op, c->be->ireduce(c, op, zs_data(t), zs_numel(t), t->dtype, root, &rq),
+                  &rq, t, NULL);
 }
 
 zs_status zs_comm_allgather(zs_comm *c, const zs_tensor *in, zs_tensor *out)
@@ -131,16 +117,9 @@ zs_status zs_comm_allgather(zs_comm *c, const zs_tensor *in, zs_tensor *out)
     st = zsi_agree(c, op, ZSI_OP_ALLGATHER, dtype_of(in), numel_of(in), 0, st);
     if (st != ZS_OK)
         return st;
-#ifdef ZS_HAVE_MPI
-    if (zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        return finish(c, op, MPI_Iallgather(zs_data(in), nbytes_int(in), MPI_BYTE,
-                                            zs_data(out), nbytes_int(in), MPI_BYTE,
-                                            c->mpi, &rq), &rq, in, out);
-    }
-#endif
-    memcpy(zs_data(out), zs_data(in), zs_nbytes(in));
-    return ZS_OK;
+    zsi_req rq = ZSI_REQ_NONE;
+    return finish(c, op, c->be->iallgather(c, op, ZSI_CHAN_USER, zs_data(in), zs_data(out),
+                                           nbytes(in), &rq), &rq, in, out);
 }
 
 zs_status zs_comm_reduce_scatter(zs_comm *c, const zs_tensor *in, zs_tensor *out)
@@ -153,17 +132,9 @@ zs_status zs_comm_reduce_scatter(zs_comm *c, const zs_tensor *in, zs_tensor *out
     st = zsi_agree(c, op, ZSI_OP_REDUCE_SCATTER, dtype_of(out), numel_of(out), 0, st);
     if (st != ZS_OK)
         return st;
-#ifdef ZS_HAVE_MPI
-    if (zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        return finish(c, op, MPI_Ireduce_scatter_block(zs_data(in), zs_data(out),
-                                                       (int)zs_numel(out),
-                                                       zsi_mpi_type(in->dtype), MPI_SUM,
-                                                       c->mpi, &rq), &rq, in, out);
-    }
-#endif
-    memcpy(zs_data(out), zs_data(in), zs_nbytes(out));
-    return ZS_OK;
+    zsi_req rq = ZSI_REQ_NONE;
+    return finish(c, op, c->be->ireduce_scatter(c, op, zs_data(in), zs_data(out),
+                                                zs_numel(out), in->dtype, &rq), &rq, in, out);
 }
 
 zs_status zs_comm_scatter(zs_comm *c, const zs_tensor *in, zs_tensor *out, int root)
@@ -179,17 +150,10 @@ zs_status zs_comm_scatter(zs_comm *c, const zs_tensor *in, zs_tensor *out, int r
     st = zsi_agree(c, op, ZSI_OP_SCATTER, dtype_of(out), numel_of(out), root, st);
     if (st != ZS_OK)
         return st;
-#ifdef ZS_HAVE_MPI
-    if (zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        bool me = c->rank == root;
-        return finish(c, op, MPI_Iscatter(me ? zs_data(in) : NULL, nbytes_int(out), MPI_BYTE,
-                                          zs_data(out), nbytes_int(out), MPI_BYTE, root,
-                                          c->mpi, &rq), &rq, me ? in : NULL, out);
-    }
-#endif
-    memcpy(zs_data(out), zs_data(in), zs_nbytes(out));
-    return ZS_OK;
+    bool me = c->rank == root;
+    zsi_req rq = ZSI_REQ_NONE;
+    return finish(c, op, c->be->iscatter(c, op, me ? zs_data(in) : NULL, zs_data(out),
+                                         nbytes(out), root, &rq), &rq, me ? in : NULL, out);
 }
 
 zs_status zs_comm_gather(zs_comm *c, const zs_tensor *in, zs_tensor *out, int root)
@@ -205,17 +169,10 @@ zs_status zs_comm_gather(zs_comm *c, const zs_tensor *in, zs_tensor *out, int ro
     st = zsi_agree(c, op, ZSI_OP_GATHER, dtype_of(in), numel_of(in), root, st);
     if (st != ZS_OK)
         return st;
-#ifdef ZS_HAVE_MPI
-    if (zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        bool me = c->rank == root;
-        return finish(c, op, MPI_Igather(zs_data(in), nbytes_int(in), MPI_BYTE,
-                                         me ? zs_data(out) : NULL, nbytes_int(in), MPI_BYTE,
-                                         root, c->mpi, &rq), &rq, in, me ? out : NULL);
-    }
-#endif
-    memcpy(zs_data(out), zs_data(in), zs_nbytes(in));
-    return ZS_OK;
+    bool me = c->rank == root;
+    zsi_req rq = ZSI_REQ_NONE;
+    return finish(c, op, c->be->igather(c, op, zs_data(in), me ? zs_data(out) : NULL,
+                                        nbytes(in), root, &rq), &rq, in, me ? out : NULL);
 }
 
 /* ---- point-to-point ------------------------------------------------------ */
@@ -237,83 +194,62 @@ static zs_status check_peer(const char *op, const zs_comm *c, const zs_tensor *t
 zs_status zs_comm_send(zs_comm *c, const zs_tensor *t, int dst, int tag)
 {
     zs_status st = check_peer("send", c, t, dst, tag);
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        st = zsi_mpi(c, "send", MPI_Isend(zs_data(t), nbytes_int(t), MPI_BYTE, dst, tag,
-                                          c->mpi, &rq));
-        if (st == ZS_OK)
-            st = zsi_wait(c, "send", 1, &rq, zsi_deadline(c), dst);
-        if (st != ZS_OK && c->broken)
-            zs_retain((zs_tensor *)t);
-    }
-#endif
+    if (st != ZS_OK)
+        return st;
+    zsi_req rq = ZSI_REQ_NONE;
+    st = c->be->isend(c, "send", ZSI_CHAN_USER, zs_data(t), nbytes(t), dst, tag, &rq);
+    if (st == ZS_OK)
+        st = zsi_wait(c, "send", 1, &rq, zsi_deadline(c), dst);
+    if (st != ZS_OK && c->broken)
+        zs_retain((zs_tensor *)t);
     return st;
 }
 
-#ifdef ZS_HAVE_MPI
-/* Completes a posted receive before c's deadline; checks the byte count
- * (a longer message is truncated by MPI and reported, a shorter one is
- * reported here; either leaves c usable). */
-static zs_status recv_wait(zs_comm *c, MPI_Request *rq, int src, int want)
+/* Completes a posted receive of `want` bytes from src (or any rank)
+ * before c's deadline; *from gets the sender. idle: sleeps ~50 us between
+ * polls, even without a deadline (the core is left to the ranks that
+ * compute); otherwise a receive without deadline blocks in the backend.
+ * Checks the byte count: a longer message is truncated by the backend, a
+ * shorter one is found here; either is reported and leaves c usable. */
+static zs_status recv_finish(zs_comm *c, zsi_req *rq, int src, int64_t want, bool idle,
+                             int *from)
 {
     double dl = zsi_deadline(c);
-    MPI_Status ms;
-    int flag = 0, rc;
-    do {
-        rc = dl > 0 ? MPI_Test(rq, &flag, &ms) : (flag = 1, MPI_Wait(rq, &ms));
-        if (!flag && zsi_now() > dl) {
-            zsi_cancel_recv(rq);
-            return zsi_timeout(c, "recv", 0, NULL, src, false);
+    zsi_recv_info info = {.source = src};
+    zs_status st;
+    if (dl <= 0 && !idle) {
+        st = c->be->wait(c, "recv", 1, rq, &info);
+    } else {
+        struct timespec nap = {0, 50000};
+        for (;;) {
+            bool done = false;
+            st = c->be->test(c, "recv", 1, rq, &done, &info);
+            if (st != ZS_OK || done)
+                break;
+            if (dl > 0 && zsi_now() > dl) {
+                c->be->cancel_recv(c, rq);
+                if (src >= 0)
+                    return zsi_timeout(c, "recv", 0, NULL, src, false);
+                zs_set_error_code(ZS_ERR_IO, "recv: rank %d heard from no rank in %.3g s",
+                                  c->rank, c->timeout);
+                return zsi_break(c, ZS_ERR_IO);
+            }
+            if (idle)
+                nanosleep(&nap, NULL);
         }
-    } while (!flag && rc == MPI_SUCCESS);
-    int cls = MPI_SUCCESS, got = 0;
-    if (rc != MPI_SUCCESS)
-        MPI_Error_class(rc, &cls);
-    if (cls == MPI_ERR_TRUNCATE)
-        return zs_set_error("recv: rank %d sent more than the %d bytes expected", src, want);
-    if (rc != MPI_SUCCESS)
-        return zsi_mpi(c, "recv", rc);
-    MPI_Get_count(&ms, MPI_BYTE, &got);
-    if (got != want)
-        return zs_set_error("recv: got %d bytes from rank %d, expected %d", got, src, want);
-    return ZS_OK;
-}
-
-/* Polls a posted receive, sleeping ~50 us between tests, until it
- * completes or c's deadline passes; *from gets the sender. */
-static zs_status recv_idle_wait(zs_comm *c, MPI_Request *rq, int src, int want,
-                                int *from)
-{
-    double dl = zsi_deadline(c);
-    MPI_Status ms;
-    int flag = 0, rc;
-    struct timespec nap = {0, 50000};
-    for (;;) {
-        rc = MPI_Test(rq, &flag, &ms);
-        if (flag || rc != MPI_SUCCESS)
-            break;
-        if (dl > 0 && zsi_now() > dl) {
-            zsi_cancel_recv(rq);
-            if (src >= 0)
-                return zsi_timeout(c, "recv", 0, NULL, src, false);
-            zs_set_error_code(ZS_ERR_IO, "recv: rank %d heard from no rank in %.3g s",
-                              c->rank, c->timeout);
-            return zsi_break(c, ZS_ERR_IO);
-        }
-        nanosleep(&nap, NULL);
     }
-    if (rc != MPI_SUCCESS)
-        return zsi_mpi(c, "recv", rc);
-    int got = 0;
-    MPI_Get_count(&ms, MPI_BYTE, &got);
-    *from = ms.MPI_SOURCE;
-    if (got != want)
-        return zs_set_error("recv: got %d bytes from rank %d, expected %d", got,
-                            ms.MPI_SOURCE, want);
+    if (st != ZS_OK)
+        return st;
+    if (from)
+        *from = info.source;
+    if (info.truncated)
+        return zs_set_error("recv: rank %d sent more than the %lld bytes expected",
+                            info.source, (long long)want);
+    if (info.bytes != want)
+        return zs_set_error("recv: got %lld bytes from rank %d, expected %lld",
+                            (long long)info.bytes, info.source, (long long)want);
     return ZS_OK;
 }
-#endif
 
 zs_status zs_comm_recv_idle(zs_comm *c, zs_tensor *t, int src, int tag, int *from)
 {
@@ -325,33 +261,24 @@ zs_status zs_comm_recv_idle(zs_comm *c, zs_tensor *t, int src, int tag, int *fro
         st = zs_set_error("recv: tag %d outside [0, 32767]", tag);
     if (st == ZS_OK && c->size == 1)
         st = zs_set_error("recv: a communicator of one rank has no one to hear from");
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        int from_ = -1;
-        st = zsi_mpi(c, "recv", MPI_Irecv(zs_data(t), nbytes_int(t), MPI_BYTE,
-                                          src == ZS_ANY_SOURCE ? MPI_ANY_SOURCE : src,
-                                          tag, c->mpi, &rq));
-        if (st == ZS_OK)
-            st = recv_idle_wait(c, &rq, src, nbytes_int(t), &from_);
-        if (from)
-            *from = from_;
-    }
-#endif
+    if (st != ZS_OK)
+        return st;
+    int from_ = -1;
+    zsi_req rq = ZSI_REQ_NONE;
+    st = c->be->irecv(c, "recv", ZSI_CHAN_USER, zs_data(t), nbytes(t), src, tag, &rq);
+    if (st == ZS_OK)
+        st = recv_finish(c, &rq, src, nbytes(t), true, &from_);
+    if (from)
+        *from = from_;
     return st;
 }
 
 zs_status zs_comm_recv(zs_comm *c, zs_tensor *t, int src, int tag)
 {
     zs_status st = check_peer("recv", c, t, src, tag);
-#ifdef ZS_HAVE_MPI
-    if (st == ZS_OK && zsi_multi(c)) {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        st = zsi_mpi(c, "recv", MPI_Irecv(zs_data(t), nbytes_int(t), MPI_BYTE, src, tag,
-                                          c->mpi, &rq));
-        if (st == ZS_OK)
-            st = recv_wait(c, &rq, src, nbytes_int(t));
-    }
-#endif
-    return st;
+    if (st != ZS_OK)
+        return st;
+    zsi_req rq = ZSI_REQ_NONE;
+    st = c->be->irecv(c, "recv", ZSI_CHAN_USER, zs_data(t), nbytes(t), src, tag, &rq);
+    return st == ZS_OK ? recv_finish(c, &rq, src, nbytes(t), false, NULL) : st;
 }

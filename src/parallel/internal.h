@@ -1,22 +1,19 @@
 /*
- * parallel/internal.h - what comm.c (communicators, waits, timeouts, checks),
- * collectives.c (the MPI-backed collectives) and ring.c (the ring
- * all-reduce and requests) share. Not public.
+ * parallel/internal.h - what the files of the parallel layer share: the
+ * communicator and request structures, the failure machinery of comm.c
+ * (waits against a deadline, the timeout survey, the argument agreement)
+ * and the bucket engine of buckets.c. Not public.
  *
- * A communicator under MPI holds two MPI communicators: `mpi` carries the
- * MPI collectives and the user's send/recv; `coll`, a duplicate, carries
- * the ring's point-to-point traffic, the timeout survey and the argument
- * agreement, so none of them can match a user's message.
+ * A communicator is generic state (rank, size, timeout, checks, the broken
+ * flag, the requests in flight) plus a backend (backend.h) that moves the
+ * bytes: MPI, or one process.
  */
 #ifndef ZS_PARALLEL_INTERNAL_H
 #define ZS_PARALLEL_INTERNAL_H
 
 #include "core/internal.h"
+#include "parallel/backend.h"
 #include "zs/dist.h"
-
-#ifdef ZS_HAVE_MPI
-#include <mpi.h>
-#endif
 
 /* Operation ids for the argument agreement (and its messages). */
 enum {
@@ -24,24 +21,23 @@ enum {
     ZSI_OP_ALLGATHER, ZSI_OP_REDUCE_SCATTER, ZSI_OP_SCATTER, ZSI_OP_GATHER,
 };
 
-/* Tags on `coll`: the survey, then one ring tag per started ring (mod). */
+/* Tags on the PRIVATE channel: the survey, then one ring tag per started
+ * ring (mod). */
 #define ZSI_TAG_SURVEY 1
 #define ZSI_TAG_RING0 100
 #define ZSI_RING_TAGS 30000
 
 struct zs_comm {
+    const zsi_comm_backend *be;
+    void *impl;             /* the backend's state */
     int rank, size;
     double timeout;         /* seconds; 0 = wait forever */
     bool checks;            /* cross-rank argument agreement */
-    bool broken;            /* after a timeout or MPI error */
+    bool broken;            /* after a timeout or transport error */
     char why[384];          /* the message that broke it */
     uint32_t rings;         /* ring all-reduces started (their tags) */
     zs_request *active;     /* unfinished requests, linked by next */
-    int orphans;            /* MPI requests abandoned on a timeout */
-#ifdef ZS_HAVE_MPI
-    MPI_Comm mpi;           /* MPI_COMM_NULL for a single process */
-    MPI_Comm coll;
-#endif
+    int orphans;            /* transfers abandoned on a timeout */
 };
 
 struct zs_request {
@@ -52,16 +48,14 @@ struct zs_request {
     zs_status st;
     char err[384];          /* message of a failed request */
     zs_request *next;       /* in c->active while unfinished */
-#ifdef ZS_HAVE_MPI
-    MPI_Request rq[2];      /* ring: recv, send; MPI: rq[0] */
+    zsi_req rq[2];          /* ring: recv, send; the backend's: rq[0] */
     int step, tag;          /* ring: step in [0, 2(size-1)] */
     void *tmp;              /* ring: one received chunk */
-#endif
 };
 
 /* Seconds on a monotonic clock. */
 double zsi_now(void);
-/* True when c spans several processes through MPI. */
+/* True when c spans several processes. */
 bool zsi_multi(const zs_comm *c);
 /* Fails with "op: communicator unusable ..." when c is NULL or broken. */
 zs_status zsi_check_comm(const char *op, const zs_comm *c);
@@ -79,31 +73,21 @@ void zsi_scale(zs_tensor *t, double s);
 zs_status zsi_agree(zs_comm *c, const char *op, int opid, int dtype,
                     int64_t numel, int root, zs_status local);
 
-#ifdef ZS_HAVE_MPI
-/* An MPI return code as a status with "op: MPI error: ..." (breaks c). */
-zs_status zsi_mpi(zs_comm *c, const char *op, int rc);
-/* Completes n requests on c before `deadline` (0: none); *expired says
- * the deadline passed first (the requests are then still pending). */
-zs_status zsi_poll(zs_comm *c, const char *op, int n, MPI_Request *rq,
-                   double deadline, bool *expired);
-/* zsi_poll, then on expiry:
- * abandons the requests (left to MPI, never freed),
- * surveys the ranks and breaks c with a message naming those that did not
- * answer; with peer >= 0 (point-to-point) no survey: the message names
- * the peer. */
-zs_status zsi_wait(zs_comm *c, const char *op, int n, MPI_Request *rq,
-                   double deadline, int peer);
-/* The same failure from outside zsi_wait (the ring's own polling); ask:
- * run the survey (collectives) or name only the peer (point-to-point). */
-zs_status zsi_timeout(zs_comm *c, const char *op, int n, MPI_Request *rq,
-                      int peer, bool ask);
-/* Cancels a pending receive and completes it (NULL requests ignored). */
-void zsi_cancel_recv(MPI_Request *rq);
-MPI_Datatype zsi_mpi_type(zs_dtype dt);
-#endif
-
 /* Deadline for a wait starting now, from c's timeout (0: none). */
 double zsi_deadline(const zs_comm *c);
+/* Completes n requests on c before `deadline` (0: none, a blocking wait);
+ * *expired says the deadline passed first (the requests are then still
+ * pending). */
+zs_status zsi_poll(zs_comm *c, const char *op, int n, zsi_req *rq, double deadline,
+                   bool *expired);
+/* zsi_poll, then on expiry zsi_timeout (survey unless peer >= 0). */
+zs_status zsi_wait(zs_comm *c, const char *op, int n, zsi_req *rq, double deadline,
+                   int peer);
+/* The timeout failure: abandons the n requests (left to the backend,
+ * never freed: c->orphans counts them), then with ask surveys the ranks
+ * and breaks c with a message naming those that did not answer, or
+ * without ask (point-to-point) names the peer. Returns ZS_ERR_IO. */
+zs_status zsi_timeout(zs_comm *c, const char *op, int n, zsi_req *rq, int peer, bool ask);
 
 /* Gradient buckets (buckets.c), shared by data parallelism (dp.c) and
  * ZeRO (zero.c). A flat buffer of `total` elements holds n parameters at
