@@ -89,19 +89,68 @@ zs_status zsi_wait(zs_comm *c, const char *op, int n, zsi_req *rq, double deadli
  * without ask (point-to-point) names the peer. Returns ZS_ERR_IO. */
 zs_status zsi_timeout(zs_comm *c, const char *op, int n, zsi_req *rq, int peer, bool ask);
 
-/* Gradient buckets (buckets.c), shared by data parallelism (dp.c) and
- * ZeRO (zero.c). A flat buffer of `total` elements holds n parameters at
- * element offsets off[] (any order; they tile [0, total)). It is cut into
- * buckets of whole parameters from its end backwards (backward produces
- * the last layers' gradients first): bucket 0 holds the highest offsets,
- * bucket k covers [lo[k], k ? lo[k-1] : total), with cnt[k] parameters,
- * closed once it reaches `limit` elements (<= 0: one bucket). lo and cnt
- * have room for n + 1 entries. Returns the bucket count (>= 1), or -1
- * when out of memory. */
-int zsi_plan_buckets(int n, const int64_t *off, int64_t total, int64_t limit,
-                     int64_t *lo, int *cnt);
-/* The bucket holding element off (lo descending as above), or -1. */
-int zsi_find_bucket(int nb, const int64_t *lo, int64_t total, int64_t off);
+/* ---- the bucket engine (buckets.c), shared by dp.c and zero.c ----------- */
+
+/* One bucket: flat elements [lo, lo + len) holding whole parameters.
+ * Bucket 0 ends at the buffer's end; lo descends with the index and the
+ * last bucket reaches 0. */
+typedef struct zsi_bucket {
+    int64_t lo, len;
+    int nparams;
+    int group;            /* by units: the caller's unit, -1 for a kept run */
+    /* this round (zsi_buckets_begin .. the bucket's start): */
+    int pending;          /* parameters whose gradient is not final yet */
+    int nready;           /* ready[0..nready): leaves whose gradient is final */
+    zs_tensor **ready;
+    int64_t ready_bytes;  /* bytes of their gradients */
+} zsi_bucket;
+
+typedef struct zsi_bucket_ops {
+    /* Bucket k is complete (or forced) and every bucket before it has
+     * started: start its reduction. b[k].ready lists its leaves whose
+     * gradients are final (emptied after the call). Failures are the
+     * user's to record. */
+    void (*ready)(void *ctx, int k);
+    /* After each grad-ready event the engine handled (may be NULL): a
+     * place to advance the reductions in flight. */
+    void (*after_event)(void *ctx);
+} zsi_bucket_ops;
+
+typedef struct zsi_buckets {
+    zsi_bucket *b;
+    int nb, next;         /* next: the lowest bucket not started this round */
+    const zs_tensor *flat;
+    bool by_grad;         /* leaves are found by their .grad's view (dp)
+                           * rather than their own (ZeRO) */
+    int64_t total;        /* elements of flat */
+    int64_t waiting, peak; /* final gradient bytes whose bucket has not
+                            * started: now, and the most this round */
+    zsi_bucket_ops ops;
+    void *ctx;
+    int hook;             /* grad-ready hook id while listening, else 0 */
+    zs_tensor **ready;    /* storage of the buckets' ready lists */
+} zsi_buckets;
+
+/* Plans the buckets of n parameters whose views (their .grad with
+ * by_grad) lie in `flat` (a contiguous 1-D buffer): by size, closed once
+ * a bucket reaches `limit` elements (<= 0: one bucket), or, with group
+ * (group[i]: parameter i's unit >= 0, or -1), one bucket per maximal run
+ * of one unit in flat order (a unit split in two runs is an error).
+ * Borrows params and flat; ops is copied; `who` prefixes messages. Returns
+ * a new engine (zsi_buckets_free) or NULL and an error. */
+zsi_buckets *zsi_buckets_new(const char *who, int n, zs_tensor *const *params,
+                             const zs_tensor *flat, bool by_grad, int64_t limit,
+                             const int *group, const zsi_bucket_ops *ops, void *ctx);
+void zsi_buckets_free(zsi_buckets *e);
+/* The bucket holding flat element off, or -1. */
+int zsi_buckets_find(const zsi_buckets *e, int64_t off);
+/* Starts a round: every bucket waits for all of its parameters. listen:
+ * hear this thread's grad-ready events (a hook added to the autograd
+ * engine's list) until zsi_buckets_finish. */
+zs_status zsi_buckets_begin(zsi_buckets *e, bool listen);
+/* Ends a round: stops listening; start_rest hands the buckets not started
+ * yet to `ready`, in order; otherwise they are skipped. */
+void zsi_buckets_finish(zsi_buckets *e, bool start_rest);
 
 /* Ring and request internals (ring.c). */
 zs_status zsi_request_progress(zs_request *r);
