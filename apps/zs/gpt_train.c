@@ -269,34 +269,13 @@ static int prepare_data(const gpt_cfg *c, run_state *s)
     return 0;
 }
 
-/* GPT block hook of ZeRO-3: a block's unit is gathered before its
- * forward and its backward, and dropped after its forward (zero.c drops
- * it after its backward). */
-static zs_status zero3_block(void *ctx, int64_t block, zs_gpt_block_event ev)
+/* ZeRO-3 units: the GPT's blocks (the library finds them in the module
+ * tree and installs the block hook); the embeddings (tied to the output
+ * layer) and the final norm are kept through the step. */
+static zs_status make_zero3(run_state *s)
 {
-    zs_zero *z = ctx;
-    return ev == ZS_GPT_BLOCK_LEAVE ? zs_zero_drop(z, (int)block)
-                                    : zs_zero_fetch(z, (int)block);
-}
-
-/* ZeRO-3 units: block i's parameters ("h.<i>.*") are unit i; the
- * embeddings (tied to the output layer) and the final norm are kept
- * through the step. */
-static zs_status make_zero3(run_state *s, int np, zs_tensor **ps, char **names)
-{
-    int *group = malloc((size_t)(np + 1) * sizeof *group);
-    if (!group)
-        return zs_set_error_code(ZS_ERR_NOMEM, "ZeRO-3: out of memory");
-    for (int i = 0; i < np; i++) {
-        int blk, used = 0;
-        group[i] = sscanf(names[i], "h.%d.%n", &blk, &used) == 1 && used > 0 ? blk : -1;
-    }
-    s->z = zs_zero_new3(zs_comm_world(), np, ps, s->fp, group);
-    free(group);
-    if (!s->z)
-        return ZS_ERR_STATE;
-    zs_gpt_set_block_hook(s->m, zero3_block, s->z);
-    return ZS_OK;
+    s->z = zs_zero_new3_module(zs_comm_world(), s->m, s->fp);
+    return s->z ? ZS_OK : ZS_ERR_STATE;
 }
 
 static int build_model(gpt_cfg *c, run_state *s)
@@ -343,7 +322,7 @@ static int build_model(gpt_cfg *c, run_state *s)
     int64_t bucket_bytes = (int64_t)(c->bucket_mb * 1048576);
     zs_status st = ZS_OK;
     if (c->zero == 3)
-        st = make_zero3(s, np, ps, names);
+        st = make_zero3(s);
     else if (c->zero > 0 &&
         !(s->z = zs_zero_new(zs_comm_world(), c->zero, bucket_bytes, np, ps, s->fp, s->fg)))
         st = ZS_ERR_STATE;
