@@ -1,6 +1,6 @@
 /*
  * collectives.c - all-reduce bandwidth of Zhisuan's ring (point-to-point,
- * src/dist/ring.c) and of MPI's own MPI_Allreduce (both through
+ * src/parallel/ring.c) and of MPI's own MPI_Allreduce (both through
  * zs_comm_allreduce), in one run, for 1 KB .. 256 MB of f32.
  *
  * algbw = bytes / time; busbw = algbw * 2(N-1)/N (the NCCL-tests

@@ -37,10 +37,18 @@ zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph);
  * been accumulated into leaf->grad (its gradient for this backward is
  * final while the rest of the graph is still being differentiated). Data
  * parallelism uses it to start reducing gradient buckets during backward.
- * The hook must not run autograd itself; it may read leaf->grad. */
+ * The hook must not run autograd itself, nor add or remove hooks; it may
+ * read leaf->grad. */
 typedef void (*zs_grad_ready_fn)(void *ctx, zs_tensor *leaf);
-/* Installs fn (NULL: none) for this thread's later backward calls. */
-void zs_set_grad_ready_hook(zs_grad_ready_fn fn, void *ctx);
+/* Adds fn for this thread's later backward calls: every hook of the
+ * thread is called for each ready leaf, in the order they were added
+ * (data parallelism's, a profiler's, ...). Returns the hook's id (> 0,
+ * for zs_grad_ready_hook_remove) or a negative status (fn NULL, out of
+ * memory). */
+int zs_grad_ready_hook_add(zs_grad_ready_fn fn, void *ctx);
+/* Removes the hook with this id from this thread's list; an id that is
+ * not there gives ZS_ERR_ARG and a message. */
+zs_status zs_grad_ready_hook_remove(int id);
 
 /* Number of live autograd nodes (tests check that tapes are freed). */
 int64_t zs_autograd_live_nodes(void);

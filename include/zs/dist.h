@@ -3,7 +3,9 @@
  * the library is built with it and the program runs under mpirun) or a
  * single-process communicator with the same API, and collectives on
  * tensors, including Zhisuan's own ring all-reduce (blocking and
- * non-blocking). See shared/DESIGN.md, "Distributed".
+ * non-blocking). See shared/DESIGN.md, "Distributed". The transport is a
+ * backend under the communicator (src/parallel/backend.h: MPI, or one
+ * process); the rules below hold for every backend.
  *
  * Tensors are contiguous CPU tensors. Reductions (sum) take f32, f64, i32
  * or i64; broadcast, gather, scatter, all-gather and send/recv move any
@@ -21,14 +23,15 @@
  *    arguments its local check rejected makes every rank fail with a
  *    message naming it. Costs one small all-gather per collective.
  *  - With a timeout (zs_comm_set_timeout, or ZS_COMM_TIMEOUT=seconds for
- *    the world) every wait polls non-blocking MPI calls against a
- *    deadline. On expiry the ranks that timed out exchange a short
- *    survey (for up to the timeout again) and fail with a message naming
- *    the ranks that did not answer, so failure is reported within twice
- *    the timeout. A timed-out or MPI-failed communicator is broken: later
- *    calls on it fail at once with the first message; pending transfers
- *    are abandoned (the tensors involved are kept alive, never freed),
- *    and the job is expected to end (zs_dist_abort).
+ *    the world) every wait polls the transport's non-blocking calls
+ *    against a deadline. On expiry the ranks that timed out exchange a
+ *    short survey (for up to the timeout again) and fail with a message
+ *    naming the ranks that did not answer, so failure is reported within
+ *    twice the timeout. A communicator that timed out or saw a transport
+ *    (MPI) error is broken: later calls on it fail at once with the first
+ *    message; pending transfers are abandoned (the tensors involved are
+ *    kept alive, never freed), and the job is expected to end
+ *    (zs_dist_abort).
  *
  * Threads: MPI is started with MPI_THREAD_FUNNELED (only the thread that
  * called zs_dist_init calls MPI; the thread pool never does). The
@@ -48,7 +51,7 @@ typedef struct zs_comm zs_comm;
 typedef struct zs_request zs_request;
 
 typedef enum zs_allreduce_algo {
-    ZS_ALLREDUCE_MPI = 0,  /* the MPI library's MPI_(I)allreduce */
+    ZS_ALLREDUCE_MPI = 0,  /* the backend's own: the MPI library's MPI_(I)allreduce */
     ZS_ALLREDUCE_RING = 1, /* Zhisuan's ring: reduce-scatter, then all-gather */
 } zs_allreduce_algo;
 
@@ -63,7 +66,8 @@ zs_status zs_dist_init(int *argc, char ***argv);
 /* Ends MPI (every communicator and request must be freed first). Aborts
  * the job instead when the world communicator is broken. */
 void zs_dist_finalize(void);
-/* True when the world spans processes through MPI. */
+/* True when MPI was started (the program runs under mpirun; even with one
+ * rank). */
 bool zs_dist_is_mpi(void);
 /* The MPI_THREAD_* level MPI granted; -1 without MPI. */
 int zs_dist_thread_level(void);
@@ -91,7 +95,7 @@ void zs_comm_set_timeout(zs_comm *c, double seconds);
 double zs_comm_timeout(const zs_comm *c);
 /* Cross-rank argument agreement before every collective (see above). */
 void zs_comm_set_checks(zs_comm *c, bool on);
-/* True after a timeout or MPI error made c unusable. */
+/* True after a timeout or transport (MPI) error made c unusable. */
 bool zs_comm_is_broken(const zs_comm *c);
 
 zs_status zs_comm_barrier(zs_comm *c);

@@ -32,6 +32,10 @@ struct zs_module {
     const zs_module_vtable *vt;
     void *impl;
     bool training;
+    /* A repeated block (a transformer layer): its parameters are used
+     * together, so ZeRO-3 gathers and drops them as one unit
+     * (zs_module_units). Set by the module that creates the block. */
+    bool unit;
     int nparams, nbuffers, nchildren;
     char **param_names, **buffer_names, **child_names;
     zs_tensor **params;   /* owned references */
@@ -87,6 +91,13 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
 zs_status zs_module_to_dtype(zs_module *m, zs_dtype dt);
 /* Zeroes every parameter's gradient in place. */
 void zs_module_zero_grad(zs_module *m);
+/* The units of a tree: its modules marked `unit`, numbered 0, 1, ... in
+ * depth-first order (a unit inside a unit belongs to the outer one).
+ * group[i] (n entries, caller's) receives the number of the unit holding
+ * params[i], or -1 for a parameter outside every unit (embeddings, a
+ * final norm). Returns the number of units, or a negative status when a
+ * parameter is not in the tree. For a GPT, unit i is block i. */
+int zs_module_units(zs_module *m, int n, zs_tensor *const *params, int *group);
 
 /* ---- layers ------------------------------------------------------------ */
 
@@ -150,7 +161,10 @@ int64_t zs_gpt_param_count(const zs_gpt_config *c);
  * projections scaled by 1/sqrt(2L)) or BLOOM (ALiBi instead of positions,
  * LayerNorm after the embedding). Parameters named as in GPT-2:
  * wte, wpe, h.<i>.ln_1, h.<i>.attn.c_attn, h.<i>.attn.c_proj, h.<i>.ln_2,
- * h.<i>.mlp.c_fc, h.<i>.mlp.c_proj, ln_f. */
+ * h.<i>.mlp.c_fc, h.<i>.mlp.c_proj, ln_f. The tree: the embeddings are the
+ * root's parameters; child "h" runs the blocks "h.<i>" in order, each a
+ * child module marked `unit` (its forward is the block on x [B, T, C]);
+ * child "ln_f" is the final LayerNorm. */
 zs_module *zs_gpt_new(const zs_gpt_config *c, uint64_t seed);
 const zs_gpt_config *zs_gpt_config_of(const zs_module *gpt);
 

@@ -47,12 +47,15 @@
  *         backward (fetch per unit); zs_zero_finish
  *     zs_zero_clip_grad_norm; optimizer step; zs_zero_zero_grad
  * and, to read the whole model (validation, checkpoints),
- * zs_zero_gather ... zs_zero_release.
+ * zs_zero_gather ... zs_zero_release. zs_zero_new3_module finds the units
+ * in the module tree (zs_module_units) and installs the model's hooks, so
+ * the caller needs no knowledge of parameter names.
  */
 #ifndef ZS_ZERO_H
 #define ZS_ZERO_H
 
 #include "dist.h"
+#include "nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,6 +91,14 @@ zs_zero *zs_zero_new(zs_comm *c, int stage, int64_t bucket_bytes, int n,
  * zs_zero_release or zs_zero_finish. */
 zs_zero *zs_zero_new3(zs_comm *c, int n, zs_tensor *const *params,
                       zs_tensor *flat_params, const int *group);
+/* Stage 3 for a GPT m (borrowed, outliving z) whose parameters were
+ * flattened into flat_params: the units are m's blocks (zs_module_units:
+ * block i is unit i; the embeddings and the final norm are kept), and z
+ * installs m's block hook (zs_gpt_set_block_hook: a block is fetched
+ * before its forward and its backward, dropped after its forward), which
+ * zs_zero_free removes. Fails for a module that is not a GPT (others:
+ * zs_module_units, zs_zero_new3, and fetch/drop around each unit). */
+zs_zero *zs_zero_new3_module(zs_comm *c, zs_module *m, zs_tensor *flat_params);
 void zs_zero_free(zs_zero *z);
 /* Stage 3: gathers unit `group` (collective; no-op when gathered). */
 zs_status zs_zero_fetch(zs_zero *z, int group);
@@ -102,10 +113,15 @@ zs_tensor **zs_zero_shards(zs_zero *z, int *n);
 /* Around each backward (stage 2; no-ops for stage 1). */
 zs_status zs_zero_begin(zs_zero *z);
 zs_status zs_zero_finish(zs_zero *z);
-/* Global gradient norm (stage 2: over all ranks' shards); when above
- * max_norm (> 0) the gradients are scaled by max_norm / (norm + 1e-6),
- * like zs_clip_grad_norm. Returns the norm (NaN on a communication
- * failure). */
+/* The global L2 norm of the gradient, changing nothing: stage 1 over the
+ * full averaged gradient (local, every rank holds it), stages 2 and 3 over
+ * all ranks' shards (collective: one all-reduce of a number). NaN on a
+ * communication failure. For a caller that folds the clipping scale into
+ * its optimizer update. */
+double zs_zero_grad_norm(zs_zero *z);
+/* zs_zero_grad_norm, and when above max_norm (> 0) the gradients are
+ * scaled by max_norm / (norm + 1e-6), like zs_clip_grad_norm. Returns the
+ * norm (NaN on a communication failure). */
 double zs_zero_clip_grad_norm(zs_zero *z, double max_norm);
 /* All-gathers the updated chunks into every rank's full parameters (stage
  * 3: and keeps them gathered until zs_zero_release). */

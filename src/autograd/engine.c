@@ -15,6 +15,7 @@
  * unlocked, so two threads must not backpropagate through a shared node
  * or into a shared leaf at once (zs/core.h, "Threads").
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,13 +24,47 @@
 #include "zs/autograd.h"
 #include "zs/ops.h"
 
-static _Thread_local zs_grad_ready_fn ready_hook;
-static _Thread_local void *ready_ctx;
+/* This thread's grad-ready hooks, in registration order. The array is
+ * freed when the last hook goes, so a thread leaves nothing behind. */
+typedef struct ready_hook {
+    zs_grad_ready_fn fn;
+    void *ctx;
+    int id;
+} ready_hook;
+static _Thread_local ready_hook *hooks;
+static _Thread_local int nhooks, cap_hooks, last_hook_id;
 
-void zs_set_grad_ready_hook(zs_grad_ready_fn fn, void *ctx)
+int zs_grad_ready_hook_add(zs_grad_ready_fn fn, void *ctx)
 {
-    ready_hook = fn;
-    ready_ctx = ctx;
+    if (!fn)
+        return zs_set_error("grad_ready_hook_add: no function");
+    if (nhooks == cap_hooks) {
+        int cap = cap_hooks ? 2 * cap_hooks : 4;
+        ready_hook *h = realloc(hooks, (size_t)cap * sizeof *h);
+        if (!h)
+            return zs_set_error_code(ZS_ERR_NOMEM, "grad_ready_hook_add: out of memory");
+        hooks = h;
+        cap_hooks = cap;
+    }
+    if (last_hook_id == INT_MAX)
+        last_hook_id = 0;
+    hooks[nhooks++] = (ready_hook){fn, ctx, ++last_hook_id};
+    return last_hook_id;
+}
+
+zs_status zs_grad_ready_hook_remove(int id)
+{
+    for (int i = 0; i < nhooks; i++)
+        if (hooks[i].id == id) {
+            memmove(&hooks[i], &hooks[i + 1], (size_t)(nhooks - i - 1) * sizeof *hooks);
+            if (--nhooks == 0) {
+                free(hooks);
+                hooks = NULL;
+                cap_hooks = 0;
+            }
+            return ZS_OK;
+        }
+    return zs_set_error("grad_ready_hook_remove: no hook %d on this thread", id);
 }
 static atomic_llong live_nodes; /* every thread's nodes (relaxed counts) */
 
@@ -284,9 +319,9 @@ static void leaves_done(zsi_node *n, zs_status st)
 {
     for (int i = 0; i < n->c.nin; i++) {
         zs_tensor *leaf = n->in_node[i] ? NULL : n->in_leaf[i];
-        if (leaf && --leaf->grad_pending == 0 && ready_hook && st == ZS_OK &&
-            leaf->grad)
-            ready_hook(ready_ctx, leaf);
+        if (leaf && --leaf->grad_pending == 0 && nhooks && st == ZS_OK && leaf->grad)
+            for (int k = 0; k < nhooks; k++)
+                hooks[k].fn(hooks[k].ctx, leaf);
     }
 }
 

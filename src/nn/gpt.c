@@ -88,38 +88,78 @@ static zs_tensor *normal(int ndim, const int64_t *shape, double std,
     return zs_normal(ZS_F32, ndim, shape, 0.0, std, seed);
 }
 
-/* Adds a parameter named "<prefix><name>" and returns it (borrowed). */
-static zs_tensor *add(zs_module *m, const char *prefix, const char *name,
-                      zs_tensor *t)
+/* Adds a parameter and returns it (borrowed). */
+static zs_tensor *add(zs_module *m, const char *name, zs_tensor *t)
 {
-    char full[96];
-    snprintf(full, sizeof full, "%s%s", prefix, name);
-    return zs_module_add_param(m, full, t);
+    return zs_module_add_param(m, name, t);
 }
 
 static bool add_block(zs_module *m, block_params *b, int64_t i,
                       const zs_gpt_config *c, uint64_t seed)
 {
     int64_t C = c->width;
-    char p[32];
-    snprintf(p, sizeof p, "h.%lld.", (long long)i);
     double std = 0.02, res_std = 0.02 / sqrt(2.0 * (double)c->layers);
     uint64_t s = seed + 100 * (uint64_t)(i + 1);
-    b->ln1_w = add(m, p, "ln_1.weight", zs_ones(ZS_F32, 1, &C));
-    b->ln1_b = add(m, p, "ln_1.bias", zs_zeros(ZS_F32, 1, &C));
-    b->attn_w = add(m, p, "attn.c_attn.weight", normal(2, (int64_t[]){3 * C, C}, std, s + 1));
-    b->attn_b = add(m, p, "attn.c_attn.bias", zs_zeros(ZS_F32, 1, (int64_t[]){3 * C}));
-    b->proj_w = add(m, p, "attn.c_proj.weight", normal(2, (int64_t[]){C, C}, res_std, s + 2));
-    b->proj_b = add(m, p, "attn.c_proj.bias", zs_zeros(ZS_F32, 1, &C));
-    b->ln2_w = add(m, p, "ln_2.weight", zs_ones(ZS_F32, 1, &C));
-    b->ln2_b = add(m, p, "ln_2.bias", zs_zeros(ZS_F32, 1, &C));
-    b->fc_w = add(m, p, "mlp.c_fc.weight", normal(2, (int64_t[]){4 * C, C}, std, s + 3));
-    b->fc_b = add(m, p, "mlp.c_fc.bias", zs_zeros(ZS_F32, 1, (int64_t[]){4 * C}));
-    b->fcproj_w = add(m, p, "mlp.c_proj.weight", normal(2, (int64_t[]){C, 4 * C}, res_std, s + 4));
-    b->fcproj_b = add(m, p, "mlp.c_proj.bias", zs_zeros(ZS_F32, 1, &C));
+    b->ln1_w = add(m, "ln_1.weight", zs_ones(ZS_F32, 1, &C));
+    b->ln1_b = add(m, "ln_1.bias", zs_zeros(ZS_F32, 1, &C));
+    b->attn_w = add(m, "attn.c_attn.weight", normal(2, (int64_t[]){3 * C, C}, std, s + 1));
+    b->attn_b = add(m, "attn.c_attn.bias", zs_zeros(ZS_F32, 1, (int64_t[]){3 * C}));
+    b->proj_w = add(m, "attn.c_proj.weight", normal(2, (int64_t[]){C, C}, res_std, s + 2));
+    b->proj_b = add(m, "attn.c_proj.bias", zs_zeros(ZS_F32, 1, &C));
+    b->ln2_w = add(m, "ln_2.weight", zs_ones(ZS_F32, 1, &C));
+    b->ln2_b = add(m, "ln_2.bias", zs_zeros(ZS_F32, 1, &C));
+    b->fc_w = add(m, "mlp.c_fc.weight", normal(2, (int64_t[]){4 * C, C}, std, s + 3));
+    b->fc_b = add(m, "mlp.c_fc.bias", zs_zeros(ZS_F32, 1, (int64_t[]){4 * C}));
+    b->fcproj_w = add(m, "mlp.c_proj.weight", normal(2, (int64_t[]){C, 4 * C}, res_std, s + 4));
+    b->fcproj_b = add(m, "mlp.c_proj.bias", zs_zeros(ZS_F32, 1, &C));
     return b->ln1_w && b->ln1_b && b->attn_w && b->attn_b && b->proj_w &&
            b->proj_b && b->ln2_w && b->ln2_b && b->fc_w && b->fc_b &&
            b->fcproj_w && b->fcproj_b;
+}
+
+/* A block as a module of its own ("h.<i>", a unit): it runs block i of
+ * its GPT, whose impl holds the parameters' pointers. */
+typedef struct block_ref {
+    gpt_impl *g;
+    int64_t layer;
+} block_ref;
+
+static zs_tensor *block_forward(gpt_impl *g, int64_t l, zs_tensor *x, zs_kv_cache *kv);
+
+static zs_tensor *block_module_forward(zs_module *m, zs_tensor *x)
+{
+    const block_ref *r = m->impl;
+    return block_forward(r->g, r->layer, x, NULL);
+}
+
+static void block_free_impl(zs_module *m) { free(m->impl); }
+
+static const zs_module_vtable block_vt = {"GPTBlock", block_module_forward, block_free_impl};
+
+/* Blocks 0..L-1 as the children of a sequential "h" (so h.<i>.*). */
+static zs_module *new_blocks(gpt_impl *g, uint64_t seed)
+{
+    int64_t L = g->c.layers;
+    zs_module **mods = calloc((size_t)L, sizeof *mods);
+    if (!mods) {
+        zs_set_error_code(ZS_ERR_NOMEM, "gpt: out of memory");
+        return NULL;
+    }
+    bool ok = true;
+    for (int64_t i = 0; i < L; i++) {
+        block_ref *r = ok ? malloc(sizeof *r) : NULL;
+        if (r)
+            *r = (block_ref){g, i};
+        mods[i] = r ? zs_module_new(&block_vt, r) : NULL;
+        if (!mods[i])
+            free(r);
+        ok = mods[i] && add_block(mods[i], &g->blocks[i], i, &g->c, seed);
+        if (mods[i])
+            mods[i]->unit = true;
+    }
+    zs_module *h = zs_sequential_new((int)L, mods); /* frees them all on failure */
+    free(mods);
+    return h;
 }
 
 static void gpt_free_impl(zs_module *m)
@@ -161,16 +201,21 @@ zs_module *zs_gpt_new(const zs_gpt_config *c, uint64_t seed)
     }
     g->c = *c;
     int64_t C = c->width;
-    bool ok = (g->wte = add(m, "", "wte.weight", normal(2, (int64_t[]){c->vocab, C}, 0.02, seed)));
+    bool ok = (g->wte = add(m, "wte.weight", normal(2, (int64_t[]){c->vocab, C}, 0.02, seed)));
     if (ok && c->arch == ZS_GPT2)
-        ok = (g->wpe = add(m, "", "wpe.weight", normal(2, (int64_t[]){c->ctx, C}, 0.01, seed + 1)));
+        ok = (g->wpe = add(m, "wpe.weight", normal(2, (int64_t[]){c->ctx, C}, 0.01, seed + 1)));
     if (ok && c->arch == ZS_BLOOM)
-        ok = (g->emb_ln_w = add(m, "", "emb_ln.weight", zs_ones(ZS_F32, 1, &C))) &&
-             (g->emb_ln_b = add(m, "", "emb_ln.bias", zs_zeros(ZS_F32, 1, &C)));
-    for (int64_t i = 0; ok && i < c->layers; i++)
-        ok = add_block(m, &g->blocks[i], i, c, seed);
-    ok = ok && (g->lnf_w = add(m, "", "ln_f.weight", zs_ones(ZS_F32, 1, &C))) &&
-         (g->lnf_b = add(m, "", "ln_f.bias", zs_zeros(ZS_F32, 1, &C)));
+        ok = (g->emb_ln_w = add(m, "emb_ln.weight", zs_ones(ZS_F32, 1, &C))) &&
+             (g->emb_ln_b = add(m, "emb_ln.bias", zs_zeros(ZS_F32, 1, &C)));
+    /* children after the root's own parameters: the flat order (and the
+     * checkpoint order) stays wte, wpe, h.0 ... h.L-1, ln_f */
+    ok = ok && zs_module_add_child(m, "h", new_blocks(g, seed));
+    zs_module *lnf = ok ? zs_module_add_child(m, "ln_f", zs_layernorm_new(C, 1e-5)) : NULL;
+    ok = lnf != NULL;
+    if (ok) {
+        g->lnf_w = lnf->params[0]; /* weight, bias */
+        g->lnf_b = lnf->params[1];
+    }
     if (!ok) {
         zs_module_free(m);
         return NULL;
@@ -264,30 +309,39 @@ void zs_gpt_set_block_hook(zs_module *gpt, zs_gpt_block_fn fn, void *ctx)
     }
 }
 
+/* Block l on x [B, n, C] (borrowed): a new x, with the block hook's
+ * events around it; with kv, appends to the cache. */
+static zs_tensor *block_forward(gpt_impl *g, int64_t l, zs_tensor *x, zs_kv_cache *kv)
+{
+    const block_params *b = &g->blocks[l];
+    bool ok = x && (!g->hook || g->hook(g->hook_ctx, l, ZS_GPT_BLOCK_ENTER) == ZS_OK);
+    zs_tensor *h = ok ? zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5) : NULL;
+    zs_tensor *x2 = h ? attention_block(g, b, x, h, kv, l) : NULL;
+    zs_tensor *h2 = zs_layer_norm(x2, b->ln2_w, b->ln2_b, 1e-5);
+    zs_tensor *x3 = h2 ? mlp_block(b, x2, h2) : NULL;
+    if (x3 && g->hook) {
+        zs_tensor *y = zs_grad_enabled() ? zs_backward_hook(x3, block_backward, g, l)
+                                         : zs_retain(x3);
+        zs_release(x3);
+        x3 = y && g->hook(g->hook_ctx, l, ZS_GPT_BLOCK_LEAVE) == ZS_OK ? y : NULL;
+        if (!x3)
+            zs_release(y);
+    }
+    zs_release(h);
+    zs_release(x2);
+    zs_release(h2);
+    return x3;
+}
+
 /* Final hidden states ln_f(x) [B, n, C]. */
 static zs_tensor *hidden(gpt_impl *g, zs_tensor *idx, zs_kv_cache *kv)
 {
     int64_t pos = kv ? kv->len : 0;
     zs_tensor *x = embed(g, idx, pos);
     for (int64_t l = 0; x && l < g->c.layers; l++) {
-        const block_params *b = &g->blocks[l];
-        bool ok = !g->hook || g->hook(g->hook_ctx, l, ZS_GPT_BLOCK_ENTER) == ZS_OK;
-        zs_tensor *h = ok ? zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5) : NULL;
-        zs_tensor *x2 = h ? attention_block(g, b, x, h, kv, l) : NULL;
-        zs_tensor *h2 = zs_layer_norm(x2, b->ln2_w, b->ln2_b, 1e-5);
-        zs_tensor *x3 = h2 ? mlp_block(b, x2, h2) : NULL;
-        if (x3 && g->hook) {
-            zs_tensor *y = zs_grad_enabled() ? zs_backward_hook(x3, block_backward, g, l)
-                                             : zs_retain(x3);
-            zs_release(x3);
-            x3 = y && g->hook(g->hook_ctx, l, ZS_GPT_BLOCK_LEAVE) == ZS_OK ? y : NULL;
-            if (!x3)
-                zs_release(y);
-        }
-        zs_tensor *tmp[] = {x, h, x2, h2};
-        for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
-            zs_release(tmp[i]);
-        x = x3;
+        zs_tensor *y = block_forward(g, l, x, kv);
+        zs_release(x);
+        x = y;
     }
     zs_tensor *out = zs_layer_norm(x, g->lnf_w, g->lnf_b, 1e-5);
     zs_release(x);

@@ -383,3 +383,60 @@ void zs_module_zero_grad(zs_module *m)
         zs_zero_grad(ps[i], false);
     zs_names_free(n, ps, nm);
 }
+
+/* ---- units ------------------------------------------------------------- */
+
+typedef struct unit_walk {
+    zs_tensor **ts; /* every parameter of the tree, depth first */
+    int *unit;      /* its unit, or -1 */
+    int n, cap, units;
+    bool failed;
+} unit_walk;
+
+static void walk_units(zs_module *m, int in_unit, unit_walk *w)
+{
+    if (in_unit < 0 && m->unit)
+        in_unit = w->units++;
+    for (int i = 0; i < m->nparams; i++) {
+        if (w->n == w->cap) {
+            int cap = w->cap ? 2 * w->cap : 64;
+            zs_tensor **ts = realloc(w->ts, (size_t)cap * sizeof *ts);
+            if (ts)
+                w->ts = ts;
+            int *u = realloc(w->unit, (size_t)cap * sizeof *u);
+            if (u)
+                w->unit = u;
+            if (!ts || !u) {
+                w->failed = true;
+                return;
+            }
+            w->cap = cap;
+        }
+        w->ts[w->n] = m->params[i];
+        w->unit[w->n++] = in_unit;
+    }
+    for (int i = 0; i < m->nchildren; i++)
+        walk_units(m->children[i], in_unit, w);
+}
+
+int zs_module_units(zs_module *m, int n, zs_tensor *const *params, int *group)
+{
+    if (!m || n < 0 || (n > 0 && (!params || !group)))
+        return zs_set_error("module_units: needs a module and n parameters");
+    unit_walk w = {0};
+    walk_units(m, -1, &w);
+    int st = w.failed ? zs_set_error_code(ZS_ERR_NOMEM, "module_units: out of memory")
+                      : w.units;
+    for (int i = 0; st >= 0 && i < n; i++) {
+        int j = 0;
+        while (j < w.n && w.ts[j] != params[i])
+            j++;
+        if (j == w.n)
+            st = zs_set_error("module_units: parameter %d is not in the module tree", i);
+        else
+            group[i] = w.unit[j];
+    }
+    free(w.ts);
+    free(w.unit);
+    return st;
+}

@@ -63,36 +63,6 @@ static zs_status check_config(const zs_trainer_config *c, int size)
     return ZS_OK;
 }
 
-/* ZeRO-3 hook of a GPT block: the block's unit is gathered before its
- * forward and its backward and dropped after its forward (zero.c drops it
- * after its backward). */
-static zs_status zero3_block(void *ctx, int64_t block, zs_gpt_block_event ev)
-{
-    zs_zero *z = ctx;
-    return ev == ZS_GPT_BLOCK_LEAVE ? zs_zero_drop(z, (int)block)
-                                    : zs_zero_fetch(z, (int)block);
-}
-
-/* ZeRO-3 units: a GPT block's parameters ("h.<i>.*") are unit i; the tied
- * embeddings and the final norm stay gathered through a step. */
-static zs_zero *make_zero3(zs_trainer *t, int np, zs_tensor **ps, char **names)
-{
-    int *group = malloc((size_t)(np + 1) * sizeof *group);
-    if (!group) {
-        zs_set_error_code(ZS_ERR_NOMEM, "ZeRO-3: out of memory");
-        return NULL;
-    }
-    for (int i = 0; i < np; i++) {
-        int blk, used = 0;
-        group[i] = sscanf(names[i], "h.%d.%n", &blk, &used) == 1 && used > 0 ? blk : -1;
-    }
-    zs_zero *z = zs_zero_new3(t->comm, np, ps, t->fp, group);
-    free(group);
-    if (z)
-        zs_gpt_set_block_hook(t->m, zero3_block, z);
-    return z;
-}
-
 /* Model-state bytes per rank, measured, beside zs analyze's formula
  * (zs_state_bytes_zero over the fp32 replica). The formula's optimizer
  * term is 12 bytes a parameter: an fp32 master copy, m and v; fp32
@@ -159,8 +129,8 @@ static zs_status build(zs_trainer *t)
     if (np < 0)
         return ZS_ERR_STATE;
     zs_status st = ZS_OK;
-    if (c->zero == 3)
-        t->z = make_zero3(t, np, ps, names);
+    if (c->zero == 3) /* units: the model's blocks */
+        t->z = zs_zero_new3_module(t->comm, t->m, t->fp);
     else if (c->zero > 0)
         t->z = zs_zero_new(t->comm, c->zero, c->bucket_bytes, np, ps, t->fp, t->fg);
     if (c->zero > 0 && !t->z)
@@ -223,8 +193,6 @@ void zs_trainer_free(zs_trainer *t)
 {
     if (!t)
         return;
-    if (t->z && t->c.zero == 3)
-        zs_gpt_set_block_hook(t->m, NULL, NULL);
     zs_ps_free(t->ps);
     zs_zero_free(t->z);
     zs_dp_free(t->dp);
@@ -274,7 +242,7 @@ zs_status zsi_train_update(zs_trainer *t, int64_t step, double *gnorm)
     double t0 = zsi_train_now(), scale = 1;
     *gnorm = 0;
     if (t->c.clip > 0) {
-        *gnorm = t->z ? zs_zero_clip_grad_norm(t->z, 0) : zs_grad_norm(1, &t->fp);
+        *gnorm = t->z ? zs_zero_grad_norm(t->z) : zs_grad_norm(1, &t->fp);
         if (isnan(*gnorm))
             return zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is "
                                      "NaN%s", (long long)step, t->z ? " (or its "

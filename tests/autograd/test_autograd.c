@@ -167,7 +167,8 @@ static void test_grad_ready_hook(void)
         zs_set_requires_grad(r.leaf[i], true);
     }
     zs_tensor *a = r.leaf[0], *b = r.leaf[1], *c = r.leaf[2];
-    zs_set_grad_ready_hook(on_ready, &r);
+    int id = zs_grad_ready_hook_add(on_ready, &r);
+    ZT_CHECK(id > 0, "hook added (id %d)", id);
     for (int pass = 0; pass < 2; pass++) {
         zs_tensor *e = zs_exp(a), *be = zs_mul(b, e), *ac = zs_mul(a, c);
         zs_tensor *l = zs_add(ac, be);
@@ -177,7 +178,7 @@ static void test_grad_ready_hook(void)
         zs_release(be);
         zs_release(e);
     }
-    zs_set_grad_ready_hook(NULL, NULL);
+    ZT_CHECK(zs_grad_ready_hook_remove(id) == ZS_OK, "hook removed");
     double ga = 2 * (2.5 + 1.5 * exp(0.5)), gb = 2 * exp(0.5), gc = 2 * 0.5;
     ZT_CHECK(r.calls[0] == 2 && r.calls[1] == 2 && r.calls[2] == 2 && r.calls[3] == 0,
              "one call per leaf and backward (%d %d %d %d)", r.calls[0], r.calls[1],
@@ -192,17 +193,95 @@ static void test_grad_ready_hook(void)
     zs_zero_grad(a, true);
     zs_tensor *e2 = zs_exp(a), *l2 = zs_sum(e2, 0, NULL, false);
     zs_tensor *bad_seed = zs_ones(ZS_F32, ZS_SHAPE(3));
-    zs_set_grad_ready_hook(on_ready, &r2);
+    id = zs_grad_ready_hook_add(on_ready, &r2);
     ZT_EXPECT_ERROR(zs_backward(l2, bad_seed, false) < 0, "does not match");
     ZT_CHECK(zs_backward(l2, NULL, false) == ZS_OK && r2.calls[0] == 1,
              "hook after a rejected backward (%d calls)", r2.calls[0]);
-    zs_set_grad_ready_hook(NULL, NULL);
+    zs_grad_ready_hook_remove(id);
+    ZT_EXPECT_ERROR(zs_grad_ready_hook_remove(id) < 0, "no hook");
+    ZT_EXPECT_ERROR(zs_grad_ready_hook_add(NULL, NULL) < 0, "no function");
     zs_release(bad_seed);
     zs_release(l2);
     zs_release(e2);
     for (int i = 0; i < 4; i++)
         zs_release(r.leaf[i]);
     zt_section("gradient-ready hook");
+}
+
+/* Two hooks at once (data parallelism's and a profiler's): each hears of
+ * every leaf once per backward, the first added first; removing one
+ * leaves the other. */
+typedef struct order_log {
+    int seq[64], n; /* hook tags in call order */
+    zs_tensor *leaves[64];
+} order_log;
+
+typedef struct tagged {
+    order_log *log;
+    int tag;
+    int calls;
+} tagged;
+
+static void on_ready_tagged(void *ctx, zs_tensor *leaf)
+{
+    tagged *t = ctx;
+    t->calls++;
+    if (t->log->n < 64) {
+        t->log->leaves[t->log->n] = leaf;
+        t->log->seq[t->log->n++] = t->tag;
+    }
+}
+
+static void test_two_ready_hooks(void)
+{
+    enum { NL = 5 };
+    zs_tensor *w[NL], *acc = NULL;
+    for (int i = 0; i < NL; i++) {
+        w[i] = zs_full(ZS_F64, ZS_SHAPE(2), 0.25 * (i + 1));
+        zs_set_requires_grad(w[i], true);
+    }
+    order_log log = {0};
+    tagged a = {&log, 1, 0}, b = {&log, 2, 0};
+    int ia = zs_grad_ready_hook_add(on_ready_tagged, &a);
+    int ib = zs_grad_ready_hook_add(on_ready_tagged, &b);
+    ZT_CHECK(ia > 0 && ib > 0 && ia != ib, "two hooks, two ids (%d, %d)", ia, ib);
+    /* L = sum(w0 * w1 * ... * w4): every leaf feeds one product */
+    acc = zs_retain(w[0]);
+    for (int i = 1; i < NL; i++) {
+        zs_tensor *m = zs_mul(acc, w[i]);
+        zs_release(acc);
+        acc = m;
+    }
+    zs_tensor *l = zs_sum(acc, 0, NULL, false);
+    ZT_CHECK(zs_backward(l, NULL, false) == ZS_OK, "backward");
+    zs_release(acc);
+    zs_release(l);
+    ZT_CHECK(a.calls == NL && b.calls == NL, "both hooks fired for every leaf (%d, %d of %d)",
+             a.calls, b.calls, NL);
+    bool paired = log.n == 2 * NL;
+    for (int k = 0; paired && k < log.n; k += 2)
+        paired = log.seq[k] == 1 && log.seq[k + 1] == 2 && log.leaves[k] == log.leaves[k + 1];
+    ZT_CHECK(paired, "per leaf, the first hook added runs first, then the second");
+    for (int i = 0; i < NL; i++) {
+        int seen = 0;
+        for (int k = 0; k < log.n; k++)
+            seen += log.leaves[k] == w[i];
+        ZT_CHECK(seen == 2, "leaf %d seen by both hooks (%d calls)", i, seen);
+    }
+    ZT_CHECK(zs_grad_ready_hook_remove(ia) == ZS_OK, "first removed");
+    a.calls = b.calls = 0;
+    log.n = 0;
+    for (int i = 0; i < NL; i++)
+        zs_zero_grad(w[i], true);
+    zs_tensor *p = zs_mul(w[0], w[1]), *l2 = zs_sum(p, 0, NULL, false);
+    ZT_CHECK(zs_backward(l2, NULL, false) == ZS_OK && a.calls == 0 && b.calls == 2,
+             "after removing the first, only the second fires (%d, %d)", a.calls, b.calls);
+    zs_grad_ready_hook_remove(ib);
+    zs_release(p);
+    zs_release(l2);
+    for (int i = 0; i < NL; i++)
+        zs_release(w[i]);
+    zt_section("two gradient-ready hooks: both fire for every leaf, in order");
 }
 
 /* zs_backward_hook: what the hook saw when backward called it. */
@@ -274,6 +353,7 @@ int main(void)
     test_diamond_and_scope();
     test_view_grads();
     test_grad_ready_hook();
+    test_two_ready_hooks();
     test_backward_hook();
     return zt_done();
 }

@@ -54,6 +54,58 @@ static void test_counts(void)
     zt_section("parameter counts");
 }
 
+/* The module tree: names keep GPT-2's order (wte, wpe, h.0 ... h.L-1,
+ * ln_f), the blocks are child modules marked `unit`, and
+ * zs_module_units gives each parameter its block (the name's h.<i>) or -1,
+ * whatever the arch; a block module's forward is the block. */
+static void test_units(void)
+{
+    for (int a = 0; a < 2; a++) {
+        zs_gpt_config c = {.arch = a, .vocab = 50};
+        zs_gpt_preset("tiny", &c);
+        c.layers = 3;
+        zs_module *m = zs_gpt_new(&c, 2);
+        zs_tensor **ps;
+        char **names;
+        int n = m ? zs_module_parameters(m, &ps, &names) : -1;
+        ZT_CHECK(n == 12 * 3 + (a == ZS_GPT2 ? 4 : 5), "%d parameters", n);
+        if (n < 0) {
+            zs_module_free(m);
+            continue;
+        }
+        int *group = malloc((size_t)n * sizeof *group);
+        int units = zs_module_units(m, n, ps, group), bad = 0;
+        for (int i = 0; i < n; i++) {
+            int blk = -1, used = 0;
+            if (sscanf(names[i], "h.%d.%n", &blk, &used) != 1 || used == 0)
+                blk = -1;
+            bad += group[i] != blk;
+        }
+        ZT_CHECK(units == 3 && bad == 0, "arch %d: %d units, %d parameters in the wrong "
+                 "one", a, units, bad);
+        ZT_CHECK(!strcmp(names[0], "wte.weight") && !strcmp(names[n - 1], "ln_f.bias") &&
+                 !strcmp(names[n - 2 - 12], "h.2.ln_1.weight"),
+                 "arch %d: names in GPT-2's order (%s ... %s)", a, names[0], names[n - 1]);
+        zs_module *h = m->nchildren == 2 ? m->children[0] : NULL;
+        ZT_CHECK(h && !strcmp(m->child_names[0], "h") && h->nchildren == 3 &&
+                 h->children[1]->unit && !h->unit && !m->unit && !m->children[1]->unit,
+                 "tree: h with 3 unit blocks, ln_f");
+        /* block 0's forward on x equals the first step of the model */
+        zs_tensor *x = zt_rand(ZS_F32, 3, (int64_t[]){1, 4, c.width}, 9);
+        zs_tensor *y = h ? zs_module_forward(h->children[0], x) : NULL;
+        ZT_CHECK(zt_shape_is(y, 3, (int64_t[]){1, 4, c.width}), "block forward");
+        zs_release(y);
+        zs_release(x);
+        zs_tensor *stray = zs_zeros(ZS_F32, 1, (int64_t[]){3});
+        ZT_EXPECT_ERROR(zs_module_units(m, 1, &stray, group) < 0, "not in the module tree");
+        zs_release(stray);
+        free(group);
+        zs_names_free(n, ps, names);
+        zs_module_free(m);
+    }
+    zt_section("module tree: blocks are unit children, zs_module_units");
+}
+
 static double loss_value(zs_module *m, zs_tensor *x, zs_tensor *y)
 {
     zs_no_grad_push();
@@ -255,6 +307,7 @@ static void test_load(void)
 int main(void)
 {
     test_counts();
+    test_units();
     test_grad(ZS_GPT2);
     test_grad(ZS_BLOOM);
     zt_section("gradients vs central differences (float64)");

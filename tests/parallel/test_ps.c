@@ -1,5 +1,5 @@
 /*
- * test_ps.c - the parameter server (src/dist/ps.c) at whatever size it is
+ * test_ps.c - the parameter server (src/parallel/ps.c) at whatever size it is
  * started with: plainly (one process) and by ctest under `mpirun -np 2`
  * and `-np 4`.
  *

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/internal.h"
+#include "parallel/internal.h"
 #include "zs/ops.h"
 #include "zs/ps.h"
 

@@ -1,6 +1,7 @@
 /*
- * ring.c - all-reduce, blocking and non-blocking: MPI's own
- * (MPI_Iallreduce) or Zhisuan's ring on point-to-point messages.
+ * ring.c - all-reduce, blocking and non-blocking: the backend's own
+ * (MPI_Iallreduce under MPI: ZS_ALLREDUCE_MPI) or Zhisuan's ring on the
+ * backend's point-to-point messages (ZS_ALLREDUCE_RING).
  *
  * The ring cuts the n elements into `size` chunks, chunk k = [n*k/P,
  * n*(k+1)/P) (sizes differ by at most one; some are empty when n < P). In
@@ -10,19 +11,20 @@
  * finished chunks around. Each rank sends 2(P-1)/P of the tensor: the
  * bandwidth-optimal volume (bench/collectives compares it with MPI's).
  *
- * A ring is a request whose state is the step it is in: each step posts an
- * Irecv from the left and an Isend to the right on the communicator's
- * private duplicate, with a tag of its own (rings started in the same
+ * A ring is a request whose state is the step it is in: each step posts a
+ * receive from the left and a send to the right on the communicator's
+ * PRIVATE channel, with a tag of its own (rings started in the same
  * order on every rank get the same tag), so several rings can be in flight
  * at once (gradient buckets). The ring advances only inside a progress
  * call (zs_request_test, zs_comm_progress, zs_request_wait), which
  * advances every unfinished request of the communicator: no helper
- * thread, so MPI_THREAD_FUNNELED suffices.
+ * thread, so MPI_THREAD_FUNNELED suffices. One rank is a ring of no
+ * steps.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/internal.h"
+#include "parallel/internal.h"
 
 #define CH_LO(n, P, k) ((n) * (int64_t)(k) / (P))
 #define CH_N(n, P, k) (CH_LO(n, P, (k) + 1) - CH_LO(n, P, k))
@@ -38,9 +40,9 @@ static void unlink_request(zs_request *r)
 }
 
 /* Marks r finished with status st (its message saved for the waiter). A
- * failed request's pending receive is cancelled; if a send or an MPI
- * collective is still pending, its buffers are kept for ever (MPI may
- * still read or write them). */
+ * failed request's pending receive is cancelled; if a send or a backend
+ * collective is still pending, its buffers are kept for ever (the backend
+ * may still read or write them). */
 static void complete(zs_request *r, zs_status st)
 {
     r->st = st;
@@ -52,33 +54,32 @@ static void complete(zs_request *r, zs_status st)
         return;
     }
     snprintf(r->err, sizeof r->err, "%s", zs_last_error());
-#ifdef ZS_HAVE_MPI
-    bool pending = false;
+    zs_comm *c = r->c;
     if (r->algo == ZS_ALLREDUCE_RING)
-        zsi_cancel_recv(&r->rq[0]);
+        c->be->cancel_recv(c, &r->rq[0]);
+    bool pending = false;
     for (int i = 0; i < 2; i++) {
-        int flag = 1;
-        if (r->rq[i] != MPI_REQUEST_NULL)
-            MPI_Test(&r->rq[i], &flag, MPI_STATUS_IGNORE);
-        pending |= !flag;
-        r->c->orphans += !flag;
+        bool done = true;
+        if (zsi_req_pending(r->rq[i]))
+            c->be->test(c, "allreduce", 1, &r->rq[i], &done, NULL);
+        pending |= !done;
+        c->orphans += !done;
     }
     if (pending) {
         r->t = NULL;
         r->tmp = NULL;
     }
-#endif
 }
 
-#ifdef ZS_HAVE_MPI
+static const char *ring_op = "allreduce (ring)";
+
 /* Posts the transfers of step r->step. */
 static zs_status ring_post(zs_request *r)
 {
     zs_comm *c = r->c;
     int P = c->size, me = c->rank, s = r->step;
     int right = (me + 1) % P, left = (me + P - 1) % P, send, recv;
-    int64_t n = zs_numel(r->t);
-    size_t es = zs_dtype_size(r->t->dtype);
+    int64_t n = zs_numel(r->t), es = (int64_t)zs_dtype_size(r->t->dtype);
     char *d = zs_data(r->t);
     void *into;
     if (s < P - 1) { /* reduce-scatter */
@@ -89,15 +90,17 @@ static zs_status ring_post(zs_request *r)
         int g = s - (P - 1);
         send = (me + 1 - g + P) % P;
         recv = (me - g + P) % P;
-        into = d + CH_LO(n, P, recv) * (int64_t)es;
+        into = d + CH_LO(n, P, recv) * es;
     }
-    MPI_Datatype ty = zsi_mpi_type(r->t->dtype);
-    int rc = MPI_Irecv(into, (int)CH_N(n, P, recv), ty, left, r->tag, c->coll, &r->rq[0]);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Isend(d + CH_LO(n, P, send) * (int64_t)es, (int)CH_N(n, P, send), ty,
-                       right, r->tag, c->coll, &r->rq[1]);
-    return zsi_mpi(c, "allreduce (ring)", rc);
+    zs_status st = c->be->irecv(c, ring_op, ZSI_CHAN_PRIVATE, into, CH_N(n, P, recv) * es,
+                                left, r->tag, &r->rq[0]);
+    if (st == ZS_OK)
+        st = c->be->isend(c, ring_op, ZSI_CHAN_PRIVATE, d + CH_LO(n, P, send) * es,
+                          CH_N(n, P, send) * es, right, r->tag, &r->rq[1]);
+    return st;
 }
+
+static bool ring_finished(const zs_request *r) { return r->step >= 2 * (r->c->size - 1); }
 
 /* The step's transfers are done: add the received chunk, post the next. */
 static zs_status ring_next(zs_request *r)
@@ -111,23 +114,20 @@ static zs_status ring_next(zs_request *r)
                      r->tmp, CH_N(n, P, k));
     }
     r->step++;
-    return r->step < 2 * (P - 1) ? ring_post(r) : ZS_OK;
+    return ring_finished(r) ? ZS_OK : ring_post(r);
 }
-
-static bool ring_finished(const zs_request *r) { return r->step >= 2 * (r->c->size - 1); }
 
 /* Advances a ring as far as its messages have arrived, without blocking. */
 static zs_status ring_progress(zs_request *r)
 {
     while (!ring_finished(r)) {
-        int flag = 0;
-        int rc = MPI_Testall(2, r->rq, &flag, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS)
-            return zsi_mpi(r->c, "allreduce (ring)", rc);
-        if (!flag)
-            return ZS_OK;
-        zs_status st = ring_next(r);
+        bool done = false;
+        zs_status st = r->c->be->test(r->c, ring_op, 2, r->rq, &done, NULL);
         if (st != ZS_OK)
+            return st;
+        if (!done)
+            return ZS_OK;
+        if ((st = ring_next(r)) != ZS_OK)
             return st;
     }
     return ZS_OK;
@@ -136,38 +136,34 @@ static zs_status ring_progress(zs_request *r)
 static zs_status ring_start(zs_request *r)
 {
     zs_comm *c = r->c;
+    r->tag = ZSI_TAG_RING0 + (int)(c->rings++ % ZSI_RING_TAGS);
+    r->step = 0;
+    if (ring_finished(r)) /* one rank */
+        return ZS_OK;
     int64_t maxchunk = (zs_numel(r->t) + c->size - 1) / c->size;
     r->tmp = malloc((size_t)(maxchunk ? maxchunk : 1) * zs_dtype_size(r->t->dtype));
     if (!r->tmp)
         return zs_set_error_code(ZS_ERR_NOMEM, "allreduce (ring): out of memory");
-    r->tag = ZSI_TAG_RING0 + (int)(c->rings++ % ZSI_RING_TAGS);
-    r->step = 0;
     return ring_post(r);
 }
-#endif
 
 /* Advances one unfinished request without blocking. */
 zs_status zsi_request_progress(zs_request *r)
 {
     if (r->done)
         return r->st;
-#ifdef ZS_HAVE_MPI
     zs_status st;
     bool fin;
     if (r->algo == ZS_ALLREDUCE_RING) {
         st = ring_progress(r);
         fin = st != ZS_OK || ring_finished(r);
     } else {
-        int flag = 0;
-        st = zsi_mpi(r->c, "allreduce", MPI_Test(&r->rq[0], &flag, MPI_STATUS_IGNORE));
-        fin = st != ZS_OK || flag;
+        st = r->c->be->test(r->c, "allreduce", 1, &r->rq[0], &fin, NULL);
+        fin = fin || st != ZS_OK;
     }
     if (fin)
         complete(r, st);
     return st;
-#else
-    return ZS_OK;
-#endif
 }
 
 zs_status zs_comm_progress(zs_comm *c)
@@ -214,21 +210,13 @@ static zs_request *start(zs_comm *c, zs_tensor *t, bool average, zs_allreduce_al
     r->algo = algo;
     r->next = c->active;
     c->active = r;
-#ifdef ZS_HAVE_MPI
-    r->rq[0] = r->rq[1] = MPI_REQUEST_NULL;
-    if (zsi_multi(c)) {
-        if (algo == ZS_ALLREDUCE_RING)
-            st = ring_start(r);
-        else
-            st = zsi_mpi(c, op, MPI_Iallreduce(MPI_IN_PLACE, zs_data(t), (int)zs_numel(t),
-                                               zsi_mpi_type(t->dtype), MPI_SUM, c->mpi,
-                                               &r->rq[0]));
-        if (st != ZS_OK)
-            complete(r, st);
-        return r;
-    }
-#endif
-    complete(r, ZS_OK); /* one process: the sum is t itself */
+    if (algo == ZS_ALLREDUCE_RING)
+        st = ring_start(r);
+    else
+        st = c->be->iallreduce(c, op, zs_data(t), zs_numel(t), t->dtype, &r->rq[0]);
+    bool idle = !zsi_req_pending(r->rq[0]) && !zsi_req_pending(r->rq[1]);
+    if (st != ZS_OK || idle) /* idle: one process, the sum is t itself */
+        complete(r, st);
     return r;
 }
 
@@ -258,17 +246,14 @@ zs_status zs_request_test(zs_request *r, bool *done)
 static void request_free(zs_request *r)
 {
     unlink_request(r);
-#ifdef ZS_HAVE_MPI
     free(r->tmp);
-#endif
     zs_release(r->t);
     free(r);
 }
 
-#ifdef ZS_HAVE_MPI
 /* Blocks until r is done or c's deadline passes, advancing every request
- * of c meanwhile. Without a deadline, a lone request waits in MPI_Waitall
- * (no busy polling of our own). */
+ * of c meanwhile. Without a deadline, a lone request waits in the
+ * backend's wait (no busy polling of our own). */
 static void wait_progress(zs_request *r)
 {
     zs_comm *c = r->c;
@@ -279,28 +264,25 @@ static void wait_progress(zs_request *r)
         if (r->done)
             break;
         if (dl <= 0 && c->active == r && r->next == NULL) {
-            zs_status st = zsi_mpi(c, "allreduce", MPI_Waitall(ring ? 2 : 1, r->rq,
-                                                               MPI_STATUSES_IGNORE));
+            zs_status st = c->be->wait(c, ring ? ring_op : "allreduce", ring ? 2 : 1, r->rq,
+                                       NULL);
             if (st == ZS_OK && ring)
                 st = ring_next(r);
             if (st != ZS_OK || !ring || ring_finished(r))
                 complete(r, st);
         } else if (dl > 0 && zsi_now() > dl) {
             int left = (c->rank + c->size - 1) % c->size;
-            complete(r, zsi_timeout(c, ring ? "allreduce (ring)" : "allreduce", 0, NULL,
+            complete(r, zsi_timeout(c, ring ? ring_op : "allreduce", 0, NULL,
                                     ring ? left : -1, true));
         }
     }
 }
-#endif
 
 zs_status zs_request_wait(zs_request *r)
 {
     if (!r)
         return ZS_ERR_ARG;
-#ifdef ZS_HAVE_MPI
     wait_progress(r);
-#endif
     zs_status st = r->st;
     if (st != ZS_OK)
         zs_set_error_code(st, "%s", r->err);

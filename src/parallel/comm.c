@@ -1,16 +1,17 @@
 /*
- * comm.c - communicators (see zs/dist.h): start and end of MPI, the world
- * and its splits, and the failure machinery every collective shares:
- * waits against a deadline, the timeout survey that names the missing
- * ranks, and the cross-rank argument agreement.
+ * comm.c - communicators (see zs/dist.h): start and end of the process's
+ * transport, the world and its splits, and the failure machinery every
+ * collective shares whatever the backend (backend.h): waits against a
+ * deadline, the timeout survey that names the missing ranks, and the
+ * cross-rank argument agreement.
  *
- * Built with MPI (ZS_HAVE_MPI) and started by mpirun, a zs_comm wraps an
- * MPI communicator with MPI_ERRORS_RETURN, so MPI failures come back as
- * messages. Otherwise the world is one process and every collective is
- * the identity (or a copy), so the same program runs without MPI.
+ * Started by mpirun (and built with MPI), every communicator is an MPI one
+ * (comm_mpi.c); otherwise the world is one process (comm_self.c) and every
+ * collective is the identity or a copy, so the same program runs without
+ * MPI.
  *
  * The survey: a rank whose wait expired sends its rank to every other rank
- * on the communicator's private duplicate and listens, for as long as the
+ * on the communicator's PRIVATE channel and listens, for as long as the
  * timeout again, for the same message from each. Ranks that are alive and
  * stuck in the same (or any) wait time out too and answer; a rank that is
  * dead, stopped, or busy elsewhere does not, and is named.
@@ -19,13 +20,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/internal.h"
+#include "parallel/internal.h"
 
-static zs_comm world = {.rank = 0, .size = 1
-#ifdef ZS_HAVE_MPI
-                        , .mpi = MPI_COMM_NULL, .coll = MPI_COMM_NULL
-#endif
-};
+static zs_comm world = {.be = &zsi_backend_self, .rank = 0, .size = 1};
 static bool initialised, using_mpi;
 static int thread_level = -1;
 
@@ -39,12 +36,6 @@ double zsi_now(void)
 bool zs_dist_is_mpi(void) { return using_mpi; }
 int zs_dist_thread_level(void) { return thread_level; }
 
-static bool launched_by_mpirun(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
-           getenv("PMIX_RANK");
-}
-
 /* ZS_COMM_TIMEOUT and ZS_COMM_CHECK configure the world. */
 static void world_from_env(void)
 {
@@ -54,65 +45,24 @@ static void world_from_env(void)
     world.checks = k && atoi(k) != 0;
 }
 
-#ifdef ZS_HAVE_MPI
-static zs_status start_mpi(int *argc, char ***argv)
-{
-    int provided = -1;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return zs_set_error_code(ZS_ERR_IO, "dist: MPI_Init_thread failed");
-    thread_level = provided;
-    using_mpi = true;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    if (provided < MPI_THREAD_FUNNELED) {
-        MPI_Finalize();
-        using_mpi = false;
-        return zs_set_error_code(ZS_ERR_UNSUPPORTED, "dist: MPI grants thread "
-                                 "level %d, below MPI_THREAD_FUNNELED", provided);
-    }
-    world.mpi = MPI_COMM_WORLD;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world.size);
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &world.coll) != MPI_SUCCESS)
-        return zs_set_error_code(ZS_ERR_IO, "dist: MPI_Comm_dup failed");
-    MPI_Comm_set_errhandler(world.coll, MPI_ERRORS_RETURN);
-    return ZS_OK;
-}
-#endif
-
 zs_status zs_dist_init(int *argc, char ***argv)
 {
     if (initialised)
         return ZS_OK;
     initialised = true;
     world_from_env();
-#ifdef ZS_HAVE_MPI
-    if (launched_by_mpirun())
-        return start_mpi(argc, argv);
-#else
-    (void)argc;
-    (void)argv;
-    if (launched_by_mpirun())
-        return zs_set_error_code(ZS_ERR_UNSUPPORTED, "dist: started by mpirun "
-                                 "but Zhisuan was built without MPI "
-                                 "(install libopenmpi-dev and rebuild)");
-#endif
-    return ZS_OK;
+    return zsi_mpi_start(argc, argv, &world, &using_mpi, &thread_level);
 }
 
 void zs_dist_finalize(void)
 {
-#ifdef ZS_HAVE_MPI
     if (using_mpi) {
         if (world.broken) { /* pending transfers: MPI_Finalize could hang */
             fprintf(stderr, "rank %d: %s\n", world.rank, world.why);
-            MPI_Abort(MPI_COMM_WORLD, 1);
+            world.be->abort(&world, 1);
         }
-        if (world.coll != MPI_COMM_NULL)
-            MPI_Comm_free(&world.coll);
-        MPI_Finalize();
+        zsi_mpi_finalize(&world);
     }
-    world.mpi = world.coll = MPI_COMM_NULL;
-#endif
     using_mpi = false;
 }
 
@@ -120,10 +70,7 @@ void zs_dist_abort(int code)
 {
     fprintf(stderr, "rank %d: %s\n", world.rank, zs_last_error());
     fflush(stderr);
-#ifdef ZS_HAVE_MPI
-    if (using_mpi)
-        MPI_Abort(MPI_COMM_WORLD, code);
-#endif
+    world.be->abort(&world, code);
     exit(code);
 }
 
@@ -141,15 +88,7 @@ double zs_comm_timeout(const zs_comm *c) { return c ? c->timeout : 0; }
 void zs_comm_set_checks(zs_comm *c, bool on) { if (c) c->checks = on; }
 bool zs_comm_is_broken(const zs_comm *c) { return c && c->broken; }
 
-bool zsi_multi(const zs_comm *c)
-{
-#ifdef ZS_HAVE_MPI
-    return c->mpi != MPI_COMM_NULL && c->size > 1;
-#else
-    (void)c;
-    return false;
-#endif
-}
+bool zsi_multi(const zs_comm *c) { return c->size > 1; }
 
 double zsi_deadline(const zs_comm *c)
 {
@@ -165,34 +104,19 @@ zs_comm *zs_comm_split(zs_comm *c, int color, int key)
         zs_set_error_code(ZS_ERR_NOMEM, "comm_split: out of memory");
         return NULL;
     }
+    n->be = &zsi_backend_self;
     n->size = 1;
     n->timeout = c->timeout;
     n->checks = c->checks;
-#ifdef ZS_HAVE_MPI
-    n->mpi = n->coll = MPI_COMM_NULL;
-    if (c->mpi != MPI_COMM_NULL) {
-        int rc = MPI_Comm_split(c->mpi, color < 0 ? MPI_UNDEFINED : color, key, &n->mpi);
-        if (rc == MPI_SUCCESS && n->mpi != MPI_COMM_NULL)
-            rc = MPI_Comm_dup(n->mpi, &n->coll);
-        if (rc != MPI_SUCCESS) {
-            zs_comm_free(n);
-            zsi_mpi(c, "comm_split", rc);
-            return NULL;
-        }
-        if (n->mpi != MPI_COMM_NULL) {
-            MPI_Comm_set_errhandler(n->mpi, MPI_ERRORS_RETURN);
-            MPI_Comm_set_errhandler(n->coll, MPI_ERRORS_RETURN);
-            MPI_Comm_rank(n->mpi, &n->rank);
-            MPI_Comm_size(n->mpi, &n->size);
-        }
+    if (c->be->split(c, color, key, n) != ZS_OK) { /* collective: every rank takes part */
+        zs_comm_free(n);
+        return NULL;
     }
-#endif
     if (color < 0) {
         zs_comm_free(n);
         zs_set_error("comm_split: color %d is negative (expected >= 0)", color);
         return NULL;
     }
-    (void)key;
     return n;
 }
 
@@ -200,14 +124,7 @@ void zs_comm_free(zs_comm *c)
 {
     if (!c || c == &world)
         return;
-#ifdef ZS_HAVE_MPI
-    /* MPI would still progress an abandoned collective on a freed
-     * communicator (and crash): such a communicator is never freed. */
-    if (c->coll != MPI_COMM_NULL && !c->orphans)
-        MPI_Comm_free(&c->coll);
-    if (c->mpi != MPI_COMM_NULL && !c->orphans)
-        MPI_Comm_free(&c->mpi);
-#endif
+    c->be->free(c);
     free(c);
 }
 
@@ -296,52 +213,23 @@ void zsi_scale(zs_tensor *t, double s)
     }
 }
 
-#ifdef ZS_HAVE_MPI
-MPI_Datatype zsi_mpi_type(zs_dtype dt)
-{
-    switch (dt) {
-    case ZS_F32: return MPI_FLOAT;
-    case ZS_F64: return MPI_DOUBLE;
-    case ZS_I32: return MPI_INT32_T;
-    case ZS_I64: return MPI_INT64_T;
-    default: return MPI_BYTE;
-    }
-}
+/* ---- waits, timeouts and the survey ----------------------------------------- */
 
-zs_status zsi_mpi(zs_comm *c, const char *op, int rc)
-{
-    if (rc == MPI_SUCCESS)
-        return ZS_OK;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    zs_set_error_code(ZS_ERR_IO, "%s: MPI error on rank %d: %s", op,
-                      c ? c->rank : -1, msg);
-    return zsi_break(c, ZS_ERR_IO);
-}
-
-/* Leaves pending requests to MPI: receives are cancelled (their buffers
- * are then free), sends and collectives cannot be and keep running. */
-static void abandon(zs_comm *c, int n, MPI_Request *rq)
+/* Leaves pending requests to the backend: those not finished are dropped
+ * (never freed, counted in c->orphans: see zs/dist.h); a receive should
+ * be cancelled first. */
+static void abandon(zs_comm *c, int n, zsi_req *rq)
 {
     for (int i = 0; i < n; i++) {
-        if (rq[i] == MPI_REQUEST_NULL)
+        if (!zsi_req_pending(rq[i]))
             continue;
-        int flag = 0;
-        MPI_Test(&rq[i], &flag, MPI_STATUS_IGNORE);
-        if (!flag) {
-            rq[i] = MPI_REQUEST_NULL; /* leaked on purpose: see zs/dist.h */
+        bool done = false;
+        c->be->test(c, "abandon", 1, &rq[i], &done, NULL);
+        if (!done) {
+            rq[i] = ZSI_REQ_NONE; /* leaked on purpose */
             c->orphans++;
         }
     }
-}
-
-void zsi_cancel_recv(MPI_Request *rq)
-{
-    if (*rq == MPI_REQUEST_NULL)
-        return;
-    MPI_Cancel(rq);
-    MPI_Wait(rq, MPI_STATUS_IGNORE);
 }
 
 /* Writes into out the ranks that do not answer the survey within
@@ -351,7 +239,7 @@ static void survey(zs_comm *c, double grace, char *out, size_t cap)
     static int32_t token; /* outlives abandoned sends */
     int P = c->size;
     int32_t *got = calloc((size_t)P, sizeof *got);
-    MPI_Request *rq = malloc(2 * (size_t)P * sizeof *rq);
+    zsi_req *rq = calloc(2 * (size_t)P, sizeof *rq); /* receives, then sends */
     out[0] = '\0';
     if (!got || !rq) {
         free(got);
@@ -359,38 +247,37 @@ static void survey(zs_comm *c, double grace, char *out, size_t cap)
         snprintf(out, cap, "(survey: out of memory)");
         return;
     }
+    const char *op = "survey";
     token = c->rank;
     for (int r = 0; r < P; r++) {
-        rq[r] = rq[P + r] = MPI_REQUEST_NULL;
         if (r == c->rank)
             continue;
-        MPI_Irecv(&got[r], 1, MPI_INT32_T, r, ZSI_TAG_SURVEY, c->coll, &rq[r]);
-        MPI_Isend(&token, 1, MPI_INT32_T, r, ZSI_TAG_SURVEY, c->coll, &rq[P + r]);
+        c->be->irecv(c, op, ZSI_CHAN_PRIVATE, &got[r], sizeof *got, r, ZSI_TAG_SURVEY, &rq[r]);
+        c->be->isend(c, op, ZSI_CHAN_PRIVATE, &token, sizeof token, r, ZSI_TAG_SURVEY,
+                     &rq[P + r]);
     }
     double end = zsi_now() + grace;
-    int all = 0;
+    bool all = false;
     while (!all && zsi_now() < end)
-        MPI_Testall(P, rq, &all, MPI_STATUSES_IGNORE);
+        if (c->be->test(c, op, 2 * P, rq, &all, NULL) != ZS_OK)
+            break;
     size_t len = 0;
     for (int r = 0; r < P; r++) {
-        int flag = 1;
-        if (rq[r] != MPI_REQUEST_NULL)
-            MPI_Test(&rq[r], &flag, MPI_STATUS_IGNORE);
-        if (flag)
+        bool done = true;
+        if (zsi_req_pending(rq[r]))
+            c->be->test(c, op, 1, &rq[r], &done, NULL);
+        if (done)
             continue;
-        zsi_cancel_recv(&rq[r]);
+        c->be->cancel_recv(c, &rq[r]);
         if (len < cap)
             len += (size_t)snprintf(out + len, cap - len, "%s%d", len ? ", " : "", r);
     }
-    for (int r = 0; r < P; r++)
-        if (rq[P + r] != MPI_REQUEST_NULL)
-            MPI_Request_free(&rq[P + r]);
+    abandon(c, P, rq + P);
     free(got);
     free(rq);
 }
 
-zs_status zsi_timeout(zs_comm *c, const char *op, int n, MPI_Request *rq, int peer,
-                      bool ask)
+zs_status zsi_timeout(zs_comm *c, const char *op, int n, zsi_req *rq, int peer, bool ask)
 {
     abandon(c, n, rq);
     char who[256] = "", waited[64] = "";
@@ -410,19 +297,17 @@ zs_status zsi_timeout(zs_comm *c, const char *op, int n, MPI_Request *rq, int pe
     return zsi_break(c, ZS_ERR_IO);
 }
 
-zs_status zsi_poll(zs_comm *c, const char *op, int n, MPI_Request *rq,
-                   double deadline, bool *expired)
+zs_status zsi_poll(zs_comm *c, const char *op, int n, zsi_req *rq, double deadline,
+                   bool *expired)
 {
     *expired = false;
     if (deadline <= 0)
-        return zsi_mpi(c, op, MPI_Waitall(n, rq, MPI_STATUSES_IGNORE));
+        return c->be->wait(c, op, n, rq, NULL);
     for (;;) {
-        int done = 0;
-        int rc = MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS)
-            return zsi_mpi(c, op, rc);
-        if (done)
-            return ZS_OK;
+        bool done = false;
+        zs_status st = c->be->test(c, op, n, rq, &done, NULL);
+        if (st != ZS_OK || done)
+            return st;
         if (zsi_now() > deadline) {
             *expired = true;
             return ZS_OK;
@@ -430,8 +315,8 @@ zs_status zsi_poll(zs_comm *c, const char *op, int n, MPI_Request *rq,
     }
 }
 
-zs_status zsi_wait(zs_comm *c, const char *op, int n, MPI_Request *rq,
-                   double deadline, int peer)
+zs_status zsi_wait(zs_comm *c, const char *op, int n, zsi_req *rq, double deadline,
+                   int peer)
 {
     bool expired;
     zs_status st = zsi_poll(c, op, n, rq, deadline, &expired);
@@ -439,35 +324,30 @@ zs_status zsi_wait(zs_comm *c, const char *op, int n, MPI_Request *rq,
         st = zsi_timeout(c, op, n, rq, peer, peer < 0);
     return st;
 }
-#endif
 
 /* ---- argument agreement -------------------------------------------------- */
 
-#ifdef ZS_HAVE_MPI
 static const char *op_name(int64_t id)
 {
     static const char *names[] = {"?", "barrier", "broadcast", "allreduce", "reduce",
                                   "allgather", "reduce_scatter", "scatter", "gather"};
     return id >= 1 && id <= ZSI_OP_GATHER ? names[id] : "?";
 }
-#endif
 
 zs_status zsi_agree(zs_comm *c, const char *op, int opid, int dtype, int64_t numel,
                     int root, zs_status local)
 {
     if (!c || !c->checks || !zsi_multi(c) || c->broken)
         return local;
-#ifdef ZS_HAVE_MPI
     int P = c->size;
-    int64_t mine[5] = {opid, dtype, numel, root, local == ZS_OK};
-    int64_t *all = malloc(5 * (size_t)P * sizeof *all);
+    int64_t *all = malloc(5 * (size_t)(P + 1) * sizeof *all), *mine = all + 5 * P;
     if (!all)
         return zs_set_error_code(ZS_ERR_NOMEM, "%s: out of memory", op);
+    memcpy(mine, (int64_t[5]){opid, dtype, numel, root, local == ZS_OK}, 5 * sizeof *mine);
     char keep[384];
     snprintf(keep, sizeof keep, "%s", zs_last_error());
-    MPI_Request rq = MPI_REQUEST_NULL;
-    zs_status st = zsi_mpi(c, op, MPI_Iallgather(mine, 5, MPI_INT64_T, all, 5, MPI_INT64_T,
-                                                 c->coll, &rq));
+    zsi_req rq = ZSI_REQ_NONE;
+    zs_status st = c->be->iallgather(c, op, ZSI_CHAN_PRIVATE, mine, all, 5 * sizeof *mine, &rq);
     if (st == ZS_OK)
         st = zsi_wait(c, op, 1, &rq, zsi_deadline(c), -1);
     for (int r = 0; st == ZS_OK && r < P; r++) {
@@ -487,10 +367,7 @@ zs_status zsi_agree(zs_comm *c, const char *op, int opid, int dtype, int64_t num
                               (long long)root);
         }
     }
-    free(all);
+    if (!c->broken) /* else the backend may still use it: kept */
+        free(all);
     return st;
-#else
-    (void)op, (void)opid, (void)dtype, (void)numel, (void)root;
-    return local;
-#endif
 }
