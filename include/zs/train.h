@@ -132,9 +132,11 @@ zs_trainer_config zs_trainer_defaults(void);
 
 typedef struct zs_trainer zs_trainer;
 
-/* Flattens m (borrowed; it must outlive the trainer and hold the same
- * values on every rank) and builds the optimizer and the parallel
- * machinery. Collective over the communicator. NULL + error for a bad
+/* Flattens m (borrowed; it must outlive the trainer, hold the same values
+ * on every rank, and serve this one trainer: flattening again would move
+ * its parameters) and builds the optimizer and the parallel machinery.
+ * Every global batch must have a number of rows divisible by the ranks
+ * that compute (all, or all but the server). Collective over the communicator. NULL + error for a bad
  * config (message names the field) or a failure. */
 zs_trainer *zs_trainer_new(zs_module *m, const zs_trainer_config *cfg);
 void zs_trainer_free(zs_trainer *t);

@@ -263,6 +263,13 @@ zs_status zsi_train_micro(zs_trainer *t, int64_t index, int part, int parts,
     zs_status st = t->c.batch(t->c.batch_ctx, index, &x, &y);
     if (st != ZS_OK)
         return st;
+    if (!x || !y || x->ndim < 1 || y->ndim < 1 || x->shape[0] != y->shape[0] ||
+        x->shape[0] % parts != 0)
+        return zs_set_error("trainer: batch %lld has %lld input and %lld target rows; "
+                            "they must be equal and divisible by the %d ranks that "
+                            "compute", (long long)index,
+                            (long long)(x && x->ndim ? x->shape[0] : -1),
+                            (long long)(y && y->ndim ? y->shape[0] : -1), parts);
     zsi_train_my_rows(&x, &y, part, parts);
     /* ZeRO-2/3 reduce every micro-batch into the shard (3 gathers the
      * parameters kept through the step first); plain data parallelism

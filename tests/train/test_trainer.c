@@ -40,6 +40,14 @@ static zs_status batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
     return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
 }
 
+/* A broken source: 8 input rows, 7 target rows. */
+static zs_status bad_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
+{
+    zs_status st = batch(ctx, index, x, y);
+    *y = st == ZS_OK ? zs_narrow(*y, 0, 0, 7) : NULL;
+    return st;
+}
+
 static double eval_const(void *ctx, zs_module *m)
 {
     (void)ctx;
@@ -95,6 +103,12 @@ static void test_config_errors(void)
     c.clip = NAN;
     ZT_EXPECT_ERROR(zs_trainer_new(m, &c) == NULL, "clip");
     ZT_EXPECT_ERROR(zs_trainer_new(NULL, &c) == NULL, "no model");
+    c = base_config(&l);
+    c.batch = bad_batch;
+    zs_trainer *t = zs_trainer_new(m, &c);
+    ZT_EXPECT_ERROR(t && zs_trainer_step(t, NULL) != ZS_OK, "7 target rows");
+    ZT_EXPECT_ERROR(t && zs_trainer_run(t) != ZS_OK, "7 target rows");
+    zs_trainer_free(t);
     zs_module_free(m);
     zt_section("bad configs are refused");
 }
