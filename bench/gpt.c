@@ -210,7 +210,10 @@ static void trainer_free(trainer *t)
 static zs_status random_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
 {
     const trainer *t = ctx;
-    uint64_t rng = SEED + 0x9e3779b97f4a7c15ull * (uint64_t)(index + 1);
+    /* a hashed start: splitmix64 streams whose starts differ by a multiple
+     * of its increment would repeat each other shifted */
+    uint64_t rng = (uint64_t)index;
+    rng = next_rand(&rng) ^ SEED;
     *x = random_tokens(&rng, t->batch, t->seq, t->vocab);
     *y = random_tokens(&rng, t->batch, t->seq, t->vocab);
     return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
