@@ -209,7 +209,7 @@ static int on_step(void *ctx, const zs_train_event *e)
 {
     cnn_run *r = ctx;
     int ep = (int)(e->step / r->nb);
-    int64_t b = (int64_t)(e->tokens_per_s * e->step_s + 0.5); /* images */
+    int64_t b = e->targets; /* images */
     r->loss_sum += e->loss * (double)b;
     r->seen += b;
     fprintf(r->metrics, "{\"epoch\":%d,\"step\":%lld,\"loss\":%.9g}\n", ep + 1,

@@ -73,6 +73,9 @@ typedef struct zs_train_event {
     double grad_norm;      /* before clipping; 0 when clipping is off */
     double lr;
     double step_s;         /* seconds of this step */
+    int64_t targets;       /* elements of y in the step's global batch (all
+                            * micro-batches; the asynchronous server: those
+                            * of batch 0 times accum) */
     double tokens_per_s;   /* targets (elements of y: tokens, or samples
                             * for a classifier) per second, all ranks */
     double mfu;            /* model FLOPs utilisation; 0 when not asked */

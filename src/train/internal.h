@@ -32,7 +32,9 @@ struct zs_trainer {
     /* the loop */
     double t0, last_val;
     int64_t first_step;   /* of this run, for the ETA */
-    int64_t targets;      /* elements of y per step (-1: not yet known) */
+    int64_t targets;      /* elements of y in the step (synchronous: counted
+                           * by its micro-batches; the server: of batch 0;
+                           * -1: not yet known) */
     double loss_sum, t_step; /* the server: losses of this step's updates */
 };
 

@@ -270,6 +270,7 @@ zs_status zsi_train_micro(zs_trainer *t, int64_t index, int part, int parts,
                             "compute", (long long)index,
                             (long long)(x && x->ndim ? x->shape[0] : -1),
                             (long long)(y && y->ndim ? y->shape[0] : -1), parts);
+    t->targets += zs_numel(y); /* the global batch's, before the split */
     zsi_train_my_rows(&x, &y, part, parts);
     /* ZeRO-2/3 reduce every micro-batch into the shard (3 gathers the
      * parameters kept through the step first); plain data parallelism
@@ -371,6 +372,7 @@ static zs_status start(zs_trainer *t)
 /* One synchronous step; *loss and *gnorm get its metrics. */
 static zs_status sync_step(zs_trainer *t, int64_t step, double *loss, double *gnorm)
 {
+    t->targets = 0; /* counted by the micro-batches */
     zs_status st = gradients(t, step, loss);
     if (st == ZS_OK && t->ps) { /* rank 0 applies the average, then broadcasts */
         ps_update u = {t, step, gnorm};
@@ -394,7 +396,8 @@ static zs_train_event event_of(const zs_trainer *t, int64_t step, double loss,
     zs_train_event e = {
         .step = step, .steps = t->c.steps, .loss = loss, .grad_norm = gnorm,
         .lr = zs_lr_at(&t->c.schedule, step), .step_s = dt,
-        .tokens_per_s = dt > 0 ? (double)targets / dt : 0, .elapsed_s = elapsed,
+        .targets = targets, .tokens_per_s = dt > 0 ? (double)targets / dt : 0,
+        .elapsed_s = elapsed,
         .val_loss = NAN, .rank = t->rank,
     };
     e.mfu = t->peak > 0 ? t->c.flops_per_token * e.tokens_per_s / t->peak : 0;
@@ -406,8 +409,8 @@ static zs_train_event event_of(const zs_trainer *t, int64_t step, double loss,
     return e;
 }
 
-/* Targets (elements of y) of one global batch, all micro-batches: known
- * after the first batch of the run, so a probe makes one. */
+/* Targets (elements of y) of one global batch, all micro-batches, for the
+ * asynchronous server, which sees no batch: a probe makes batch 0. */
 static int64_t targets_per_step(zs_trainer *t)
 {
     zs_scope_push();
