@@ -20,6 +20,7 @@
 #include "zero.h"
 #include "ps.h"
 #include "train.h"
+#include "kv_pool.h"
 
 #define ZS_VERSION "0.1.0"
 
