@@ -57,6 +57,10 @@ typedef struct zs_kv_pool_stats {
 zs_kv_pool *zs_kv_pool_new(const zs_kv_pool_config *c);
 void zs_kv_pool_free(zs_kv_pool *p);
 const zs_kv_pool_config *zs_kv_pool_config_of(const zs_kv_pool *p);
+/* Block 0's first element: block b starts b * 2 * layers * block_size *
+ * heads * head_dim elements further (the layout above), for kernels that
+ * read through block tables. */
+void *zs_kv_pool_data(zs_kv_pool *p);
 
 /* An empty sequence (no blocks). */
 void zs_kv_seq_init(zs_kv_seq *s);

@@ -108,6 +108,7 @@ void zs_kv_pool_free(zs_kv_pool *p)
 }
 
 const zs_kv_pool_config *zs_kv_pool_config_of(const zs_kv_pool *p) { return &p->c; }
+void *zs_kv_pool_data(zs_kv_pool *p) { return p->mem; }
 
 /* ---- the hash table ---------------------------------------------------- */
 

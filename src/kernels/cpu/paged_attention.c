@@ -1,0 +1,127 @@
+/*
+ * paged_attention.c - decode attention through block tables
+ * (kernels/cpu/paged_attention.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/paged_attention.h"
+
+#define CHUNK 256 /* positions per work item */
+
+typedef struct item {
+    int64_t s, h, t0, t1; /* sequence, head, positions [t0, t1) */
+} item;
+
+typedef struct job {
+    const zsk_paged_attn *a;
+    const item *items;
+    float *part;          /* per item: max, sum, then D weighted values */
+} job;
+
+ZSK_CLONES static float dot(const float *restrict x, const float *restrict y, int64_t n)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += x[i + k] * y[i + k];
+    for (; i < n; i++)
+        acc[0] += x[i] * y[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+ZSK_CLONES static void scale_add(float *restrict y, float c, const float *restrict x,
+                                 float w, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] * c + w * x[i];
+}
+
+static const float *row(const zsk_paged_attn *a, int64_t s, int64_t t, int64_t off,
+                        int64_t h)
+{
+    int64_t b = a->tables[s][t / a->bs];
+    return a->base + b * a->block_stride + off + ((t % a->bs) * a->H + h) * a->D;
+}
+
+/* One chunk: the online softmax over its positions. */
+static void chunk_body(void *ctx, int64_t lo, int64_t hi)
+{
+    const job *j = ctx;
+    const zsk_paged_attn *a = j->a;
+    int64_t D = a->D;
+    for (int64_t w = lo; w < hi; w++) {
+        const item *it = &j->items[w];
+        const float *q = a->q + (it->s * a->H + it->h) * D;
+        float *p = j->part + w * (D + 2), *acc = p + 2, m = -INFINITY, sum = 0;
+        for (int64_t d = 0; d < D; d++)
+            acc[d] = 0;
+        for (int64_t t = it->t0; t < it->t1; t++) {
+            float x = dot(q, row(a, it->s, t, a->k_off, it->h), D) * a->scale;
+            float m2 = x > m ? x : m, c = expf(m - m2), e = expf(x - m2);
+            sum = sum * c + e;
+            scale_add(acc, c, row(a, it->s, t, a->v_off, it->h), e, D);
+            m = m2;
+        }
+        p[0] = m;
+        p[1] = sum;
+    }
+}
+
+/* The chunks of one (sequence, head), merged in order into o. */
+static void merge(const zsk_paged_attn *a, const float *part, int64_t n, float *o)
+{
+    int64_t D = a->D;
+    float m = -INFINITY;
+    for (int64_t c = 0; c < n; c++)
+        m = part[c * (D + 2)] > m ? part[c * (D + 2)] : m;
+    double sum = 0;
+    for (int64_t d = 0; d < D; d++)
+        o[d] = 0;
+    for (int64_t c = 0; c < n; c++) {
+        const float *p = part + c * (D + 2);
+        float w = expf(p[0] - m);
+        sum += (double)(p[1] * w);
+        for (int64_t d = 0; d < D; d++)
+            o[d] += w * p[2 + d];
+    }
+    for (int64_t d = 0; d < D; d++)
+        o[d] = (float)(o[d] / sum);
+}
+
+zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
+{
+    int64_t n = 0;
+    for (int64_t s = 0; s < a->n_seqs; s++) {
+        if (a->len[s] < 1)
+            return zs_set_error("paged attention: sequence %lld has no cached position",
+                                (long long)s);
+        n += a->H * ((a->len[s] + CHUNK - 1) / CHUNK);
+    }
+    item *items = malloc((size_t)(n ? n : 1) * sizeof *items);
+    float *part = malloc((size_t)(n ? n : 1) * (size_t)(a->D + 2) * sizeof *part);
+    if (!items || !part) {
+        free(items);
+        free(part);
+        return zs_set_error_code(ZS_ERR_NOMEM, "paged attention: out of memory");
+    }
+    int64_t w = 0;
+    for (int64_t s = 0; s < a->n_seqs; s++)
+        for (int64_t h = 0; h < a->H; h++)
+            for (int64_t t = 0; t < a->len[s]; t += CHUNK)
+                items[w++] = (item){s, h, t, t + CHUNK < a->len[s] ? t + CHUNK : a->len[s]};
+    job j = {a, items, part};
+    zs_parallel_for(n, 1, chunk_body, &j);
+    w = 0;
+    for (int64_t s = 0; s < a->n_seqs; s++)
+        for (int64_t h = 0; h < a->H; h++) {
+            int64_t c = (a->len[s] + CHUNK - 1) / CHUNK;
+            merge(a, part + w * (a->D + 2), c, o + (s * a->H + h) * a->D);
+            w += c;
+        }
+    free(items);
+    free(part);
+    return ZS_OK;
+}

@@ -1,0 +1,45 @@
+/*
+ * kernels/cpu/paged_attention.h - decode attention for a batch of
+ * sequences of different lengths whose keys and values live in the blocks
+ * of a paged KV cache (zs/kv_pool.h), read through each sequence's block
+ * table.
+ *
+ * Sequence s has one query row q[s] ([H, D], contiguous) at position
+ * len[s] - 1 and sees every cached position 0 .. len[s] - 1. Position t of
+ * sequence s is slot t % bs of block tables[s][t / bs]; its key row (H x D
+ * elements, contiguous) starts at base + block * block_stride + k_off +
+ * (t % bs) * H * D, its value row at ... + v_off + ... (offsets in
+ * elements: they pick the layer inside a block).
+ *
+ * Work items are (sequence, head, chunk of CHUNK positions), spread over
+ * the pool, so one long sequence still uses every core; each chunk keeps
+ * its own running max, sum and weighted value sum, and the chunks of a
+ * (sequence, head) are merged in order afterwards. The result of a
+ * sequence therefore depends on its own length only: not on the other
+ * sequences of the batch, nor on the number of threads (batch invariance).
+ */
+#ifndef ZS_KERNELS_CPU_PAGED_ATTENTION_H
+#define ZS_KERNELS_CPU_PAGED_ATTENTION_H
+
+#include <stdint.h>
+
+#include "zs/core.h"
+
+typedef struct zsk_paged_attn {
+    int64_t n_seqs, H, D;
+    const float *q;               /* [n_seqs, H, D] */
+    const float *base;            /* the pool's first element */
+    int64_t block_stride;         /* elements from one block to the next */
+    int64_t k_off, v_off;         /* elements: this layer's K and V in a block */
+    int64_t bs;                   /* tokens per block */
+    const int32_t *const *tables; /* [n_seqs] block tables */
+    const int64_t *len;           /* [n_seqs] cached positions, >= 1 */
+    float scale;                  /* multiplies q . k (1 / sqrt(D)) */
+} zsk_paged_attn;
+
+/* o [n_seqs, H, D] = softmax(q k^T * scale) v per sequence and head.
+ * ZS_ERR_ARG for a sequence of length < 1; ZS_ERR_NOMEM when scratch
+ * memory cannot be had (message set). */
+zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o);
+
+#endif
