@@ -12,6 +12,8 @@
  */
 #include "kernels/cpu/quant.h"
 
+#include "kernels/cpu/kernels.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,42 +286,58 @@ zs_status zsk_quantize_q8x(const float *x, int64_t n, zsk_block_q8x *out)
 /* Dot of one quantized weight row (nb blocks) with nb activation blocks. */
 typedef float (*dot_fn)(const void *w, const zsk_block_q8x *x, int64_t nb);
 
-static float dot_q8_0_c(const void *w, const zsk_block_q8x *x, int64_t nb)
+/* The portable dots: per block int32 loops over 16 or 32 bytes that the
+ * compiler vectorizes (clones for AVX-512 / AVX2 / baseline). */
+static int32_t dot32(const int8_t *w, const int8_t *x)
+{
+    int32_t s = 0;
+    for (int i = 0; i < ZSK_QBLOCK; i++)
+        s += w[i] * x[i];
+    return s;
+}
+
+/* sum_i (nibble_i - off) * x_i over 16 bytes: low nibbles (shift 0) or
+ * high (shift 4). */
+static int32_t dot16_nib(const uint8_t *q, int shift, int off, const int8_t *x)
+{
+    int32_t s = 0;
+    /* Complete unrolling (16 trips) would keep the loop vectorizer out. */
+#pragma GCC unroll 1
+    for (int i = 0; i < 16; i++)
+        s += (((q[i] >> shift) & 15) - off) * x[i];
+    return s;
+}
+
+ZSK_CLONES static float dot_q8_0_c(const void *w, const zsk_block_q8x *x, int64_t nb)
 {
     const zsk_block_q8_0 *wb = w;
     float acc = 0;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t s = 0;
-        for (int i = 0; i < ZSK_QBLOCK; i++)
-            s += wb[b].q[i] * x[b].q[i];
-        acc += zsk_f16_to_f32(wb[b].d) * x[b].d * (float)s;
-    }
+    for (int64_t b = 0; b < nb; b++)
+        acc += zsk_f16_to_f32(wb[b].d) * x[b].d * (float)dot32(wb[b].q, x[b].q);
     return acc;
 }
 
-static float dot_q4_0_c(const void *w, const zsk_block_q8x *x, int64_t nb)
+ZSK_CLONES static float dot_q4_0_c(const void *w, const zsk_block_q8x *x, int64_t nb)
 {
     const zsk_block_q4_0 *wb = w;
     float acc = 0;
     for (int64_t b = 0; b < nb; b++) {
-        int32_t s = 0;
-        for (int i = 0; i < 16; i++)
-            s += ((wb[b].qs[i] & 15) - 8) * x[b].q[i] +
-                 ((wb[b].qs[i] >> 4) - 8) * x[b].q[i + 16];
+        const uint8_t *qs = wb[b].qs;
+        const int8_t *xq = x[b].q;
+        int32_t s = dot16_nib(qs, 0, 8, xq) + dot16_nib(qs, 4, 8, xq + 16);
         acc += zsk_f16_to_f32(wb[b].d) * x[b].d * (float)s;
     }
     return acc;
 }
 
-static float dot_q4_1_c(const void *w, const zsk_block_q8x *x, int64_t nb)
+ZSK_CLONES static float dot_q4_1_c(const void *w, const zsk_block_q8x *x, int64_t nb)
 {
     const zsk_block_q4_1 *wb = w;
     float acc = 0;
     for (int64_t b = 0; b < nb; b++) {
-        int32_t s = 0;
-        for (int i = 0; i < 16; i++)
-            s += (wb[b].qs[i] & 15) * x[b].q[i] +
-                 (wb[b].qs[i] >> 4) * x[b].q[i + 16];
+        const uint8_t *qs = wb[b].qs;
+        const int8_t *xq = x[b].q;
+        int32_t s = dot16_nib(qs, 0, 0, xq) + dot16_nib(qs, 4, 0, xq + 16);
         acc += zsk_f16_to_f32(wb[b].d) * x[b].d * (float)s +
                zsk_f16_to_f32(wb[b].m) * x[b].d * (float)x[b].s;
     }
@@ -345,56 +363,84 @@ VNNI static __m256i unpack_nibbles(const uint8_t *qs)
     return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
 }
 
-/* Sum of w * x per 4-byte lane for signed w in [-127, 127] (or [-8, 7]):
- * vpdpbusd(|w| unsigned, x with w's sign). x in [-127, 127], so negating
- * it never overflows. */
-VNNI static __m256i dot_signed(__m256i w, __m256i x)
+/* Per 4-byte lane, sum of u * x, u unsigned bytes (Q4_1's nibbles). */
+VNNI static __m256i dot_u8(__m256i u, const int8_t *x)
 {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w),
-                               _mm256_sign_epi8(x, w));
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u,
+                               _mm256_loadu_si256((const __m256i *)x));
 }
+
+/* Per 4-byte lane, sum of w * x for signed w in [-127, 127] (or [-8, 7]):
+ * vpdpbusd(|w| unsigned, x with w's sign); x in [-127, 127], so negating
+ * it never overflows. Each lane holds a sum of true products, so no large
+ * offset terms cancel in f32 (adding 128 to w and subtracting 128 * sum(x)
+ * did: a block whose weights round to 0 left lanes of ~1e3 * d_w * d_x). */
+VNNI static __m256i dot_signed(__m256i w, const int8_t *x)
+{
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x);
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w),
+                               _mm256_sign_epi8(xv, w));
+}
+
+/* Signed weight bytes of block b. */
+#define W_Q8_0(wb, b) _mm256_loadu_si256((const __m256i *)(wb)[b].q)
+#define W_Q4_0(wb, b) _mm256_sub_epi8(unpack_nibbles((wb)[b].qs), _mm256_set1_epi8(8))
+
+/* Two blocks per step into two accumulators (one fmadd chain would bound
+ * the loop). */
+#define DOT_SIGNED_BODY(T, WVEC)                                           \
+    const T *wb = w;                                                          \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();            \
+    int64_t b = 0;                                                            \
+    for (; b + 1 < nb; b += 2) {                                              \
+        __m256i p0 = dot_signed(WVEC(wb, b), x[b].q);              \
+        __m256i p1 = dot_signed(WVEC(wb, b + 1), x[b + 1].q);  \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),                        \
+                               _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0); \
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1),                        \
+                               _mm256_set1_ps(_cvtsh_ss(wb[b + 1].d) * x[b + 1].d), \
+                               acc1);                                         \
+    }                                                                         \
+    if (b < nb) {                                                             \
+        __m256i p0 = dot_signed(WVEC(wb, b), x[b].q);              \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),                        \
+                               _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0); \
+    }                                                                         \
+    return hsum8(_mm256_add_ps(acc0, acc1));
 
 VNNI static float dot_q8_0_vnni(const void *w, const zsk_block_q8x *x, int64_t nb)
 {
-    const zsk_block_q8_0 *wb = w;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i wv = _mm256_loadu_si256((const __m256i *)wb[b].q);
-        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
-        __m256 s = _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_signed(wv, xv)), s, acc);
-    }
-    return hsum8(acc);
+    DOT_SIGNED_BODY(zsk_block_q8_0, W_Q8_0)
 }
 
 VNNI static float dot_q4_0_vnni(const void *w, const zsk_block_q8x *x, int64_t nb)
 {
-    const zsk_block_q4_0 *wb = w;
-    __m256 acc = _mm256_setzero_ps();
-    __m256i eight = _mm256_set1_epi8(8);
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i wv = _mm256_sub_epi8(unpack_nibbles(wb[b].qs), eight);
-        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
-        __m256 s = _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_signed(wv, xv)), s, acc);
-    }
-    return hsum8(acc);
+    DOT_SIGNED_BODY(zsk_block_q4_0, W_Q4_0)
 }
 
 VNNI static float dot_q4_1_vnni(const void *w, const zsk_block_q8x *x, int64_t nb)
 {
     const zsk_block_q4_1 *wb = w;
-    __m256 acc = _mm256_setzero_ps();
-    float off = 0;
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i wv = unpack_nibbles(wb[b].qs); /* unsigned 0..15 */
-        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
-        __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv, xv);
-        __m256 s = _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
-        off += _cvtsh_ss(wb[b].m) * x[b].d * (float)x[b].s;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float off0 = 0, off1 = 0;
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        __m256i p0 = dot_u8(unpack_nibbles(wb[b].qs), x[b].q);
+        __m256i p1 = dot_u8(unpack_nibbles(wb[b + 1].qs), x[b + 1].q);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),
+                               _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1),
+                               _mm256_set1_ps(_cvtsh_ss(wb[b + 1].d) * x[b + 1].d), acc1);
+        off0 += _cvtsh_ss(wb[b].m) * x[b].d * (float)x[b].s;
+        off1 += _cvtsh_ss(wb[b + 1].m) * x[b + 1].d * (float)x[b + 1].s;
     }
-    return hsum8(acc) + off;
+    if (b < nb) {
+        __m256i p0 = dot_u8(unpack_nibbles(wb[b].qs), x[b].q);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),
+                               _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0);
+        off0 += _cvtsh_ss(wb[b].m) * x[b].d * (float)x[b].s;
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1)) + (off0 + off1);
 }
 #endif
 
