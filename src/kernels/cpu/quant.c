@@ -9,6 +9,12 @@
  * path; the VNNI ones (x86-64 only, chosen at run time by
  * __builtin_cpu_supports) keep 8 f32 lanes of scaled block sums and reduce
  * once per dot.
+ *
+ * Measured (bench/quant, M = 1, N = K = 4096, 2 threads, Zen 5 EPYC): Q8_0
+ * 0.29 ms (61 GB/s of weights), Q4_0 0.34 ms (28 GB/s), Q4_1 0.41 ms,
+ * f32 zsk_sgemm 1.8 ms (37 GB/s); portable C 1.0 / 1.5 / 1.9 ms. The VNNI
+ * loops are bound by per-block work, not bandwidth (1 thread: half the
+ * speed); a zmm version with two blocks per vector was slower.
  */
 #include "kernels/cpu/quant.h"
 
