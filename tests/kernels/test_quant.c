@@ -1,0 +1,308 @@
+/*
+ * test_quant.c - kernels/cpu/quant.c: Q8_0 / Q4_0 / Q4_1 blocks, the f16
+ * conversion and zsk_qmatmul, against float64 references.
+ *
+ * (1) quantize -> dequantize: the stored scale is the format's scale
+ *     rounded to f16 (within 2^-10), every value is d * q (+ m) with the q a
+ *     float64 rounding of w / d gives (one step off allowed only at a near
+ *     tie), and |w - w'| <= d / 2 (Q4_0's clamped -v: <= d).
+ * (2) zsk_qmatmul against sum_k W'[n,k] x'[m,k] in float64, W' and x' the
+ *     dequantized weights and activations (zsk_quantize_q8x): block sums are
+ *     exact integers, so the only error is f32 scaling and accumulation:
+ *     within 1e-5 * sum_k |W' x'|. Every format, portable and VNNI paths
+ *     (when the CPU has VNNI), 1 and 2 threads, odd M and N.
+ * (3) f16: edge values, all 65536 halves round trip, random floats against
+ *     zs_f32_to_f16 (core's independent implementation).
+ * (4) bad sizes are refused with ZS_ERR_ARG and leave outputs untouched.
+ */
+#include <stdlib.h>
+
+#include "kernels/cpu/quant.h"
+#include "testutil.h"
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 11;
+}
+
+static float urand(uint64_t *s) /* [-1, 1) */
+{
+    return (float)((double)rng_next(s) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* Random weights; block b gets scale 10^(b % 5 - 2); block 1 is all zero,
+ * block 2 has one outlier. */
+static void fill(float *w, int64_t n, uint64_t seed)
+{
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = i / 32;
+        float sc = powf(10.0f, (float)(b % 5) - 2.0f);
+        w[i] = b == 1 ? 0.0f : urand(&s) * sc;
+        if (b == 2 && i % 32 == 7)
+            w[i] = -25.0f * sc;
+    }
+}
+
+static const char *fname[] = {"q8_0", "q4_0", "q4_1"};
+
+/* ---- (1) ---------------------------------------------------------------- */
+
+static double round_away(double v) { return v < 0 ? -floor(-v + 0.5) : floor(v + 0.5); }
+
+static void check_roundtrip(zsk_qfmt fmt, int64_t n, uint64_t seed)
+{
+    float *w = malloc(n * sizeof *w), *o = malloc(n * sizeof *o);
+    unsigned char *q = malloc(n / 32 * zsk_qblock_bytes(fmt));
+    fill(w, n, seed);
+    ZT_CHECK(zsk_quantize(fmt, w, n, q) == ZS_OK, "quantize %s", fname[fmt]);
+    ZT_CHECK(zsk_dequantize(fmt, q, n, o) == ZS_OK, "dequantize %s", fname[fmt]);
+    int bad = 0;
+    for (int64_t b = 0; b < n / 32 && bad < 5; b++) {
+        const float *v = w + b * 32;
+        const unsigned char *blk = q + b * zsk_qblock_bytes(fmt);
+        uint16_t dh, mh = 0;
+        memcpy(&dh, blk, 2);
+        if (fmt == ZSK_Q4_1)
+            memcpy(&mh, blk + 2, 2);
+        double d = zs_f16_to_f32(dh), m = zs_f16_to_f32(mh);
+        double amax = 0, vmax = 0, lo = v[0], hi = v[0];
+        for (int i = 0; i < 32; i++) {
+            if (fabs(v[i]) > amax) {
+                amax = fabs(v[i]);
+                vmax = v[i];
+            }
+            lo = fmin(lo, v[i]);
+            hi = fmax(hi, v[i]);
+        }
+        double dref = fmt == ZSK_Q8_0 ? amax / 127 : fmt == ZSK_Q4_0 ? vmax / -8
+                                                                      : (hi - lo) / 15;
+        double dref16 = zs_f16_to_f32(zs_f32_to_f16((float)dref));
+        if (fabs(d - dref16) > fabs(dref16) * 0x1p-10) {
+            ZT_CHECK(0, "%s block %lld: d %g, reference %g", fname[fmt],
+                     (long long)b, d, dref16);
+            bad++;
+        }
+        if (fmt == ZSK_Q4_1 && m != zs_f16_to_f32(zs_f32_to_f16((float)lo))) {
+            ZT_CHECK(0, "q4_1 block %lld: m %g, min %g", (long long)b, m, lo);
+            bad++;
+        }
+        for (int i = 0; i < 32; i++) {
+            double t = fmt == ZSK_Q4_1 ? (v[i] - m) / d : v[i] / d;
+            if (d == 0)
+                t = 0;
+            double qr = round_away(t);
+            double lim_lo = fmt == ZSK_Q8_0 ? -127 : fmt == ZSK_Q4_0 ? -8 : 0;
+            double lim_hi = fmt == ZSK_Q8_0 ? 127 : fmt == ZSK_Q4_0 ? 7 : 15;
+            bool clamped = qr > lim_hi || qr < lim_lo;
+            qr = fmin(fmax(qr, lim_lo), lim_hi);
+            double ref = d * qr + (fmt == ZSK_Q4_1 ? m : 0);
+            bool near_tie = fabs(fabs(t - floor(t)) - 0.5) < 1e-4;
+            double diff = fabs(o[b * 32 + i] - ref);
+            double tol_ref = near_tie ? fabs(d) * 1.0001 : 1e-6 * fabs(ref);
+            double err = fabs(o[b * 32 + i] - v[i]);
+            double bound = (clamped ? fabs(d) : fabs(d) / 2) * (1 + 1e-5) +
+                           (fmt == ZSK_Q4_1 ? fabs(m - lo) : 0) + 1e-7 * fabs(v[i]);
+            if (diff > tol_ref || err > bound) {
+                ZT_CHECK(0, "%s block %lld elem %d: w %g, got %g, ref %g, d %g",
+                         fname[fmt], (long long)b, i, v[i], o[b * 32 + i], ref, d);
+                bad++;
+                break;
+            }
+        }
+    }
+    free(w);
+    free(o);
+    free(q);
+}
+
+static void check_act(int64_t n, uint64_t seed)
+{
+    float *x = malloc(n * sizeof *x);
+    zsk_block_q8x *xq = malloc(n / 32 * sizeof *xq);
+    fill(x, n, seed);
+    ZT_CHECK(zsk_quantize_q8x(x, n, xq) == ZS_OK, "quantize_q8x");
+    int bad = 0;
+    for (int64_t b = 0; b < n / 32 && bad < 5; b++) {
+        int32_t s = 0;
+        for (int i = 0; i < 32; i++) {
+            s += xq[b].q[i];
+            double err = fabs(xq[b].d * (double)xq[b].q[i] - x[b * 32 + i]);
+            if (err > xq[b].d * 0.5 * (1 + 1e-5) + 1e-7 * fabs(x[b * 32 + i])) {
+                ZT_CHECK(0, "q8x block %lld elem %d: err %g, d %g",
+                         (long long)b, i, err, xq[b].d);
+                bad++;
+            }
+        }
+        ZT_CHECK(s == xq[b].s, "q8x block %lld: sum %d, stored %d",
+                 (long long)b, s, xq[b].s);
+    }
+    free(x);
+    free(xq);
+}
+
+/* ---- (2) ---------------------------------------------------------------- */
+
+static void check_qmatmul(zsk_qfmt fmt, int64_t M, int64_t N, int64_t K,
+                          uint64_t seed, const char *path)
+{
+    float *W = malloc(N * K * sizeof *W), *Wd = malloc(N * K * sizeof *Wd);
+    float *x = malloc(M * K * sizeof *x), *y = malloc(M * N * sizeof *y);
+    unsigned char *Wq = malloc(N * K / 32 * zsk_qblock_bytes(fmt));
+    zsk_block_q8x *xq = malloc(M * K / 32 * sizeof *xq);
+    fill(W, N * K, seed);
+    uint64_t s = seed ^ 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < M * K; i++)
+        x[i] = urand(&s) * (i % 64 == 5 ? 30.0f : 1.0f);
+    ZT_CHECK(zsk_quantize(fmt, W, N * K, Wq) == ZS_OK, "quantize");
+    ZT_CHECK(zsk_dequantize(fmt, Wq, N * K, Wd) == ZS_OK, "dequantize");
+    ZT_CHECK(zsk_quantize_q8x(x, M * K, xq) == ZS_OK, "quantize_q8x");
+    ZT_CHECK(zsk_qmatmul(fmt, Wq, x, y, M, N, K) == ZS_OK, "qmatmul");
+    int bad = 0;
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t n = 0; n < N && bad < 3; n++) {
+            double ref = 0, scale = 0;
+            for (int64_t k = 0; k < K; k++) {
+                const zsk_block_q8x *xb = xq + (m * K + k) / 32;
+                double p = (double)Wd[n * K + k] * xb->d * xb->q[k % 32];
+                ref += p;
+                scale += fabs(p);
+            }
+            double err = fabs(y[m * N + n] - ref);
+            if (err > 1e-5 * scale + 1e-30) {
+                ZT_CHECK(0, "qmatmul %s %s M=%lld N=%lld K=%lld [%lld,%lld]: "
+                         "got %.9g, ref %.9g (scale %g)", fname[fmt], path,
+                         (long long)M, (long long)N, (long long)K, (long long)m,
+                         (long long)n, y[m * N + n], ref, scale);
+                bad++;
+            }
+        }
+    }
+    free(W);
+    free(Wd);
+    free(x);
+    free(y);
+    free(Wq);
+    free(xq);
+}
+
+static void check_all_qmatmul(const char *path)
+{
+    static const int64_t Ms[] = {1, 3, 7}, Ns[] = {1, 5, 67}, Ks[] = {32, 96, 288};
+    uint64_t seed = 1;
+    for (int f = 0; f < 3; f++)
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++)
+                for (int c = 0; c < 3; c++)
+                    check_qmatmul((zsk_qfmt)f, Ms[a], Ns[b], Ks[c], seed++, path);
+    for (int f = 0; f < 3; f++) /* many chunks over the pool */
+        check_qmatmul((zsk_qfmt)f, 2, 301, 4096, seed++, path);
+}
+
+/* ---- (3) ---------------------------------------------------------------- */
+
+static void check_f16(void)
+{
+    static const struct { float x; uint16_t h; } e[] = {
+        {0.0f, 0x0000}, {-0.0f, 0x8000}, {1.0f, 0x3c00}, {-2.0f, 0xc000},
+        {65504.0f, 0x7bff}, {65519.0f, 0x7bff}, {65520.0f, 0x7c00},
+        {1e9f, 0x7c00}, {-1e9f, 0xfc00}, {INFINITY, 0x7c00},
+        {0x1p-24f, 0x0001}, {0x1p-25f, 0x0000},       /* tie -> even 0 */
+        {0x1.8p-24f, 0x0002},                         /* 1.5 quanta -> 2 */
+        {0x1.4p-23f, 0x0002},                         /* 2.5 quanta -> 2 */
+        {0x1p-14f, 0x0400}, {0x1.ffcp-15f, 0x0400},  /* 1023.5 quanta -> 1024 */
+        {0x1.ff8p-15f, 0x03ff},                       /* largest subnormal */
+        {0x1.002p0f, 0x3c00},                         /* 1 + 2^-11: tie -> 1 */
+        {0x1.006p0f, 0x3c02},                         /* 1 + 3*2^-11 -> even */
+        {0x1.0021p0f, 0x3c01},                        /* just above the tie */
+        {1e-30f, 0x0000}, {-1e-30f, 0x8000},
+    };
+    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+        uint16_t h = zsk_f32_to_f16(e[i].x);
+        ZT_CHECK(h == e[i].h, "f32_to_f16(%a) = 0x%04x, want 0x%04x", e[i].x,
+                 h, e[i].h);
+    }
+    ZT_CHECK((zsk_f32_to_f16(NAN) & 0x7c00) == 0x7c00 &&
+             (zsk_f32_to_f16(NAN) & 0x3ff) != 0, "f32_to_f16(NaN)");
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536 && bad < 5; h++) {
+        float f = zsk_f16_to_f32((uint16_t)h);
+        bool nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+        float g = zs_f16_to_f32((uint16_t)h);
+        bool ok = nan ? (isnan(f) && (zsk_f32_to_f16(f) & 0x7fff) > 0x7c00)
+                      : (memcmp(&f, &g, 4) == 0 && zsk_f32_to_f16(f) == h);
+        if (!ok) {
+            ZT_CHECK(0, "f16 0x%04x -> %a -> 0x%04x", h, f, zsk_f32_to_f16(f));
+            bad++;
+        }
+    }
+    uint64_t s = 7;
+    for (int i = 0; i < 200000 && bad < 10; i++) {
+        float x = ldexpf(urand(&s), (int)(rng_next(&s) % 48) - 30);
+        if (zsk_f32_to_f16(x) != zs_f32_to_f16(x)) {
+            ZT_CHECK(0, "f32_to_f16(%a) = 0x%04x, core 0x%04x", x,
+                     zsk_f32_to_f16(x), zs_f32_to_f16(x));
+            bad++;
+        }
+    }
+}
+
+/* ---- (4) ---------------------------------------------------------------- */
+
+static void check_bad_sizes(void)
+{
+    float w[64] = {0}, y[4] = {7, 7, 7, 7};
+    unsigned char q[256];
+    memset(q, 0xab, sizeof q);
+    for (int f = 0; f < 3; f++) {
+        ZT_CHECK(zsk_quantize((zsk_qfmt)f, w, 33, q) == ZS_ERR_ARG, "n = 33");
+        ZT_CHECK(zsk_quantize((zsk_qfmt)f, w, -32, q) == ZS_ERR_ARG, "n < 0");
+        ZT_CHECK(zsk_quantize((zsk_qfmt)f, NULL, 32, q) == ZS_ERR_ARG, "NULL");
+        ZT_CHECK(zsk_dequantize((zsk_qfmt)f, q, 31, w) == ZS_ERR_ARG, "n = 31");
+        ZT_CHECK(zsk_quantize((zsk_qfmt)f, w, 0, q) == ZS_OK, "n = 0");
+        ZT_CHECK(zsk_qmatmul((zsk_qfmt)f, q, w, y, 1, 1, 48) == ZS_ERR_ARG,
+                 "K = 48");
+        ZT_CHECK(zsk_qmatmul((zsk_qfmt)f, q, w, y, -1, 1, 32) == ZS_ERR_ARG,
+                 "M < 0");
+        ZT_CHECK(zsk_qmatmul((zsk_qfmt)f, NULL, w, y, 1, 1, 32) == ZS_ERR_ARG,
+                 "W NULL");
+        ZT_CHECK(zsk_qmatmul((zsk_qfmt)f, q, w, y, 0, 3, 32) == ZS_OK, "M = 0");
+    }
+    for (int i = 0; i < 4; i++)
+        ZT_CHECK(y[i] == 7, "y touched by a refused call");
+    for (int i = 0; i < 256; i++)
+        ZT_CHECK(q[i] == 0xab, "q touched by a refused call");
+    ZT_CHECK(zsk_qmatmul((zsk_qfmt)7, q, w, y, 1, 1, 32) == ZS_ERR_ARG, "fmt 7");
+    ZT_CHECK(zsk_qmatmul(ZSK_Q8_0, q, w, y, 2, 2, 0) == ZS_OK && y[0] == 0 &&
+             y[3] == 0, "K = 0 zeroes y");
+}
+
+int main(void)
+{
+    check_f16();
+    zt_section("f16 conversion");
+
+    for (int f = 0; f < 3; f++)
+        for (int64_t n = 32; n <= 32 * 40; n += 32 * 13)
+            check_roundtrip((zsk_qfmt)f, n, 100 + n);
+    check_act(32 * 40, 3);
+    zt_section("quantize / dequantize");
+
+    bool vnni = zsk_quant_has_vnni();
+    printf("VNNI path: %s\n", vnni ? "yes" : "no (portable only)");
+    int threads = zs_num_threads();
+    for (int t = 1; t <= 2; t++) {
+        zs_set_num_threads(t);
+        zsk_quant_force_portable(true);
+        check_all_qmatmul("portable");
+        zsk_quant_force_portable(false);
+        check_all_qmatmul(vnni ? "vnni" : "default");
+    }
+    zs_set_num_threads(threads);
+    zt_section("qmatmul");
+
+    check_bad_sizes();
+    zt_section("bad sizes");
+    return zt_done();
+}
