@@ -38,7 +38,7 @@ static void usage(FILE *f)
 /* Parses argv into c: FLAGS_OK, FLAGS_HELP or FLAGS_BAD (printed). */
 static int parse(int argc, char **argv, gen_cfg *c)
 {
-    *c = (gen_cfg){NULL, "", 128, {0.8, 40, 0.95, 1}, 0};
+    *c = (gen_cfg){NULL, "", 128, {.temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 1}, 0};
     flag t[] = {
         FLAG_STR("--ckpt", &c->ckpt),
         FLAG_STR("--prompt", &c->prompt),

@@ -36,14 +36,31 @@ typedef struct zs_sampler {
     int top_k;          /* 0 = off */
     double top_p;       /* 1 = off; keeps the smallest set with mass >= p */
     uint64_t seed;
+    double min_p;       /* 0 = off; drops tokens whose probability is below
+                         * min_p times the most likely one's */
+    /* Penalties on the tokens of the history given to
+     * zs_sample_with_history (0 = off for all three): */
+    double repetition_penalty; /* CTRL / Hugging Face: a seen token's logit
+                                * is divided by it when positive, multiplied
+                                * when negative; 1 = off */
+    double presence_penalty;   /* OpenAI: subtracted once from a seen token */
+    double frequency_penalty;  /* OpenAI: subtracted per occurrence */
 } zs_sampler;
 
 /* Draws a token from logits[0, V) (f32): softmax(logits / temperature),
- * restricted to the top_k most likely and then to the top_p nucleus; the
- * uniform draw is zs_philox(seed, step), so a generation is reproducible.
- * Returns the id, or -1 + message for bad parameters. */
+ * restricted to the top_k most likely, then to the top_p nucleus, then to
+ * those with at least min_p of the top probability (the order of vLLM);
+ * the uniform draw is zs_philox(seed, step), so a generation is
+ * reproducible and does not depend on what else runs. Returns the id, or
+ * -1 + message for bad parameters. The penalties are ignored here. */
 int64_t zs_sample(const float *logits, int64_t V, const zs_sampler *s,
                   uint64_t step);
+/* zs_sample after the penalties for the tokens prev[0, n_prev) (ids
+ * outside [0, V) are an error): the caller decides what counts as seen
+ * (vLLM: the prompt and the output for the repetition penalty, the output
+ * for presence and frequency; pass the one list that fits). */
+int64_t zs_sample_with_history(const float *logits, int64_t V, const zs_sampler *s,
+                               const int32_t *prev, int64_t n_prev, uint64_t step);
 
 #ifdef __cplusplus
 }
