@@ -109,25 +109,47 @@ static float widen(uint32_t mag, int mbits, int bias)
                         (int)ebits - bias);
 }
 
-uint16_t zs_f32_to_f16(float x)
+/* Bit operations, no frexp (a quantized checkpoint converts every block
+ * scale): the exponent is rebiased and the 13 dropped mantissa bits are
+ * rounded to nearest even, a carry walking into the exponent (65520 and up
+ * give inf); below 2^-14 adding 0.5 puts the half's quantum 2^-24 at the
+ * float's last mantissa bit and the FPU rounds. */
+uint16_t zs_f32_to_f16(float f)
 {
-    uint32_t u = f32_bits(x);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    float ax = fabsf(x);
-    if (isnan(x))
-        return sign | 0x7e00;
-    if (isinf(x))
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    x &= 0x7fffffffu;
+    if (x > 0x7f800000u)
+        return sign | 0x7e00; /* NaN */
+    if (x >= 0x47800000u) /* >= 65536 (inf included) */
         return sign | 0x7c00;
-    return sign | (uint16_t)narrow(ax, 10, 15, -14, 65504.0, 0x7c00);
+    if (x < 0x38800000u) { /* subnormal half or zero */
+        float a, magic = 0.5f;
+        memcpy(&a, &x, 4);
+        a += magic;
+        return sign | (uint16_t)(f32_bits(a) - f32_bits(magic));
+    }
+    uint32_t odd = (x >> 13) & 1u;
+    x += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+    return sign | (uint16_t)(x >> 13);
 }
 
 float zs_f16_to_f32(uint16_t h)
 {
-    float s = (h & 0x8000) ? -1.0f : 1.0f;
-    uint32_t mag = h & 0x7fffu;
-    if ((mag >> 10) == 0x1f)
-        return (mag & 0x3ff) ? NAN : s * INFINITY;
-    return s * widen(mag, 10, 15);
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+    if (e == 0) {
+        f = (float)m * 0x1p-24f;
+        memcpy(&u, &f, 4);
+        u |= sign;
+    } else if (e == 31) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    }
+    memcpy(&f, &u, 4);
+    return f;
 }
 
 uint8_t zs_f32_to_f8e4m3(float x)

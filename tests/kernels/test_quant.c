@@ -200,53 +200,7 @@ static void check_all_qmatmul(const char *path)
         check_qmatmul((zsk_qfmt)f, 2, 301, 4096, seed++, path);
 }
 
-/* ---- (3) ---------------------------------------------------------------- */
-
-static void check_f16(void)
-{
-    static const struct { float x; uint16_t h; } e[] = {
-        {0.0f, 0x0000}, {-0.0f, 0x8000}, {1.0f, 0x3c00}, {-2.0f, 0xc000},
-        {65504.0f, 0x7bff}, {65519.0f, 0x7bff}, {65520.0f, 0x7c00},
-        {1e9f, 0x7c00}, {-1e9f, 0xfc00}, {INFINITY, 0x7c00},
-        {0x1p-24f, 0x0001}, {0x1p-25f, 0x0000},       /* tie -> even 0 */
-        {0x1.8p-24f, 0x0002},                         /* 1.5 quanta -> 2 */
-        {0x1.4p-23f, 0x0002},                         /* 2.5 quanta -> 2 */
-        {0x1p-14f, 0x0400}, {0x1.ffcp-15f, 0x0400},  /* 1023.5 quanta -> 1024 */
-        {0x1.ff8p-15f, 0x03ff},                       /* largest subnormal */
-        {0x1.002p0f, 0x3c00},                         /* 1 + 2^-11: tie -> 1 */
-        {0x1.006p0f, 0x3c02},                         /* 1 + 3*2^-11 -> even */
-        {0x1.0021p0f, 0x3c01},                        /* just above the tie */
-        {1e-30f, 0x0000}, {-1e-30f, 0x8000},
-    };
-    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
-        uint16_t h = zsk_f32_to_f16(e[i].x);
-        ZT_CHECK(h == e[i].h, "f32_to_f16(%a) = 0x%04x, want 0x%04x", e[i].x,
-                 h, e[i].h);
-    }
-    ZT_CHECK((zsk_f32_to_f16(NAN) & 0x7c00) == 0x7c00 &&
-             (zsk_f32_to_f16(NAN) & 0x3ff) != 0, "f32_to_f16(NaN)");
-    int bad = 0;
-    for (uint32_t h = 0; h < 65536 && bad < 5; h++) {
-        float f = zsk_f16_to_f32((uint16_t)h);
-        bool nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
-        float g = zs_f16_to_f32((uint16_t)h);
-        bool ok = nan ? (isnan(f) && (zsk_f32_to_f16(f) & 0x7fff) > 0x7c00)
-                      : (memcmp(&f, &g, 4) == 0 && zsk_f32_to_f16(f) == h);
-        if (!ok) {
-            ZT_CHECK(0, "f16 0x%04x -> %a -> 0x%04x", h, f, zsk_f32_to_f16(f));
-            bad++;
-        }
-    }
-    uint64_t s = 7;
-    for (int i = 0; i < 200000 && bad < 10; i++) {
-        float x = ldexpf(urand(&s), (int)(rng_next(&s) % 48) - 30);
-        if (zsk_f32_to_f16(x) != zs_f32_to_f16(x)) {
-            ZT_CHECK(0, "f32_to_f16(%a) = 0x%04x, core 0x%04x", x,
-                     zsk_f32_to_f16(x), zs_f32_to_f16(x));
-            bad++;
-        }
-    }
-}
+/* (3), the f16 conversion of the scales, is core's: tests/core/test_f16.c. */
 
 /* ---- (4) ---------------------------------------------------------------- */
 
@@ -280,9 +234,6 @@ static void check_bad_sizes(void)
 
 int main(void)
 {
-    check_f16();
-    zt_section("f16 conversion");
-
     for (int f = 0; f < 3; f++)
         for (int64_t n = 32; n <= 32 * 40; n += 32 * 13)
             check_roundtrip((zsk_qfmt)f, n, 100 + n);

@@ -34,58 +34,10 @@ _Static_assert(sizeof(zsk_block_q8_0) == ZSK_Q8_0_BYTES, "q8_0 block size");
 _Static_assert(sizeof(zsk_block_q4_0) == ZSK_Q4_0_BYTES, "q4_0 block size");
 _Static_assert(sizeof(zsk_block_q4_1) == ZSK_Q4_1_BYTES, "q4_1 block size");
 
-/* ---- f16 ------------------------------------------------------------- */
-
-uint16_t zsk_f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    x &= 0x7fffffffu;
-    if (x > 0x7f800000u)
-        return sign | 0x7e00; /* NaN */
-    if (x >= 0x47800000u) /* >= 65536 (inf included): inf */
-        return sign | 0x7c00;
-    if (x < 0x38800000u) { /* below 2^-14: subnormal half or zero */
-        /* Adding 0.5 puts the half's quantum 2^-24 at the float's last
-         * mantissa bit; the FPU rounds to nearest even. */
-        float a, magic = 0.5f;
-        memcpy(&a, &x, 4);
-        a += magic;
-        uint32_t r, mb;
-        memcpy(&r, &a, 4);
-        memcpy(&mb, &magic, 4);
-        return sign | (uint16_t)(r - mb);
-    }
-    /* Rebias the exponent, round the 13 dropped bits to nearest even; a
-     * carry walks into the exponent (65520 and up give inf). */
-    uint32_t odd = (x >> 13) & 1u;
-    x += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
-    return sign | (uint16_t)(x >> 13);
-}
-
-float zsk_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    float f;
-    if (e == 0) {
-        f = (float)m * 0x1p-24f;
-        memcpy(&u, &f, 4);
-        u |= sign;
-    } else if (e == 31) {
-        u = sign | 0x7f800000u | (m << 13);
-    } else {
-        u = sign | ((e + 112) << 23) | (m << 13);
-    }
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Scale to f16, finite: saturates at 65504. */
 static uint16_t scale_f16(float d)
 {
-    uint16_t h = zsk_f32_to_f16(d);
+    uint16_t h = zs_f32_to_f16(d);
     if ((h & 0x7fffu) == 0x7c00u)
         h = (uint16_t)((h & 0x8000u) | 0x7bffu);
     return h;
@@ -129,7 +81,7 @@ zs_status zsk_quantize_q8_0(const float *w, int64_t n, void *out)
         for (int i = 0; i < ZSK_QBLOCK; i++)
             amax = fmaxf(amax, fabsf(v[i]));
         blk.d = scale_f16(amax / 127.0f);
-        float d = zsk_f16_to_f32(blk.d);
+        float d = zs_f16_to_f32(blk.d);
         float id = d > 0 ? 1.0f / d : 0.0f;
         for (int i = 0; i < ZSK_QBLOCK; i++)
             blk.q[i] = (int8_t)clampi((int)roundf(v[i] * id), -127, 127);
@@ -154,7 +106,7 @@ zs_status zsk_quantize_q4_0(const float *w, int64_t n, void *out)
             }
         }
         blk.d = scale_f16(vmax / -8.0f);
-        float d = zsk_f16_to_f32(blk.d);
+        float d = zs_f16_to_f32(blk.d);
         float id = d != 0 ? 1.0f / d : 0.0f;
         for (int i = 0; i < 16; i++) {
             int lo = clampi((int)roundf(v[i] * id) + 8, 0, 15);
@@ -181,7 +133,7 @@ zs_status zsk_quantize_q4_1(const float *w, int64_t n, void *out)
         }
         blk.d = scale_f16((hi - lo) / 15.0f);
         blk.m = scale_f16(lo);
-        float d = zsk_f16_to_f32(blk.d), m = zsk_f16_to_f32(blk.m);
+        float d = zs_f16_to_f32(blk.d), m = zs_f16_to_f32(blk.m);
         float id = d > 0 ? 1.0f / d : 0.0f;
         for (int i = 0; i < 16; i++) {
             int a = clampi((int)roundf((v[i] - m) * id), 0, 15);
@@ -201,7 +153,7 @@ zs_status zsk_dequantize_q8_0(const void *in, int64_t n, float *out)
     for (int64_t b = 0; b < n / ZSK_QBLOCK; b++) {
         zsk_block_q8_0 blk;
         memcpy(&blk, (const char *)in + b * ZSK_Q8_0_BYTES, sizeof blk);
-        float d = zsk_f16_to_f32(blk.d);
+        float d = zs_f16_to_f32(blk.d);
         for (int i = 0; i < ZSK_QBLOCK; i++)
             out[b * ZSK_QBLOCK + i] = d * blk.q[i];
     }
@@ -216,7 +168,7 @@ zs_status zsk_dequantize_q4_0(const void *in, int64_t n, float *out)
     for (int64_t b = 0; b < n / ZSK_QBLOCK; b++) {
         zsk_block_q4_0 blk;
         memcpy(&blk, (const char *)in + b * ZSK_Q4_0_BYTES, sizeof blk);
-        float d = zsk_f16_to_f32(blk.d);
+        float d = zs_f16_to_f32(blk.d);
         float *o = out + b * ZSK_QBLOCK;
         for (int i = 0; i < 16; i++) {
             o[i] = d * ((blk.qs[i] & 15) - 8);
@@ -234,7 +186,7 @@ zs_status zsk_dequantize_q4_1(const void *in, int64_t n, float *out)
     for (int64_t b = 0; b < n / ZSK_QBLOCK; b++) {
         zsk_block_q4_1 blk;
         memcpy(&blk, (const char *)in + b * ZSK_Q4_1_BYTES, sizeof blk);
-        float d = zsk_f16_to_f32(blk.d), m = zsk_f16_to_f32(blk.m);
+        float d = zs_f16_to_f32(blk.d), m = zs_f16_to_f32(blk.m);
         float *o = out + b * ZSK_QBLOCK;
         for (int i = 0; i < 16; i++) {
             o[i] = d * (blk.qs[i] & 15) + m;
@@ -319,7 +271,7 @@ ZSK_CLONES static float dot_q8_0_c(const void *w, const zsk_block_q8x *x, int64_
     const zsk_block_q8_0 *wb = w;
     float acc = 0;
     for (int64_t b = 0; b < nb; b++)
-        acc += zsk_f16_to_f32(wb[b].d) * x[b].d * (float)dot32(wb[b].q, x[b].q);
+        acc += zs_f16_to_f32(wb[b].d) * x[b].d * (float)dot32(wb[b].q, x[b].q);
     return acc;
 }
 
@@ -331,7 +283,7 @@ ZSK_CLONES static float dot_q4_0_c(const void *w, const zsk_block_q8x *x, int64_
         const uint8_t *qs = wb[b].qs;
         const int8_t *xq = x[b].q;
         int32_t s = dot16_nib(qs, 0, 8, xq) + dot16_nib(qs, 4, 8, xq + 16);
-        acc += zsk_f16_to_f32(wb[b].d) * x[b].d * (float)s;
+        acc += zs_f16_to_f32(wb[b].d) * x[b].d * (float)s;
     }
     return acc;
 }
@@ -344,8 +296,8 @@ ZSK_CLONES static float dot_q4_1_c(const void *w, const zsk_block_q8x *x, int64_
         const uint8_t *qs = wb[b].qs;
         const int8_t *xq = x[b].q;
         int32_t s = dot16_nib(qs, 0, 0, xq) + dot16_nib(qs, 4, 0, xq + 16);
-        acc += zsk_f16_to_f32(wb[b].d) * x[b].d * (float)s +
-               zsk_f16_to_f32(wb[b].m) * x[b].d * (float)x[b].s;
+        acc += zs_f16_to_f32(wb[b].d) * x[b].d * (float)s +
+               zs_f16_to_f32(wb[b].m) * x[b].d * (float)x[b].s;
     }
     return acc;
 }

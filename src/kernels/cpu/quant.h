@@ -73,11 +73,6 @@ typedef struct zsk_block_q8x {
 /* Bytes of one block of fmt, or 0 for an unknown fmt. */
 int64_t zsk_qblock_bytes(zsk_qfmt fmt);
 
-/* IEEE half <-> f32, round to nearest even; overflow gives +-inf, NaN stays
- * NaN (quiet). */
-uint16_t zsk_f32_to_f16(float x);
-float zsk_f16_to_f32(uint16_t h);
-
 /* w: n floats -> out: n / 32 blocks (n / 32 * ZSK_*_BYTES bytes, caller's
  * buffer, any alignment). Refuses n not a multiple of 32 (ZS_ERR_ARG). */
 zs_status zsk_quantize_q8_0(const float *w, int64_t n, void *out);
