@@ -41,6 +41,7 @@
 #include "nn.h"
 #include "optim.h"
 #include "text.h"
+#include "zero.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -213,6 +214,16 @@ zs_train_log *zs_train_log_open(const char *dir, bool append, bool write);
 /* A zs_train_event_fn over a zs_train_log (ctx); returns 0. */
 int zs_train_log_event(void *log, const zs_train_event *e);
 void zs_train_log_close(zs_train_log *l);
+
+/* ZeRO stage 3 for a GPT m (borrowed, outliving z) whose parameters were
+ * flattened into flat_params: the units are m's blocks (zs_module_units:
+ * block i is unit i; the embeddings and the final norm are kept), and m's
+ * block hook fetches a block before its forward and its backward and
+ * drops it after its forward; zs_zero_free removes the hook. Fails for a
+ * module that is not a GPT (others: zs_module_units, zs_zero_new3, and
+ * fetch/drop around each unit). Lives here, above both the parallel layer
+ * and nn, which know nothing of each other. */
+zs_zero *zs_zero_new3_module(zs_comm *c, zs_module *m, zs_tensor *flat_params);
 
 /* Model FLOPs per token of a GPT trained on sequences of seq (PaLM,
  * appendix B): 6 N (N without the position embedding) + 6 L T C for the

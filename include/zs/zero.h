@@ -47,15 +47,14 @@
  *         backward (fetch per unit); zs_zero_finish
  *     zs_zero_clip_grad_norm; optimizer step; zs_zero_zero_grad
  * and, to read the whole model (validation, checkpoints),
- * zs_zero_gather ... zs_zero_release. zs_zero_new3_module finds the units
- * in the module tree (zs_module_units) and installs the model's hooks, so
- * the caller needs no knowledge of parameter names.
+ * zs_zero_gather ... zs_zero_release. The model's side (which parameters
+ * make a unit, the hooks that fetch them) is the caller's: for a GPT,
+ * zs_zero_new3_module (zs/train.h) does both from the module tree.
  */
 #ifndef ZS_ZERO_H
 #define ZS_ZERO_H
 
 #include "dist.h"
-#include "nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,14 +90,9 @@ zs_zero *zs_zero_new(zs_comm *c, int stage, int64_t bucket_bytes, int n,
  * zs_zero_release or zs_zero_finish. */
 zs_zero *zs_zero_new3(zs_comm *c, int n, zs_tensor *const *params,
                       zs_tensor *flat_params, const int *group);
-/* Stage 3 for a GPT m (borrowed, outliving z) whose parameters were
- * flattened into flat_params: the units are m's blocks (zs_module_units:
- * block i is unit i; the embeddings and the final norm are kept), and z
- * installs m's block hook (zs_gpt_set_block_hook: a block is fetched
- * before its forward and its backward, dropped after its forward), which
- * zs_zero_free removes. Fails for a module that is not a GPT (others:
- * zs_module_units, zs_zero_new3, and fetch/drop around each unit). */
-zs_zero *zs_zero_new3_module(zs_comm *c, zs_module *m, zs_tensor *flat_params);
+/* fn(ctx) is called first thing by zs_zero_free (whoever made z fetch and
+ * drop its units from a model's hooks removes them there). */
+void zs_zero_on_free(zs_zero *z, void (*fn)(void *ctx), void *ctx);
 void zs_zero_free(zs_zero *z);
 /* Stage 3: gathers unit `group` (collective; no-op when gathered). */
 zs_status zs_zero_fetch(zs_zero *z, int group);

@@ -32,7 +32,6 @@
 #include "kernels/cpu/optim.h"
 #include "parallel/internal.h"
 #include "zs/autograd.h"
-#include "zs/nn.h"
 #include "zs/ops.h"
 #include "zs/zero.h"
 
@@ -63,8 +62,8 @@ struct zs_zero {
     int ngroups;
     bool pinned;             /* stage 3: all gathered until zs_zero_release */
     int64_t resident, resident_peak; /* gathered foreign parameter bytes */
-    zs_module *gpt;          /* zs_zero_new3_module: the GPT whose block
-                              * hook is ours (removed by zs_zero_free) */
+    void (*on_free)(void *); /* zs_zero_on_free: called first by zs_zero_free */
+    void *on_free_ctx;
 };
 
 static void unit_drop(zs_zero *z, int k);
@@ -239,52 +238,18 @@ zs_zero *zs_zero_new3(zs_comm *c, int n, zs_tensor *const *params,
     return create(c, 3, 0, n, params, flat_params, NULL, group);
 }
 
-/* The block hook of zs_zero_new3_module: a block's unit is gathered
- * before its forward and its backward and dropped after its forward
- * (reduce_bucket drops it after its backward). */
-static zs_status block_event(void *ctx, int64_t block, zs_gpt_block_event ev)
+void zs_zero_on_free(zs_zero *z, void (*fn)(void *ctx), void *ctx)
 {
-    zs_zero *z = ctx;
-    return ev == ZS_GPT_BLOCK_LEAVE ? zs_zero_drop(z, (int)block)
-                                    : zs_zero_fetch(z, (int)block);
-}
-
-zs_zero *zs_zero_new3_module(zs_comm *c, zs_module *m, zs_tensor *flat_params)
-{
-    const zs_gpt_config *gc = zs_gpt_config_of(m);
-    if (!gc) {
-        zs_set_error("ZeRO-3: zs_zero_new3_module takes a GPT (its block hook fetches "
-                     "the units); for another module use zs_module_units and "
-                     "zs_zero_new3");
-        return NULL;
-    }
-    zs_tensor **ps = NULL;
-    char **names = NULL;
-    int n = zs_module_parameters(m, &ps, &names);
-    if (n < 0)
-        return NULL;
-    int *group = malloc((size_t)(n + 1) * sizeof *group);
-    int units = group ? zs_module_units(m, n, ps, group)
-                      : zs_set_error_code(ZS_ERR_NOMEM, "ZeRO-3: out of memory");
-    if (units >= 0 && units != gc->layers)
-        units = zs_set_error("ZeRO-3: the GPT has %lld blocks but %d units",
-                             (long long)gc->layers, units);
-    zs_zero *z = units >= 0 ? create(c, 3, 0, n, ps, flat_params, NULL, group) : NULL;
-    if (z) {
-        z->gpt = m;
-        zs_gpt_set_block_hook(m, block_event, z);
-    }
-    free(group);
-    zs_names_free(n, ps, names);
-    return z;
+    z->on_free = fn;
+    z->on_free_ctx = ctx;
 }
 
 void zs_zero_free(zs_zero *z)
 {
     if (!z)
         return;
-    if (z->gpt)
-        zs_gpt_set_block_hook(z->gpt, NULL, NULL);
+    if (z->on_free)
+        z->on_free(z->on_free_ctx);
     zsi_buckets_free(z->e); /* removes its hook if armed */
     for (int i = 0; i < z->nshards; i++)
         zs_release(z->shards[i]);
