@@ -110,6 +110,8 @@ refused "eval: a directory without a checkpoint" "emptydir/checkpoint.safetensor
 "$zs" train gpt --preset tiny --steps 1 --seq 32 --vocab 300 --data "$src/README.md" \
     --out "$tmp/g" >/dev/null 2>&1
 refused "eval: a GPT checkpoint" "lenet or resnet" "$zs" eval --ckpt "$tmp/g" --data "$tmp/data"
+refused "generate: a lenet checkpoint" "holds a lenet, not a GPT" \
+        "$zs" generate --ckpt "$tmp/full/checkpoint.safetensors" --prompt x
 : > "$tmp/afile"
 refused "--out is a file" "not a directory" "$zs" train lenet "${small[@]}" --out "$tmp/afile"
 exit $fail
