@@ -109,32 +109,6 @@ char *app_read_corpus(const char *path, size_t *n)
     return text;
 }
 
-bool app_meta_str(const char *json, const char *key, char *out, size_t n)
-{
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\":\"", key);
-    const char *p = json ? strstr(json, pat) : NULL;
-    if (!p)
-        return false;
-    p += strlen(pat);
-    const char *e = strchr(p, '"');
-    if (!e || (size_t)(e - p) >= n)
-        return false;
-    memcpy(out, p, (size_t)(e - p));
-    out[e - p] = '\0';
-    return true;
-}
-
-int64_t app_meta_int(const char *json, const char *key, int64_t dflt)
-{
-    char buf[32];
-    if (!app_meta_str(json, key, buf, sizeof buf))
-        return dflt;
-    char *end;
-    long long v = strtoll(buf, &end, 10);
-    return *end == '\0' ? (int64_t)v : dflt;
-}
-
 void app_progress(bool tty, int64_t step, int64_t steps, double loss,
                      double tokens_per_s, double mfu, double eta_s)
 {

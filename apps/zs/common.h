@@ -19,10 +19,6 @@ char *app_read_corpus(const char *path, size_t *n);
 zs_status app_make_outdir(const char *dir);
 /* Monotonic wall-clock seconds. */
 double app_now(void);
-/* "key":"<integer>" from a flat metadata JSON object, or dflt. */
-int64_t app_meta_int(const char *json, const char *key, int64_t dflt);
-/* "key":"<string>" into out; false when absent. */
-bool app_meta_str(const char *json, const char *key, char *out, size_t n);
 /* One progress line (a bar on a terminal, a plain line every 10 steps
  * otherwise). */
 void app_progress(bool tty, int64_t step, int64_t steps, double loss,

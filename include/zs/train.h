@@ -147,8 +147,11 @@ void zs_trainer_free(zs_trainer *t);
 
 /* Continues from a checkpoint written by any trainer of the same model
  * (any rank count, ZeRO stage or sync mode): weights, optimizer state,
- * step and the RNG state. *meta (if not NULL) receives the checkpoint's
- * metadata (free it). Collective. */
+ * step and the RNG state (a step at or past `steps` leaves nothing to
+ * run). *meta (if not NULL) receives the checkpoint's
+ * metadata (free it). Collective. A failure (no such file, another model,
+ * metadata without a valid "step") may leave the weights
+ * loaded but the step not: do not train on after it. */
 zs_status zs_trainer_resume(zs_trainer *t, const char *path, char **meta);
 /* Trains from the current step to the end (steps, stop_after or
  * max_seconds), validating and checkpointing as configured. Collective. */

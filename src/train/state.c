@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "train/internal.h"
 
 /* Moves the optimizer's moments between ZeRO's per-rank chunks (t->o) and
@@ -92,13 +94,48 @@ zs_status zs_trainer_save(zs_trainer *t, const char *path, double val_loss)
     return st;
 }
 
-/* A decimal value of the metadata ("key":"123"); fallback if absent. */
-static int64_t meta_int(const char *meta, const char *key, int64_t fallback)
+/* The unsigned decimal string value of key in the metadata object (all
+ * of it digits, at most 2^53): *out and true; false when absent. A value
+ * that is there but malformed is an error (*bad set). */
+static bool meta_u64(const cJSON *root, const char *key, uint64_t *out, bool *bad)
 {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":\"", key);
-    const char *p = meta ? strstr(meta, pat) : NULL;
-    return p ? strtoll(p + strlen(pat), NULL, 10) : fallback;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v)
+        return false;
+    char *end = NULL;
+    const char *s = cJSON_IsString(v) ? v->valuestring : "";
+    unsigned long long x = s[0] >= '0' && s[0] <= '9' ? strtoull(s, &end, 10) : 0;
+    if (!end || *end || x > (1ull << 53)) {
+        *bad = true;
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* step, optim_steps and the RNG state of a checkpoint's metadata. */
+static zs_status read_progress(zs_trainer *t, const char *path, const char *meta)
+{
+    cJSON *root = meta ? cJSON_Parse(meta) : NULL;
+    uint64_t step = 0, osteps, seed, off;
+    bool bad = !cJSON_IsObject(root);
+    if (!bad && !meta_u64(root, "step", &step, &bad) && !bad)
+        bad = true;
+    /* asynchronous updates make (ranks - 1) optimizer steps per step */
+    int64_t per_step = t->c.sync >= ZS_SYNC_ASYNC ? t->size - 1 : 1;
+    bool have_o = !bad && meta_u64(root, "optim_steps", &osteps, &bad);
+    bool have_rng = !bad && meta_u64(root, "rng_seed", &seed, &bad) &&
+                    meta_u64(root, "rng_offset", &off, &bad);
+    cJSON_Delete(root);
+    if (bad)
+        return zs_set_error("checkpoint %s: its metadata has no valid \"step\" (a "
+                            "decimal string up to 2^53; not written by a zs_trainer?)",
+                            path);
+    t->step = (int64_t)step;
+    zs_optim_set_steps(t->o, have_o ? (int64_t)osteps : t->step * per_step);
+    if (have_rng)
+        zs_rng_set_state(seed, off);
+    return ZS_OK;
 }
 
 zs_status zs_trainer_resume(zs_trainer *t, const char *path, char **meta_out)
@@ -118,13 +155,10 @@ zs_status zs_trainer_resume(zs_trainer *t, const char *path, char **meta_out)
         free(meta);
         return st;
     }
-    t->step = meta_int(meta, "step", 0);
-    /* asynchronous updates make (ranks - 1) optimizer steps per step */
-    int64_t per_step = t->c.sync >= ZS_SYNC_ASYNC ? t->size - 1 : 1;
-    zs_optim_set_steps(t->o, meta_int(meta, "optim_steps", t->step * per_step));
-    if (strstr(meta ? meta : "", "\"rng_seed\""))
-        zs_rng_set_state((uint64_t)meta_int(meta, "rng_seed", 0),
-                         (uint64_t)meta_int(meta, "rng_offset", 0));
+    if ((st = read_progress(t, path, meta)) != ZS_OK) {
+        free(meta);
+        return st;
+    }
     if (t->c.log && t->rank == 0)
         fprintf(t->c.log, "resuming %s at step %lld\n", path, (long long)t->step);
     if (meta_out)

@@ -207,6 +207,22 @@ static void test_resume(const char *dir)
     ZT_CHECK(same, "resumed steps 5..8 repeat the uninterrupted losses exactly");
     unlink(ckpt);
     ZT_EXPECT_ERROR(train(ckpt, 0, true, &rest, NULL) != ZS_OK, "ckpt.safetensors");
+    /* metadata a trainer did not write, or a hostile one */
+    const char *bad[] = {"{}", "{\"step\":\"-3\"}", "{\"step\":\"4x\"}",
+                         "{\"step\":4}", "{\"step\":\"9007199254740993\"}",
+                         "{\"step\":\"2\",\"optim_steps\":\"1e9\"}"};
+    zs_module *m = zs_gpt_new(&TINY, 5);
+    zs_trainer_config c = base_config(&rest);
+    zs_trainer *t = zs_trainer_new(m, &c);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        zs_module_save(ckpt, m, zs_trainer_optim(t), bad[i]);
+        ZT_EXPECT_ERROR(zs_trainer_resume(t, ckpt, NULL) != ZS_OK, "valid \"step\"");
+    }
+    zs_module_save(ckpt, m, zs_trainer_optim(t), "{\"step\":\"3\"}");
+    ZT_CHECK(zs_trainer_resume(t, ckpt, NULL) == ZS_OK && zs_trainer_next_step(t) == 3,
+             "a step alone is enough");
+    zs_trainer_free(t);
+    zs_module_free(m);
     zt_section("checkpoint and exact resume");
 }
 
