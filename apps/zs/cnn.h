@@ -6,9 +6,6 @@
 
 #include "zs/zs.h"
 
-/* "lenet" or "resnet"; NULL + message for other names. */
-zs_module *app_cnn_new(const char *name, uint64_t seed);
-
 /* Loads the train or test half of an MNIST-format directory and checks
  * that it suits the CNNs: N > 0 images u8 [N, 28, 28] (the library checks
  * the labels: [N], < 10). ZS_OK, or an error naming the file and the shape

@@ -11,16 +11,6 @@
 #include "apps/zs/common.h"
 #include "apps/zs/flags.h"
 
-zs_module *app_cnn_new(const char *name, uint64_t seed)
-{
-    if (!strcmp(name, "lenet"))
-        return zs_lenet5_new(seed);
-    if (!strcmp(name, "resnet"))
-        return zs_resnet_small_new(seed);
-    zs_set_error("unknown model '%s' (known: lenet, resnet)", name);
-    return NULL;
-}
-
 zs_status app_mnist_load(const char *dir, bool train, zs_image_data *out)
 {
     zs_status st = zs_mnist_load(dir, train, out);

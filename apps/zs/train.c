@@ -271,7 +271,7 @@ static int run(train_cfg *c)
         train.images = zs_retain(full.images);
         train.labels = zs_retain(full.labels);
     }
-    if (!(m = app_cnn_new(c->model, c->seed)) || app_make_outdir(c->out) != ZS_OK ||
+    if (!(m = zs_cnn_new(c->model, c->seed)) || app_make_outdir(c->out) != ZS_OK ||
         !(r.l = zs_loader_new(&train, c->batch, true, c->seed, ZS_FMNIST_MEAN, ZS_FMNIST_STD)))
         goto fail;
     r.nb = zs_loader_batches_per_epoch(r.l);

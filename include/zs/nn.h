@@ -135,6 +135,9 @@ zs_module *zs_lenet5_new(uint64_t seed);
  * residual blocks (32, 64, 128 channels, stride 2 between stages) with
  * batch norm, global average pooling, fc 10. */
 zs_module *zs_resnet_small_new(uint64_t seed);
+/* The CNN of a name: "lenet" (zs_lenet5_new) or "resnet"
+ * (zs_resnet_small_new); NULL + error for other names. */
+zs_module *zs_cnn_new(const char *name, uint64_t seed);
 
 /* ---- GPT ------------------------------------------------------------------ */
 

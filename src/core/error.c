@@ -8,6 +8,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "zs/core.h"
 
@@ -17,9 +18,14 @@ const char *zs_last_error(void) { return last_error; }
 
 void zs_clear_error(void) { last_error[0] = '\0'; }
 
+/* Formats into a scratch buffer first, so a message may quote the
+ * previous one (zs_set_error("step 3: %s", zs_last_error())): vsnprintf
+ * into the buffer it reads from is undefined. */
 static void set_msg(const char *fmt, va_list ap)
 {
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    char msg[sizeof last_error];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(last_error, msg, sizeof msg);
 }
 
 zs_status zs_set_error(const char *fmt, ...)

@@ -48,14 +48,9 @@ static zs_status open_gpt(const char *ckpt, const char *dir, zs_model_file *f)
 /* The CNNs of zs train lenet|resnet. */
 static zs_status open_cnn(const char *ckpt, zs_model_file *f)
 {
-    if (!strcmp(f->kind, "lenet"))
-        f->model = zs_lenet5_new(0);
-    else if (!strcmp(f->kind, "resnet"))
-        f->model = zs_resnet_small_new(0);
-    else
-        return zs_set_error("%s: unknown model '%s' (known: gpt, lenet, resnet)", ckpt,
-                            f->kind);
-    return f->model ? zs_module_load(ckpt, f->model, NULL, NULL) : ZS_ERR_NOMEM;
+    if (!(f->model = zs_cnn_new(f->kind, 0)))
+        return zs_set_error("%s: %s (or gpt)", ckpt, zs_last_error());
+    return zs_module_load(ckpt, f->model, NULL, NULL);
 }
 
 zs_status zs_model_open(const char *path, zs_model_file *out)

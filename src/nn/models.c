@@ -3,6 +3,7 @@
  * Fashion-MNIST): LeNet-5 and a small ResNet with batch norm.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "zs/nn.h"
 #include "zs/ops.h"
@@ -86,4 +87,14 @@ zs_module *zs_resnet_small_new(uint64_t seed)
         zs_linear_new(128, 10, true, ZS_INIT_DEFAULT, seed + 40),
     };
     return zs_sequential_new((int)(sizeof layers / sizeof *layers), layers);
+}
+
+zs_module *zs_cnn_new(const char *name, uint64_t seed)
+{
+    if (name && !strcmp(name, "lenet"))
+        return zs_lenet5_new(seed);
+    if (name && !strcmp(name, "resnet"))
+        return zs_resnet_small_new(seed);
+    zs_set_error("unknown model '%s' (known: lenet, resnet)", name ? name : "(none)");
+    return NULL;
 }

@@ -322,8 +322,20 @@ static void test_view_shapes(void)
     zt_section("views and copies: output shapes on random shapes == the shape rule");
 }
 
+/* A message may quote the previous one (the trainer prefixes the step). */
+static void test_error_quoting(void)
+{
+    zs_set_error("inner %d", 42);
+    zs_status st = zs_set_error_code(ZS_ERR_STATE, "step %d failed: %s", 7, zs_last_error());
+    ZT_CHECK(st == ZS_ERR_STATE && !strcmp(zs_last_error(), "step 7 failed: inner 42"),
+             "quoted message: '%s'", zs_last_error());
+    zs_clear_error();
+    zt_section("error messages quoting the previous one");
+}
+
 int main(void)
 {
+    test_error_quoting();
     test_view_shapes();
     test_dtypes();
     test_creation();
