@@ -7,13 +7,8 @@ src="$ZS_SOURCE_DIR"
 bin="$ZS_BINARY_DIR"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-awk '/<!-- readme-example -->/{f=1; next} f && /^```c/{g=1; next} g && /^```/{exit} g{print}' \
-    "$src/README.md" > "$tmp/example.c"
-[ -s "$tmp/example.c" ] || { echo "no example found in README.md"; exit 1; }
-flags=""
-grep -q "ZS_SANITIZE:BOOL=ON" "$bin/CMakeCache.txt" && flags="-fsanitize=address,undefined"
-cc -std=c11 -Wall -Wextra -Werror $flags -I"$src/include" "$tmp/example.c" \
-   "$bin/libzs.a" -lz -lcjson -lm -lpthread -o "$tmp/example"
+. "$(dirname "$0")/readme_lib.sh"
+readme_build readme-example example
 out=$("$tmp/example")
 echo "$out"
 echo "$out" | grep -q "w = 2.000, b = 1.000" || { echo "example did not converge"; exit 1; }

@@ -10,19 +10,8 @@ src="$ZS_SOURCE_DIR"
 bin="$ZS_BINARY_DIR"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-awk '/<!-- readme-example-trainer -->/{f=1; next} f && /^```c/{g=1; next} g && /^```/{exit} g{print}' \
-    "$src/README.md" > "$tmp/train.c"
-[ -s "$tmp/train.c" ] || { echo "no trainer example found in README.md"; exit 1; }
-flags=""
-grep -q "ZS_SANITIZE:BOOL=ON" "$bin/CMakeCache.txt" && flags="-fsanitize=address,undefined"
-mpi=0
-cc=cc
-if [ "$(nm "$bin/libzs.a" 2>/dev/null | grep -c " U MPI_")" -gt 0 ]; then
-  cc=mpicc
-  mpi=1
-fi
-$cc -std=c11 -Wall -Wextra -Werror $flags -I"$src/include" "$tmp/train.c" \
-   "$bin/libzs.a" -lz -lcjson -lm -lpthread -o "$tmp/train"
+. "$(dirname "$0")/readme_lib.sh"
+readme_build readme-example-trainer train
 # a small corpus, tokenized by the command line
 for i in $(seq 1 300); do
   echo "In the beginning God created the heaven and the earth, verse $i."
