@@ -141,7 +141,7 @@ int cmd_generate(int argc, char **argv)
             ids[n++] = zs_bpe_eot(bpe) >= 0 ? zs_bpe_eot(bpe) : 0;
         }
     }
-    int64_t ctx = m ? zs_gpt_config_of(m)->ctx : 0;
+    int64_t ctx = rc ? 0 : mf.gpt.ctx; /* a GPT when rc is 0 */
     if (!rc && (int64_t)n + c.max_new > ctx) {
         zs_set_error("prompt (%zu tokens) + %lld new tokens exceed the model's "
                      "context of %lld", n, (long long)c.max_new, (long long)ctx);
