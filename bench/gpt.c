@@ -273,51 +273,47 @@ static zs_status bench_zs_train(trainer *t, const config *c, result *r)
     return ZS_OK;
 }
 
-/* Index of the largest of the n floats at p (first on ties). */
-static int64_t argmax_f32(const float *p, int64_t n)
+/* The first event's time (the prefill), for generate. */
+typedef struct gen_clock {
+    double t0, first;
+    int64_t tokens;
+} gen_clock;
+
+static void on_token(void *ctx, const zs_token_event *ev)
 {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (p[i] > p[best])
-            best = i;
-    return best;
+    gen_clock *g = ctx;
+    if (g->tokens++ == 0)
+        g->first = now() - g->t0;
+    (void)ev;
 }
 
-/* Greedy next token from logits [1, n, V]: the last row's argmax. */
-static int64_t last_argmax(zs_tensor *logits)
-{
-    zs_tensor *c = zs_contiguous(logits);
-    if (!c)
-        return -1;
-    int64_t V = c->shape[2];
-    int64_t tok = argmax_f32((const float *)zs_data(c) + (c->shape[1] - 1) * V, V);
-    zs_release(c);
-    return tok;
-}
-
-/* Greedy decoding of n_new tokens after prompt [1, P] with a KV cache;
- * *prefill gets the prefill seconds. */
+/* Greedy decoding of n_new tokens after prompt [1, P] with the inference
+ * engine (zs_llm in f32, paged KV cache); *prefill gets the prefill
+ * seconds, *total the whole generation's (not the weights' packing). */
 static zs_status generate(zs_module *m, zs_tensor *prompt, int64_t n_new,
-                          double *prefill)
+                          double *prefill, double *total)
 {
-    zs_kv_cache *kv = zs_kv_cache_new(m, 1, prompt->shape[1] + n_new);
-    if (!kv)
-        return ZS_ERR_ARG;
-    zs_status st = ZS_ERR_ARG;
-    double t0 = now();
-    zs_scope_push();
-    int64_t tok = last_argmax(zs_gpt_forward_cached(m, kv, prompt));
-    zs_scope_pop();
-    *prefill = now() - t0;
-    for (int64_t i = 1; tok >= 0 && i < n_new; i++) {
-        zs_scope_push();
-        zs_tensor *x = zs_from_data(ZS_I64, 2, (int64_t[]){1, 1}, &tok);
-        tok = x ? last_argmax(zs_gpt_forward_cached(m, kv, x)) : -1;
-        zs_scope_pop();
-    }
-    if (tok >= 0)
-        st = ZS_OK;
-    zs_kv_cache_free(kv);
+    zs_llm *llm = zs_llm_from_gpt(m, NULL);
+    zs_engine *e = llm ? zs_engine_new(llm, NULL, &(zs_engine_config){.max_num_seqs = 1})
+                       : NULL;
+    int64_t P = prompt->shape[1];
+    int32_t *ids = malloc((size_t)P * sizeof *ids);
+    for (int64_t i = 0; ids && i < P; i++)
+        ids[i] = (int32_t)((const int64_t *)zs_data(prompt))[i];
+    zs_gen_request q = {.prompt = ids, .n_prompt = P, .max_tokens = n_new,
+                        .sampling = {.top_p = 1}, .ignore_eos = true};
+    gen_clock g = {now(), 0, 0};
+    zs_status st = e && ids ? zs_engine_add(e, &q, NULL) : ZS_ERR_ARG;
+    if (st == ZS_OK)
+        st = zs_engine_run(e, on_token, &g);
+    *prefill = g.first;
+    *total = now() - g.t0;
+    if (st == ZS_OK && g.tokens != n_new)
+        st = zs_set_error("generate: %lld of %lld tokens", (long long)g.tokens,
+                          (long long)n_new);
+    free(ids);
+    zs_engine_free(e);
+    zs_llm_free(llm);
     return st;
 }
 
@@ -325,13 +321,12 @@ static zs_status bench_zs_generate(trainer *t, const config *c, result *r)
 {
     zs_scope_push();
     zs_tensor *prompt = random_tokens(&t->rng, 1, c->prompt, t->vocab);
-    double prefill;
-    zs_status st = prompt ? generate(t->m, prompt, c->new_tokens, &prefill) : ZS_ERR_ARG;
+    double prefill, dt;
+    zs_status st = prompt ? generate(t->m, prompt, c->new_tokens, &prefill, &dt)
+                          : ZS_ERR_ARG;
     r->gen_best_s = INFINITY;
     for (int64_t i = 0; st == ZS_OK && i < c->reps; i++) {
-        double t0 = now();
-        st = generate(t->m, prompt, c->new_tokens, &prefill);
-        double dt = now() - t0;
+        st = generate(t->m, prompt, c->new_tokens, &prefill, &dt);
         r->gen_s += dt / (double)c->reps;
         if (dt < r->gen_best_s)
             r->gen_best_s = dt, r->prefill_s = prefill;

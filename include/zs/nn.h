@@ -212,17 +212,7 @@ typedef zs_status (*zs_gpt_block_fn)(void *ctx, int64_t block, zs_gpt_block_even
 /* Installs (fn NULL: removes) the block hook of a GPT. */
 void zs_gpt_set_block_hook(zs_module *gpt, zs_gpt_block_fn fn, void *ctx);
 
-/* Incremental decoding with a KV cache of up to `max_len` positions for
- * `batch` sequences, in the model's dtype at the time of the call. */
-typedef struct zs_kv_cache zs_kv_cache;
-zs_kv_cache *zs_kv_cache_new(zs_module *gpt, int64_t batch, int64_t max_len);
-void zs_kv_cache_free(zs_kv_cache *kv);
-int64_t zs_kv_cache_len(const zs_kv_cache *kv);
-/* Feeds idx [B, n] (the next n tokens of each sequence), appends their
- * keys and values to the cache and returns the logits [B, n, V]. Runs
- * under no-grad. Fails when the cache would exceed max_len. */
-zs_tensor *zs_gpt_forward_cached(zs_module *gpt, zs_kv_cache *kv,
-                                 zs_tensor *idx);
+/* Generation with a KV cache: zs_llm and zs_engine (zs/infer.h). */
 
 /* ---- checkpoints -------------------------------------------------------- */
 

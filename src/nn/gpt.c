@@ -33,12 +33,6 @@ typedef struct gpt_impl {
     void *hook_ctx;
 } gpt_impl;
 
-struct zs_kv_cache {
-    zs_module *gpt;
-    int64_t batch, max_len, len;
-    zs_tensor **k, **v; /* per layer [B, H, max_len, D] */
-};
-
 int zs_gpt_preset(const char *name, zs_gpt_config *c)
 {
     static const struct {
@@ -124,12 +118,12 @@ typedef struct block_ref {
     int64_t layer;
 } block_ref;
 
-static zs_tensor *block_forward(gpt_impl *g, int64_t l, zs_tensor *x, zs_kv_cache *kv);
+static zs_tensor *block_forward(gpt_impl *g, int64_t l, zs_tensor *x);
 
 static zs_tensor *block_module_forward(zs_module *m, zs_tensor *x)
 {
     const block_ref *r = m->impl;
-    return block_forward(r->g, r->layer, x, NULL);
+    return block_forward(r->g, r->layer, x);
 }
 
 static void block_free_impl(zs_module *m) { free(m->impl); }
@@ -242,11 +236,9 @@ static zs_tensor *embed(gpt_impl *g, zs_tensor *idx, int64_t pos)
     return x;
 }
 
-/* x + proj(attention(h)) for h = ln_1(x) [B, n, C]; with kv, appends keys
- * and values at kv->len and attends over the whole cache. */
+/* x + proj(attention(h)) for h = ln_1(x) [B, n, C]. */
 static zs_tensor *attention_block(gpt_impl *g, const block_params *b,
-                                  zs_tensor *x, zs_tensor *h, zs_kv_cache *kv,
-                                  int64_t layer)
+                                  zs_tensor *x, zs_tensor *h)
 {
     int64_t B = h->shape[0], n = h->shape[1], C = g->c.width, H = g->c.heads;
     int64_t D = C / H;
@@ -261,19 +253,6 @@ static zs_tensor *attention_block(gpt_impl *g, const block_params *b,
     }
     zs_attention_params ap = {.causal = true, .alibi = g->c.arch == ZS_BLOOM};
     zs_tensor *k = zs_retain(parts[1]), *v = zs_retain(parts[2]);
-    if (kv && parts[1]) {
-        zs_tensor *kd = zs_narrow(kv->k[layer], 2, kv->len, n);
-        zs_tensor *vd = zs_narrow(kv->v[layer], 2, kv->len, n);
-        zs_copy_(kd, parts[1]);
-        zs_copy_(vd, parts[2]);
-        zs_release(kd);
-        zs_release(vd);
-        zs_release(k);
-        zs_release(v);
-        k = zs_narrow(kv->k[layer], 2, 0, kv->len + n);
-        v = zs_narrow(kv->v[layer], 2, 0, kv->len + n);
-        ap.q_offset = kv->len;
-    }
     zs_tensor *a = zs_attention(parts[0], k, v, &ap);               /* [B,H,n,D] */
     zs_tensor *at = zs_permute(a, (int[]){0, 2, 1, 3});             /* [B,n,H,D] */
     zs_tensor *merged = zs_reshape(at, 3, (int64_t[]){B, n, C});
@@ -310,13 +289,13 @@ void zs_gpt_set_block_hook(zs_module *gpt, zs_gpt_block_fn fn, void *ctx)
 }
 
 /* Block l on x [B, n, C] (borrowed): a new x, with the block hook's
- * events around it; with kv, appends to the cache. */
-static zs_tensor *block_forward(gpt_impl *g, int64_t l, zs_tensor *x, zs_kv_cache *kv)
+ * events around it. */
+static zs_tensor *block_forward(gpt_impl *g, int64_t l, zs_tensor *x)
 {
     const block_params *b = &g->blocks[l];
     bool ok = x && (!g->hook || g->hook(g->hook_ctx, l, ZS_GPT_BLOCK_ENTER) == ZS_OK);
     zs_tensor *h = ok ? zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5) : NULL;
-    zs_tensor *x2 = h ? attention_block(g, b, x, h, kv, l) : NULL;
+    zs_tensor *x2 = h ? attention_block(g, b, x, h) : NULL;
     zs_tensor *h2 = zs_layer_norm(x2, b->ln2_w, b->ln2_b, 1e-5);
     zs_tensor *x3 = h2 ? mlp_block(b, x2, h2) : NULL;
     if (x3 && g->hook) {
@@ -334,12 +313,11 @@ static zs_tensor *block_forward(gpt_impl *g, int64_t l, zs_tensor *x, zs_kv_cach
 }
 
 /* Final hidden states ln_f(x) [B, n, C]. */
-static zs_tensor *hidden(gpt_impl *g, zs_tensor *idx, zs_kv_cache *kv)
+static zs_tensor *hidden(gpt_impl *g, zs_tensor *idx)
 {
-    int64_t pos = kv ? kv->len : 0;
-    zs_tensor *x = embed(g, idx, pos);
+    zs_tensor *x = embed(g, idx, 0);
     for (int64_t l = 0; x && l < g->c.layers; l++) {
-        zs_tensor *y = block_forward(g, l, x, kv);
+        zs_tensor *y = block_forward(g, l, x);
         zs_release(x);
         x = y;
     }
@@ -374,7 +352,7 @@ zs_tensor *zs_gpt_logits(zs_module *gpt, zs_tensor *idx)
     }
     if (check_idx(g, idx, 0) != ZS_OK)
         return NULL;
-    zs_tensor *x = hidden(g, idx, NULL);
+    zs_tensor *x = hidden(g, idx);
     zs_tensor *logits = zs_matmul_t(x, g->wte, false, true);
     zs_release(x);
     return logits;
@@ -401,86 +379,4 @@ zs_tensor *zs_gpt_loss(zs_module *gpt, zs_tensor *idx, zs_tensor *targets)
     zs_release(flat);
     zs_release(tf);
     return loss;
-}
-
-/* ---- KV cache ------------------------------------------------------------ */
-
-zs_kv_cache *zs_kv_cache_new(zs_module *gpt, int64_t batch, int64_t max_len)
-{
-    gpt_impl *g = impl_of(gpt);
-    if (!g || batch <= 0 || max_len <= 0 || max_len > g->c.ctx) {
-        zs_set_error("kv_cache: batch %lld, length %lld: expected a GPT, batch "
-                     "> 0 and 0 < length <= context", (long long)batch,
-                     (long long)max_len);
-        return NULL;
-    }
-    zs_kv_cache *kv = calloc(1, sizeof *kv);
-    if (!kv)
-        goto oom;
-    kv->k = calloc((size_t)g->c.layers, sizeof *kv->k);
-    kv->v = calloc((size_t)g->c.layers, sizeof *kv->v);
-    if (!kv->k || !kv->v)
-        goto oom;
-    kv->gpt = gpt;
-    kv->batch = batch;
-    kv->max_len = max_len;
-    int64_t shape[4] = {batch, g->c.heads, max_len, g->c.width / g->c.heads};
-    zsi_tracking_pause();
-    bool ok = true;
-    for (int64_t l = 0; l < g->c.layers; l++) {
-        kv->k[l] = zs_zeros(g->wte->dtype, 4, shape);
-        kv->v[l] = zs_zeros(g->wte->dtype, 4, shape);
-        ok = ok && kv->k[l] && kv->v[l];
-    }
-    zsi_tracking_resume();
-    if (ok)
-        return kv;
-oom:
-    zs_kv_cache_free(kv);
-    zs_set_error_code(ZS_ERR_NOMEM, "kv_cache: out of memory");
-    return NULL;
-}
-
-void zs_kv_cache_free(zs_kv_cache *kv)
-{
-    if (!kv)
-        return;
-    gpt_impl *g = impl_of(kv->gpt);
-    for (int64_t l = 0; g && kv->k && l < g->c.layers; l++) {
-        zs_release(kv->k[l]);
-        if (kv->v)
-            zs_release(kv->v[l]);
-    }
-    free(kv->k);
-    free(kv->v);
-    free(kv);
-}
-
-int64_t zs_kv_cache_len(const zs_kv_cache *kv) { return kv ? kv->len : 0; }
-
-zs_tensor *zs_gpt_forward_cached(zs_module *gpt, zs_kv_cache *kv, zs_tensor *idx)
-{
-    gpt_impl *g = impl_of(gpt);
-    if (!g || !kv || kv->gpt != gpt) {
-        zs_set_error("gpt_forward_cached: cache does not belong to this GPT");
-        return NULL;
-    }
-    if (check_idx(g, idx, kv->len) != ZS_OK)
-        return NULL;
-    if (idx->shape[0] != kv->batch || kv->len + idx->shape[1] > kv->max_len) {
-        zs_set_error("gpt_forward_cached: %lld x %lld tokens do not fit the "
-                     "cache (batch %lld, %lld of %lld positions used)",
-                     (long long)idx->shape[0], (long long)idx->shape[1],
-                     (long long)kv->batch, (long long)kv->len,
-                     (long long)kv->max_len);
-        return NULL;
-    }
-    zs_no_grad_push();
-    zs_tensor *x = hidden(g, idx, kv);
-    zs_tensor *logits = zs_matmul_t(x, g->wte, false, true);
-    zs_release(x);
-    zs_no_grad_pop();
-    if (logits)
-        kv->len += idx->shape[1];
-    return logits;
 }

@@ -54,7 +54,7 @@ static zsk_paged_attn attn_of(zs_kv_pool *p, int64_t D, int64_t l, int64_t n,
     int64_t per = c->block_size * H * D;
     return (zsk_paged_attn){n, H, D, q, zs_kv_pool_data(p), 2 * L * per, l * per,
                             (L + l) * per, c->block_size, tables, len,
-                            (float)(1 / sqrt((double)D))};
+                            (float)(1 / sqrt((double)D)), NULL};
 }
 
 static void run_case(int64_t bs, int64_t D)

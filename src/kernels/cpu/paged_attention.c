@@ -56,10 +56,14 @@ static void chunk_body(void *ctx, int64_t lo, int64_t hi)
         const item *it = &j->items[w];
         const float *q = a->q + (it->s * a->H + it->h) * D;
         float *p = j->part + w * (D + 2), *acc = p + 2, m = -INFINITY, sum = 0;
+        float slope = a->slopes ? a->slopes[it->h] : 0;
+        int64_t last = a->len[it->s] - 1;
         for (int64_t d = 0; d < D; d++)
             acc[d] = 0;
         for (int64_t t = it->t0; t < it->t1; t++) {
             float x = dot(q, row(a, it->s, t, a->k_off, it->h), D) * a->scale;
+            if (slope != 0)
+                x -= slope * (float)(last - t);
             float m2 = x > m ? x : m, c = expf(m - m2), e = expf(x - m2);
             sum = sum * c + e;
             scale_add(acc, c, row(a, it->s, t, a->v_off, it->h), e, D);
@@ -123,5 +127,61 @@ zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
         }
     free(items);
     free(part);
+    return ZS_OK;
+}
+
+/* ---- float64 ----------------------------------------------------------- */
+
+static const double *row64(const zsk_paged_attn_f64 *a, int64_t s, int64_t t,
+                           int64_t off, int64_t h)
+{
+    int64_t b = a->tables[s][t / a->bs];
+    return a->base + b * a->block_stride + off + ((t % a->bs) * a->H + h) * a->D;
+}
+
+typedef struct job64 {
+    const zsk_paged_attn_f64 *a;
+    double *o;
+} job64;
+
+/* Work items s * H + h in [lo, hi): an online softmax over the whole
+ * sequence, in position order. */
+static void seq_head64(void *ctx, int64_t lo, int64_t hi)
+{
+    const job64 *j = ctx;
+    const zsk_paged_attn_f64 *a = j->a;
+    int64_t D = a->D;
+    for (int64_t w = lo; w < hi; w++) {
+        int64_t s = w / a->H, h = w % a->H, n = a->len[s];
+        const double *q = a->q + w * D;
+        double *acc = j->o + w * D, m = -INFINITY, sum = 0;
+        double slope = a->slopes ? a->slopes[h] : 0;
+        for (int64_t d = 0; d < D; d++)
+            acc[d] = 0;
+        for (int64_t t = 0; t < n; t++) {
+            const double *k = row64(a, s, t, a->k_off, h), *v = row64(a, s, t, a->v_off, h);
+            double x = 0;
+            for (int64_t d = 0; d < D; d++)
+                x += q[d] * k[d];
+            x = x * a->scale - slope * (double)(n - 1 - t);
+            double m2 = x > m ? x : m, c = exp(m - m2), e = exp(x - m2);
+            sum = sum * c + e;
+            for (int64_t d = 0; d < D; d++)
+                acc[d] = acc[d] * c + e * v[d];
+            m = m2;
+        }
+        for (int64_t d = 0; d < D; d++)
+            acc[d] /= sum;
+    }
+}
+
+zs_status zsk_paged_attention_f64(const zsk_paged_attn_f64 *a, double *o)
+{
+    for (int64_t s = 0; s < a->n_seqs; s++)
+        if (a->len[s] < 1)
+            return zs_set_error("paged attention: sequence %lld has no cached position",
+                                (long long)s);
+    job64 j = {a, o};
+    zs_parallel_for(a->n_seqs * a->H, 1, seq_head64, &j);
     return ZS_OK;
 }

@@ -35,11 +35,28 @@ typedef struct zsk_paged_attn {
     const int32_t *const *tables; /* [n_seqs] block tables */
     const int64_t *len;           /* [n_seqs] cached positions, >= 1 */
     float scale;                  /* multiplies q . k (1 / sqrt(D)) */
+    const float *slopes;          /* [H] ALiBi slopes (BLOOM), or NULL: the
+                                   * score of position t gets
+                                   * - slopes[h] * (len - 1 - t) */
 } zsk_paged_attn;
+
+/* The same for float64 queries, pool and output (a float64 model): plain
+ * loops, one pass per (sequence, head), for correctness rather than
+ * speed. */
+typedef struct zsk_paged_attn_f64 {
+    int64_t n_seqs, H, D;
+    const double *q, *base;
+    int64_t block_stride, k_off, v_off, bs;
+    const int32_t *const *tables;
+    const int64_t *len;
+    double scale;
+    const double *slopes;
+} zsk_paged_attn_f64;
 
 /* o [n_seqs, H, D] = softmax(q k^T * scale) v per sequence and head.
  * ZS_ERR_ARG for a sequence of length < 1; ZS_ERR_NOMEM when scratch
  * memory cannot be had (message set). */
 zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o);
+zs_status zsk_paged_attention_f64(const zsk_paged_attn_f64 *a, double *o);
 
 #endif

@@ -1,0 +1,208 @@
+/*
+ * linear.c - one linear layer of the inference model in each weight format
+ * (infer/internal.h): building it from float weights, running it on a
+ * batch of rows, freeing it.
+ *
+ * Batch invariance holds in every format: the f32 kernel accumulates each
+ * output in one fma chain over k, the f64 loop likewise, Q8_0/Q4_* and
+ * int8 quantize activations per row and sum blocks in a fixed order.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer/internal.h"
+
+static zs_status oom(void)
+{
+    return zs_set_error_code(ZS_ERR_NOMEM, "llm: out of memory");
+}
+
+static zsk_qfmt qfmt_of(zsi_wfmt f)
+{
+    return f == ZSI_W_Q8_0 ? ZSK_Q8_0 : f == ZSI_W_Q4_0 ? ZSK_Q4_0 : ZSK_Q4_1;
+}
+
+static bool is_q(zsi_wfmt f)
+{
+    return f == ZSI_W_Q8_0 || f == ZSI_W_Q4_0 || f == ZSI_W_Q4_1;
+}
+
+/* W as n floats (converted from src_dt when it is f64), malloc'd. */
+static float *as_f32(const void *W, zs_dtype src_dt, int64_t n)
+{
+    float *f = malloc((size_t)n * sizeof *f);
+    if (f && src_dt == ZS_F64)
+        for (int64_t i = 0; i < n; i++)
+            f[i] = (float)((const double *)W)[i];
+    else if (f)
+        memcpy(f, W, (size_t)n * sizeof *f);
+    return f;
+}
+
+static zs_status build_weights(zsi_linear *l, const float *w)
+{
+    int64_t N = l->N, K = l->K;
+    if (l->fmt == ZSI_W_F32) {
+        l->w_bytes = N * K * 4;
+        return zsk_pack_f32(w, N, K, &l->packed);
+    }
+    if (is_q(l->fmt)) {
+        int64_t row = K / ZSK_QBLOCK * zsk_qblock_bytes(qfmt_of(l->fmt));
+        l->w_bytes = N * row;
+        if (!(l->w = malloc((size_t)l->w_bytes)))
+            return oom();
+        for (int64_t n = 0; n < N; n++) {
+            zs_status s = zsk_quantize(qfmt_of(l->fmt), w + n * K, K, (char *)l->w + n * row);
+            if (s != ZS_OK)
+                return s;
+        }
+        return ZS_OK;
+    }
+    l->w_bytes = N * K;
+    l->w = malloc((size_t)(N * K));
+    l->scale = malloc((size_t)N * sizeof *l->scale);
+    if (!l->w || !l->scale)
+        return oom();
+    return zsk_quantize_rows_i8(w, N, K, l->w, l->scale);
+}
+
+zs_status zsi_linear_build(zsi_linear *l, zsi_wfmt fmt, zs_dtype src_dt, const void *W,
+                           int64_t N, int64_t K, const void *bias, zs_dtype dt)
+{
+    *l = (zsi_linear){.fmt = fmt, .N = N, .K = K};
+    if (is_q(fmt) && K % ZSK_QBLOCK != 0)
+        return zs_set_error("llm: a %lld x %lld weight cannot be quantized in blocks "
+                            "of %d (the width must be a multiple of %d)",
+                            (long long)N, (long long)K, ZSK_QBLOCK, ZSK_QBLOCK);
+    zs_status s = ZS_OK;
+    if (bias) {
+        size_t nb = (size_t)N * zsi_esize(dt);
+        if (!(l->bias = malloc(nb)))
+            return oom();
+        memcpy(l->bias, bias, nb);
+    }
+    if (fmt == ZSI_W_F64) {
+        l->w_bytes = N * K * 8;
+        if (!(l->w = malloc((size_t)l->w_bytes)))
+            return oom();
+        memcpy(l->w, W, (size_t)l->w_bytes);
+        return ZS_OK;
+    }
+    float *w = as_f32(W, src_dt, N * K);
+    s = w ? build_weights(l, w) : oom();
+    free(w);
+    return s;
+}
+
+void zsi_linear_free(zsi_linear *l)
+{
+    zsk_packed_free(&l->packed);
+    free(l->w);
+    free(l->scale);
+    free(l->smooth);
+    free(l->bias);
+    *l = (zsi_linear){0};
+}
+
+int64_t zsi_linear_bytes(const zsi_linear *l)
+{
+    return l->w_bytes + (l->scale ? l->N * 4 : 0);
+}
+
+/* GPT-2's tanh GeLU of one value. */
+static double gelu(double x)
+{
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+typedef struct f64_job {
+    const zsi_linear *l;
+    const double *x, *r;
+    double *y;
+    int64_t M, ldx, ldr, ldy;
+    zsk_act act;
+} f64_job;
+
+/* Outputs [n0, n1) of every row: the dot in increasing k. */
+static void f64_cols(void *ctx, int64_t n0, int64_t n1)
+{
+    const f64_job *j = ctx;
+    const double *W = j->l->w, *b = j->l->bias;
+    int64_t K = j->l->K;
+    for (int64_t m = 0; m < j->M; m++)
+        for (int64_t n = n0; n < n1; n++) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++)
+                acc += j->x[m * j->ldx + k] * W[n * K + k];
+            acc += b ? b[n] : 0;
+            acc = j->act == ZSK_ACT_GELU_TANH ? gelu(acc) : acc;
+            j->y[m * j->ldy + n] = acc + (j->r ? j->r[m * j->ldr + n] : 0);
+        }
+}
+
+/* Bias, activation and residual after a product that wrote x W^T into y. */
+static void epilogue_f32(const zsi_linear *l, int64_t M, const float *r, int64_t ldr,
+                         zsk_act act, float *y, int64_t ldy)
+{
+    const float *b = l->bias;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < l->N; n++) {
+            float v = y[m * ldy + n] + (b ? b[n] : 0.0f);
+            v = act == ZSK_ACT_GELU_TANH ? (float)gelu(v) : v;
+            y[m * ldy + n] = v + (r ? r[m * ldr + n] : 0.0f);
+        }
+}
+
+/* The block formats need contiguous rows and a y apart from the residual:
+ * the product goes to tmp when y aliases it. */
+static zs_status run_q(const zsi_linear *l, const float *x, int64_t M, int64_t ldx,
+                       const float *r, int64_t ldr, zsk_act act, float *y, int64_t ldy)
+{
+    if (ldx != l->K || ldy != l->N)
+        return zs_set_error("llm: quantized linear needs contiguous rows");
+    float *out = y;
+    if (r == y && !(out = malloc((size_t)(M * l->N) * sizeof *out)))
+        return oom();
+    zs_status s = zsk_qmatmul(qfmt_of(l->fmt), l->w, x, out, M, l->N, l->K);
+    if (s == ZS_OK && out != y) {
+        for (int64_t i = 0; i < M * l->N; i++)
+            y[i] += out[i]; /* y is r: r + xW^T, the bias below */
+        r = NULL;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < l->N && l->bias; n++)
+                y[m * ldy + n] += ((const float *)l->bias)[n];
+    } else if (s == ZS_OK) {
+        epilogue_f32(l, M, r, ldr, act, y, ldy);
+    }
+    if (out != y)
+        free(out);
+    return s;
+}
+
+zs_status zsi_linear_run(const zsi_linear *l, zs_dtype dt, const void *x, int64_t M,
+                         int64_t ldx, const void *residual, int64_t ldr, zsk_act act,
+                         void *y, int64_t ldy)
+{
+    if (M == 0)
+        return ZS_OK;
+    if (dt == ZS_F64) {
+        f64_job j = {l, x, residual, y, M, ldx, ldr, ldy, act};
+        zs_parallel_for(l->N, 1 + 16384 / (l->K * M + 1), f64_cols, &j);
+        return ZS_OK;
+    }
+    switch (l->fmt) {
+    case ZSI_W_F32:
+        return zsk_packed_linear_f32(&l->packed, x, M, ldx, l->bias, residual, ldr, act,
+                                     y, ldy);
+    case ZSI_W_I8: {
+        zsk_i8_opts o = {l->smooth, l->threshold};
+        return zsk_i8_linear(l->w, l->scale, l->N, l->K, x, M, ldx, &o, l->bias,
+                             residual, ldr, act, y, ldy);
+    }
+    default:
+        if (residual == y && act != ZSK_ACT_NONE)
+            return zs_set_error("llm: activation with an in-place residual");
+        return run_q(l, x, M, ldx, residual, ldr, act, y, ldy);
+    }
+}

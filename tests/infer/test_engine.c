@@ -1,0 +1,501 @@
+/*
+ * test_engine.c - the inference model and engine (zs/infer.h):
+ *   - zs_llm_logits against the training forward (zs_gpt_logits) for GPT-2
+ *     and BLOOM, in f32 and f64 (a float64 model generates in float64);
+ *   - the scheduler under a random arrival/length trace with a pool so
+ *     small that sequences are preempted: every request completes with the
+ *     tokens it gives when run alone (batch invariance, recompute);
+ *   - n > 1 samples (copy-on-write of the shared prompt block) and prefix
+ *     cache hits give the logits of a cold run, bit for bit;
+ *   - stop ids, max_tokens, context end, abort (blocks freed at once);
+ *   - quantized models (q8_0, q4_0, q4_1, LLM.int8(), SmoothQuant) stay
+ *     close to f32 and are batch invariant too;
+ *   - bad requests and configs are refused with a message.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "zs/infer.h"
+#include "zs/io.h"
+#include "zs/ops.h"
+
+#define V 67
+#define MAXR 64
+#define MAXT 256
+
+static zs_module *tiny_gpt(zs_gpt_arch arch, int64_t ctx)
+{
+    zs_gpt_config c = {.arch = arch, .vocab = V, .ctx = ctx, .layers = 2, .heads = 4,
+                       .width = 64};
+    zs_module *m = zs_gpt_new(&c, 7);
+    /* non-zero biases and norms so that every parameter matters */
+    zs_tensor **p;
+    char **names;
+    int n = zs_module_parameters(m, &p, &names);
+    for (int i = 0; i < n; i++)
+        if (strstr(names[i], "bias") || strstr(names[i], "ln")) {
+            zs_tensor *r = zt_rand(ZS_F32, p[i]->ndim, p[i]->shape, 100 + (uint64_t)i);
+            zs_tensor *s = zs_mul_scalar(r, 0.2);
+            zs_copy_(p[i], s);
+            zs_release(r);
+            zs_release(s);
+        }
+    zs_names_free(n, p, names);
+    return m;
+}
+
+static int32_t *random_tokens(int64_t n)
+{
+    int32_t *t = malloc((size_t)n * sizeof *t);
+    for (int64_t i = 0; i < n; i++)
+        t[i] = (int32_t)zt_irand(0, V - 1);
+    return t;
+}
+
+/* zs_llm_logits vs zs_gpt_logits of the module. */
+static void check_logits(zs_module *gpt, zs_dtype dt, double tol)
+{
+    int64_t T = 37;
+    int32_t *tok = random_tokens(T);
+    zs_tensor *idx = zs_empty(ZS_I64, 2, (int64_t[]){1, T});
+    for (int64_t i = 0; i < T; i++)
+        ((int64_t *)zs_data(idx))[i] = tok[i];
+    zs_no_grad_push();
+    zs_tensor *ref = zs_gpt_logits(gpt, idx);
+    zs_no_grad_pop();
+    double *r = zt_values(ref);
+    zs_llm *m = zs_llm_from_gpt(gpt, NULL);
+    ZT_CHECK(m && zs_llm_dtype(m) == dt, "llm in %s", zs_dtype_name(dt));
+    float *lg = malloc((size_t)(T * V) * sizeof *lg);
+    ZT_CHECK(zs_llm_logits(m, tok, T, lg) == ZS_OK, "llm_logits: %s", zs_last_error());
+    double err = 0;
+    for (int64_t i = 0; i < T * V; i++)
+        err = fmax(err, fabs(lg[i] - r[i]));
+    ZT_CHECK(err < tol, "logits differ from the training forward by %g (tol %g)", err, tol);
+    free(lg);
+    free(r);
+    free(tok);
+    zs_release(ref);
+    zs_release(idx);
+    zs_llm_free(m);
+}
+
+static void test_logits(void)
+{
+    zt_section("llm logits = training forward (gpt2, bloom, f32, f64)");
+    for (int arch = 0; arch < 2; arch++) {
+        zs_module *g = tiny_gpt((zs_gpt_arch)arch, 128);
+        check_logits(g, ZS_F32, 2e-4);
+        ZT_CHECK(zs_module_to_dtype(g, ZS_F64) == ZS_OK, "to f64");
+        check_logits(g, ZS_F64, 1e-6); /* the f32 copy of the result dominates */
+        zs_module_free(g);
+    }
+}
+
+/* ---- generation records ---------------------------------------------- */
+
+typedef struct out {
+    int32_t tok[4][MAXT];
+    int64_t n[4];
+    zs_finish fin[4];
+    int events;
+} out;
+
+typedef struct rec {
+    out *o;        /* by request user index */
+} rec;
+
+static void on_token(void *ctx, const zs_token_event *ev)
+{
+    rec *r = ctx;
+    out *o = &r->o[(intptr_t)ev->user];
+    o->events++;
+    if (ev->token >= 0)
+        o->tok[ev->sample][o->n[ev->sample]++] = ev->token;
+    if (ev->finish)
+        o->fin[ev->sample] = ev->finish;
+}
+
+typedef struct trace_req {
+    int32_t *prompt;
+    int64_t n_prompt, max_tokens, arrive;
+    zs_sampler s;
+    int n;
+} trace_req;
+
+static zs_gen_request request_of(const trace_req *t, intptr_t user)
+{
+    return (zs_gen_request){.prompt = t->prompt, .n_prompt = t->n_prompt,
+                            .sampling = t->s, .max_tokens = t->max_tokens, .n = t->n,
+                            .user = (void *)user};
+}
+
+/* Runs t alone in a roomy engine. */
+static void run_alone(const zs_llm *m, const trace_req *t, out *o)
+{
+    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){0});
+    rec r = {o};
+    zs_gen_request q = request_of(t, 0);
+    memset(o, 0, sizeof *o);
+    ZT_CHECK(zs_engine_add(e, &q, NULL) == ZS_OK, "add: %s", zs_last_error());
+    ZT_CHECK(zs_engine_run(e, on_token, &r) == ZS_OK, "run: %s", zs_last_error());
+    zs_engine_free(e);
+}
+
+static void test_trace(const zs_llm *m, const char *what, int64_t kv_blocks, int64_t budget)
+{
+    zt_section(what);
+    int nr = 24;
+    trace_req t[24];
+    for (int i = 0; i < nr; i++) {
+        t[i].n_prompt = zt_irand(1, 60);
+        t[i].prompt = random_tokens(t[i].n_prompt);
+        t[i].max_tokens = zt_irand(1, 40);
+        t[i].arrive = zt_irand(0, 30);
+        t[i].n = i % 5 == 0 ? 2 : 1;
+        t[i].s = (zs_sampler){.temperature = i % 3 ? 0.9 : 0, .top_k = i % 4 ? 0 : 20,
+                              .top_p = i % 2 ? 0.95 : 1, .seed = 1000 + (uint64_t)i,
+                              .presence_penalty = i % 7 == 3 ? 0.5 : 0};
+    }
+    static out batched[24], alone;
+    memset(batched, 0, sizeof batched);
+    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){.kv_blocks = kv_blocks,
+                                                             .max_num_seqs = 8,
+                                                             .max_batched_tokens = budget});
+    ZT_CHECK(e != NULL, "engine: %s", zs_last_error());
+    rec r = {batched};
+    int added = 0;
+    for (int64_t step = 0; added < nr || zs_engine_busy(e); step++) {
+        for (int i = 0; i < nr; i++)
+            if (t[i].arrive == step) {
+                zs_gen_request q = request_of(&t[i], i);
+                ZT_CHECK(zs_engine_add(e, &q, NULL) == ZS_OK, "add: %s", zs_last_error());
+                added++;
+            }
+        ZT_CHECK(zs_engine_step(e, on_token, &r) == ZS_OK, "step: %s", zs_last_error());
+        if (step > 100000)
+            break;
+    }
+    zs_engine_stats st;
+    zs_engine_get_stats(e, &st);
+    ZT_CHECK(st.requests_done == nr && st.kv.used_blocks == 0,
+             "%lld of %d requests done, %lld blocks still used", (long long)st.requests_done,
+             nr, (long long)st.kv.used_blocks);
+    if (kv_blocks)
+        ZT_CHECK(st.preemptions > 0, "a tiny pool preempts (got %lld)",
+                 (long long)st.preemptions);
+    int same = 0, total = 0;
+    for (int i = 0; i < nr; i++) {
+        run_alone(m, &t[i], &alone);
+        for (int k = 0; k < t[i].n; k++, total++) {
+            bool eq = alone.n[k] == batched[i].n[k] && alone.fin[k] == batched[i].fin[k] &&
+                      !memcmp(alone.tok[k], batched[i].tok[k],
+                              (size_t)alone.n[k] * sizeof(int32_t));
+            same += eq;
+            ZT_CHECK(batched[i].fin[k] == ZS_FINISH_LENGTH, "request %d ended", i);
+        }
+    }
+    ZT_CHECK(same == total, "%d of %d samples match their run alone", same, total);
+    zs_engine_free(e);
+    for (int i = 0; i < nr; i++)
+        free(t[i].prompt);
+}
+
+/* ---- copy-on-write and prefix cache: the logits of a cold run --------- */
+
+typedef struct cold {
+    const zs_llm *m;
+    int32_t seq[2][MAXT];
+    int64_t n[2];
+    int64_t n_prompt;
+    const int32_t *prompt;
+    int mismatches, checked;
+} cold;
+
+/* Every event's logits against zs_llm_logits of the same sequence. */
+static void on_cold(void *ctx, const zs_token_event *ev)
+{
+    cold *c = ctx;
+    int k = ev->sample;
+    if (c->n[k] == 0) {
+        memcpy(c->seq[k], c->prompt, (size_t)c->n_prompt * sizeof(int32_t));
+        c->n[k] = c->n_prompt;
+    }
+    int64_t n = c->n[k];
+    float *lg = malloc((size_t)(n * V) * sizeof *lg);
+    zs_llm_logits(c->m, c->seq[k], n, lg);
+    c->mismatches += memcmp(lg + (n - 1) * V, ev->logits, V * sizeof(float)) != 0;
+    c->checked++;
+    free(lg);
+    if (ev->token >= 0)
+        c->seq[k][c->n[k]++] = ev->token;
+}
+
+static void test_cow_prefix(const zs_llm *m)
+{
+    zt_section("copy-on-write (n = 2) and prefix-cache hits = cold logits");
+    int32_t *prompt = random_tokens(40);
+    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){.block_size = 16});
+    cold c = {.m = m, .prompt = prompt, .n_prompt = 37};
+    zs_gen_request q = {.prompt = prompt, .n_prompt = 37, .max_tokens = 9, .n = 2,
+                        .sampling = {.temperature = 1, .top_p = 1, .seed = 5}};
+    ZT_CHECK(zs_engine_add(e, &q, NULL) == ZS_OK && zs_engine_run(e, on_cold, &c) == ZS_OK,
+             "n = 2: %s", zs_last_error());
+    ZT_CHECK(c.checked == 18 && c.mismatches == 0, "%d of %d events differ from a cold run",
+             c.mismatches, c.checked);
+    ZT_CHECK(memcmp(c.seq[0], c.seq[1], sizeof c.seq[0]) != 0, "the samples differ");
+    zs_engine_stats st;
+    zs_engine_get_stats(e, &st);
+    ZT_CHECK(st.kv.cow_copies >= 1, "the shared partial block was copied (%lld)",
+             (long long)st.kv.cow_copies);
+    /* the same first 32 tokens (2 full blocks), another tail */
+    int32_t p2[40];
+    memcpy(p2, prompt, sizeof p2);
+    p2[35] = (p2[35] + 1) % V;
+    cold c2 = {.m = m, .prompt = p2, .n_prompt = 39};
+    zs_gen_request q2 = {.prompt = p2, .n_prompt = 39, .max_tokens = 5,
+                         .sampling = {.temperature = 0.7, .top_p = 1, .seed = 9}};
+    int64_t hits = st.kv.prefix_hits;
+    ZT_CHECK(zs_engine_add(e, &q2, NULL) == ZS_OK && zs_engine_run(e, on_cold, &c2) == ZS_OK,
+             "prefix: %s", zs_last_error());
+    zs_engine_get_stats(e, &st);
+    ZT_CHECK(st.kv.prefix_hits - hits == 2, "2 blocks from the prefix cache (got %lld)",
+             (long long)(st.kv.prefix_hits - hits));
+    ZT_CHECK(c2.checked == 5 && c2.mismatches == 0, "prefix hit: %d of %d events differ",
+             c2.mismatches, c2.checked);
+    zs_engine_free(e);
+    free(prompt);
+}
+
+/* ---- stops, abort, errors ------------------------------------------------ */
+
+static void test_stops_abort(const zs_llm *m)
+{
+    zt_section("stop ids, max_tokens, context end, abort");
+    int32_t prompt[5] = {1, 2, 3, 4, 5};
+    static out o[3];
+    memset(o, 0, sizeof o);
+    rec r = {o};
+    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){0});
+    /* greedy: find its first token, then ask to stop there */
+    zs_gen_request q = {.prompt = prompt, .n_prompt = 5, .max_tokens = 3,
+                        .sampling = {.top_p = 1}, .user = (void *)0};
+    zs_engine_add(e, &q, NULL);
+    zs_engine_run(e, on_token, &r);
+    ZT_CHECK(o[0].n[0] == 3 && o[0].fin[0] == ZS_FINISH_LENGTH, "max_tokens 3");
+    int32_t stop = o[0].tok[0][1];
+    q.stop_ids = &stop, q.n_stop_ids = 1, q.user = (void *)1, q.max_tokens = 0;
+    zs_engine_add(e, &q, NULL);
+    zs_engine_run(e, on_token, &r);
+    ZT_CHECK(o[1].n[0] == 1 && o[1].fin[0] == ZS_FINISH_STOP, "stop id: %lld tokens",
+             (long long)o[1].n[0]);
+    /* no limit: runs to the context end */
+    zs_gen_request q3 = {.prompt = prompt, .n_prompt = 5, .sampling = {.top_p = 1,
+                         .temperature = 1, .seed = 3}, .user = (void *)2};
+    uint64_t id;
+    zs_engine_add(e, &q3, &id);
+    for (int i = 0; i < 4; i++)
+        zs_engine_step(e, on_token, &r);
+    zs_engine_stats st;
+    zs_engine_get_stats(e, &st);
+    ZT_CHECK(st.kv.used_blocks > 0, "blocks in use while running");
+    ZT_CHECK(zs_engine_abort(e, id) == ZS_OK, "abort");
+    zs_engine_get_stats(e, &st);
+    ZT_CHECK(st.kv.used_blocks == 0, "abort frees the blocks at once (%lld used)",
+             (long long)st.kv.used_blocks);
+    zs_engine_step(e, on_token, &r);
+    ZT_CHECK(o[2].fin[0] == ZS_FINISH_ABORT && !zs_engine_busy(e), "abort reported");
+    ZT_EXPECT_ERROR(zs_engine_abort(e, id) != ZS_OK, "no request");
+    zs_engine_free(e);
+}
+
+static void test_errors(const zs_llm *m)
+{
+    zt_section("bad requests and configs");
+    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){0});
+    int32_t p[130] = {0};
+    zs_gen_request q = {.prompt = p, .n_prompt = 0, .sampling = {.top_p = 1}};
+    ZT_EXPECT_ERROR(zs_engine_add(e, &q, NULL) != ZS_OK, "empty prompt");
+    q.n_prompt = 128;
+    ZT_EXPECT_ERROR(zs_engine_add(e, &q, NULL) != ZS_OK, "no room");
+    q.n_prompt = 3, p[1] = V;
+    ZT_EXPECT_ERROR(zs_engine_add(e, &q, NULL) != ZS_OK, "outside the vocabulary");
+    p[1] = -1;
+    ZT_EXPECT_ERROR(zs_engine_add(e, &q, NULL) != ZS_OK, "outside the vocabulary");
+    p[1] = 0;
+    q.sampling.temperature = NAN;
+    ZT_EXPECT_ERROR(zs_engine_add(e, &q, NULL) != ZS_OK, "temperature");
+    q.sampling.temperature = 0, q.sampling.top_p = 2;
+    ZT_EXPECT_ERROR(zs_engine_add(e, &q, NULL) != ZS_OK, "top_p");
+    q.sampling.top_p = 1, q.logprobs = 21;
+    ZT_EXPECT_ERROR(zs_engine_add(e, &q, NULL) != ZS_OK, "logprobs");
+    q.logprobs = 0;
+    const char *stop[] = {"x"};
+    q.stop = stop, q.n_stop = 1;
+    ZT_EXPECT_ERROR(zs_engine_add(e, &q, NULL) != ZS_OK, "need a tokenizer");
+    ZT_CHECK(!zs_engine_busy(e), "nothing queued by bad requests");
+    zs_engine_free(e);
+    ZT_EXPECT_ERROR(zs_engine_new(m, NULL, &(zs_engine_config){.kv_blocks = 3}) == NULL,
+                    "cannot hold one sequence");
+    ZT_EXPECT_ERROR(zs_engine_new(m, NULL, &(zs_engine_config){.block_size = -1}) == NULL,
+                    "block size");
+    ZT_EXPECT_ERROR(zs_llm_logits(m, p, 0, NULL) != ZS_OK, "expected 1 ..");
+    zs_quant qq;
+    ZT_EXPECT_ERROR(zs_quant_parse("q5", &qq) != ZS_OK, "unknown quantization");
+    ZT_CHECK(zs_quant_parse("q8", &qq) == ZS_OK && qq == ZS_QUANT_Q8_0, "q8 alias");
+}
+
+/* ---- quantized ----------------------------------------------------------- */
+
+static void test_quant(zs_module *g, const zs_llm *f)
+{
+    zt_section("quantized models: close to f32, batch invariant");
+    int64_t T = 50;
+    int32_t *tok = random_tokens(T), *calib = random_tokens(300);
+    float *ref = malloc((size_t)(T * V) * sizeof *ref), *lg = malloc(sizeof *ref * T * V);
+    zs_llm_logits(f, tok, T, ref);
+    double scale = 0;
+    for (int64_t i = 0; i < T * V; i++)
+        scale = fmax(scale, fabs(ref[i]));
+    const zs_quant qs[] = {ZS_QUANT_Q8_0, ZS_QUANT_Q4_0, ZS_QUANT_Q4_1, ZS_QUANT_INT8,
+                           ZS_QUANT_W8A8};
+    const double tol[] = {0.03, 0.25, 0.2, 0.05, 0.05};
+    for (int i = 0; i < 5; i++) {
+        zs_llm_options o = {.quant = qs[i], .calib = calib, .n_calib = 300};
+        zs_llm *q = zs_llm_from_gpt(g, &o);
+        ZT_CHECK(q && zs_llm_quant(q) == qs[i], "%s: %s", zs_quant_name(qs[i]),
+                 q ? "" : zs_last_error());
+        ZT_CHECK(zs_llm_weight_bytes(q) < zs_llm_weight_bytes(f) / 2 + 8 * V * 64,
+                 "%s is smaller", zs_quant_name(qs[i]));
+        zs_llm_logits(q, tok, T, lg);
+        double err = 0;
+        for (int64_t j = 0; j < T * V; j++)
+            err = fmax(err, fabs(lg[j] - ref[j]));
+        ZT_CHECK(err / scale < tol[i], "%s: max error %.4f of %.3f", zs_quant_name(qs[i]),
+                 err, scale);
+        /* one row alone = the same row in the 50-token run */
+        float *one = malloc((size_t)(20 * V) * sizeof *one);
+        zs_llm_logits(q, tok, 20, one);
+        ZT_CHECK(!memcmp(one, lg, (size_t)(20 * V) * sizeof *one),
+                 "%s: a prefix's logits do not depend on the batch", zs_quant_name(qs[i]));
+        free(one);
+        zs_llm_free(q);
+    }
+    zs_llm_options bad = {.quant = ZS_QUANT_W8A8};
+    ZT_EXPECT_ERROR(zs_llm_from_gpt(g, &bad) == NULL, "calibration");
+    free(tok), free(calib), free(ref), free(lg);
+}
+
+/* ---- quantized checkpoints ------------------------------------------------ */
+
+/* Rewrites path with tensor `name` changed by fn (or dropped). */
+static void tamper(const char *path, const char *out, const char *name,
+                   void (*fn)(zs_tensor *t), const char *meta_override)
+{
+    zs_tensor_set set;
+    zs_safetensors_load(path, &set);
+    const char *names[512];
+    zs_tensor *ts[512];
+    int n = 0;
+    for (int i = 0; i < set.n; i++) {
+        if (!strcmp(set.names[i], name) && !fn)
+            continue;
+        if (!strcmp(set.names[i], name))
+            fn(set.tensors[i]);
+        names[n] = set.names[i];
+        ts[n++] = set.tensors[i];
+    }
+    zs_safetensors_save(out, n, names, ts, meta_override ? meta_override : set.metadata_json);
+    zs_tensor_set_free(&set);
+}
+
+static void nan_scale(zs_tensor *t) { memset(zs_data(t), 0xff, 4); }
+
+static void test_checkpoints(zs_module *g)
+{
+    zt_section("quantized checkpoints: round trip, corrupted files");
+    const char *path = "test_engine_q.safetensors", *bad = "test_engine_bad.safetensors";
+    int32_t *tok = random_tokens(30), *calib = random_tokens(200);
+    float *a = malloc(30 * V * sizeof *a), *b = malloc(30 * V * sizeof *b);
+    const zs_quant qs[] = {ZS_QUANT_Q8_0, ZS_QUANT_Q4_1, ZS_QUANT_INT8, ZS_QUANT_W8A8};
+    for (int i = 0; i < 4; i++) {
+        zs_llm_options o = {.quant = qs[i], .calib = calib, .n_calib = 200};
+        zs_llm *q = zs_llm_from_gpt(g, &o);
+        ZT_CHECK(zs_llm_save(q, path, "{\"note\":\"test\"}") == ZS_OK, "save %s: %s",
+                 zs_quant_name(qs[i]), zs_last_error());
+        zs_llm *r = zs_llm_open(path, NULL, NULL);
+        ZT_CHECK(r && zs_llm_quant(r) == qs[i], "open %s: %s", zs_quant_name(qs[i]),
+                 r ? "" : zs_last_error());
+        zs_llm_logits(q, tok, 30, a);
+        if (r)
+            zs_llm_logits(r, tok, 30, b);
+        ZT_CHECK(r && !memcmp(a, b, 30 * V * sizeof *a), "%s: same logits after loading",
+                 zs_quant_name(qs[i]));
+        zs_llm_free(q);
+        zs_llm_free(r);
+    }
+    /* path holds the W8A8 model now; q8_0 for the block checks */
+    zs_llm *q8 = zs_llm_from_gpt(g, &(zs_llm_options){.quant = ZS_QUANT_Q8_0});
+    ZT_EXPECT_ERROR(zs_llm_open(path, &(zs_llm_options){.quant = ZS_QUANT_Q4_0}, NULL) == NULL,
+                    "quantized as w8a8 already");
+    zs_llm_save(q8, path, NULL);
+    tamper(path, bad, "h.1.mlp.c_fc.weight", nan_scale, NULL);
+    ZT_EXPECT_ERROR(zs_llm_open(bad, NULL, NULL) == NULL, "non-finite block scale");
+    tamper(path, bad, "h.0.attn.c_proj.weight", NULL, NULL);
+    ZT_EXPECT_ERROR(zs_llm_open(bad, NULL, NULL) == NULL, "no tensor h.0.attn.c_proj.weight");
+    tamper(path, bad, "wte.weight", NULL, NULL);
+    ZT_EXPECT_ERROR(zs_llm_open(bad, NULL, NULL) == NULL, "no tensor wte.weight");
+    tamper(path, bad, "ln_f.bias", nan_scale, NULL);
+    ZT_EXPECT_ERROR(zs_llm_open(bad, NULL, NULL) == NULL, "non-finite");
+    tamper(path, bad, "none", NULL,
+           "{\"model\":\"gpt\",\"arch\":\"gpt2\",\"vocab\":\"67\",\"ctx\":\"128\","
+           "\"layers\":\"2\",\"heads\":\"4\",\"width\":\"64\",\"quant\":\"q9\"}");
+    ZT_EXPECT_ERROR(zs_llm_open(bad, NULL, NULL) == NULL, "unknown quantization");
+    tamper(path, bad, "none", NULL,
+           "{\"model\":\"gpt\",\"arch\":\"gpt2\",\"vocab\":\"67\",\"ctx\":\"128\","
+           "\"layers\":\"2\",\"heads\":\"4\",\"width\":\"64\",\"quant\":\"q8_0\"}");
+    ZT_EXPECT_ERROR(zs_llm_open(bad, NULL, NULL) == NULL, "wte.weight is u8");
+    tamper(path, bad, "none", NULL,
+           "{\"model\":\"gpt\",\"arch\":\"gpt2\",\"vocab\":\"67\",\"ctx\":\"128\","
+           "\"layers\":\"3\",\"heads\":\"4\",\"width\":\"64\",\"quant\":\"q8_0\","
+           "\"quant.wte.weight\":\"q8_0\"}");
+    ZT_EXPECT_ERROR(zs_llm_open(bad, NULL, NULL) == NULL, "c_attn.weight has no valid");
+    FILE *f = fopen(bad, "wb");
+    fwrite("\x10\0\0\0\0\0\0\0{\"a\":", 1, 13, f);
+    fclose(f);
+    ZT_EXPECT_ERROR(zs_llm_open(bad, NULL, NULL) == NULL, bad);
+    ZT_EXPECT_ERROR(zs_llm_open("/nonexistent/q.safetensors", NULL, NULL) == NULL,
+                    "/nonexistent");
+    zs_llm *f32 = zs_llm_from_gpt(g, NULL);
+    ZT_EXPECT_ERROR(zs_llm_save(f32, path, NULL) != ZS_OK, "not quantized");
+    zs_llm_free(f32);
+    zs_llm_free(q8);
+    remove(path);
+    remove(bad);
+    free(tok), free(calib), free(a), free(b);
+}
+
+int main(void)
+{
+    zt_irand_seed(42);
+    test_logits();
+    zs_module *g = tiny_gpt(ZS_GPT2, 128);
+    zs_llm *m = zs_llm_from_gpt(g, NULL);
+    test_trace(m, "trace, roomy pool: batched = alone", 0, 64);
+    test_trace(m, "trace, tiny pool (preemption): batched = alone", 12, 48);
+    test_cow_prefix(m);
+    test_stops_abort(m);
+    test_errors(m);
+    test_quant(g, m);
+    test_checkpoints(g);
+    zs_llm_free(m);
+    zs_module_free(g);
+    zs_module *b = tiny_gpt(ZS_BLOOM, 128);
+    zs_llm *mb = zs_llm_from_gpt(b, NULL);
+    test_trace(mb, "bloom trace, tiny pool", 10, 32);
+    zs_llm_free(mb);
+    zs_module_free(b);
+    return zt_done();
+}
