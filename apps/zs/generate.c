@@ -188,7 +188,7 @@ static void print_all(const gen_cfg *c, const job *jobs, int n)
 {
     for (int i = 0; i < n; i++)
         for (int k = 0; k < c->n; k++) {
-            if (n > 1 || c->n > 1)
+            if (c->prompts || c->n > 1)
                 printf("=== prompt %d%s", i + 1, c->n > 1 ? "" : " ===\n");
             if (c->n > 1)
                 printf(", sample %d ===\n", k + 1);
@@ -200,7 +200,7 @@ static void print_all(const gen_cfg *c, const job *jobs, int n)
 static int generate(const gen_cfg *c, zs_llm *m, const zs_bpe *bpe, job *jobs, int n)
 {
     zs_engine *e = zs_engine_new(m, bpe, &c->e);
-    run r = {bpe, jobs, n == 1 && c->n == 1, 0, false};
+    run r = {bpe, jobs, !c->prompts && c->n == 1, 0, false};
     zs_status s = e ? submit(c, e, bpe, jobs, n) : ZS_ERR_ARG;
     if (s != ZS_OK) {
         zs_engine_free(e);

@@ -20,7 +20,8 @@ static const struct {
     {"sysinfo", cmd_sysinfo, "print CPU features, threads and measured peaks"},
     {"demo", cmd_demo, "fit a tiny model with autograd and print the losses"},
     {"train", cmd_train, "train a model: zs train lenet|resnet [flags]"},
-    {"generate", cmd_generate, "sample text from a GPT checkpoint directory"},
+    {"generate", cmd_generate, "sample text from a GPT checkpoint: many prompts, batched"},
+    {"quantize", cmd_quantize, "write a GPT checkpoint quantized: q8_0, q4_0, q4_1, int8, w8a8"},
     {"eval", cmd_eval, "evaluate a CNN checkpoint: accuracy, confusion matrix"},
     {"analyze", cmd_analyze, "FLOPs, memory, communication, roofline of a large model"},
 };
