@@ -813,6 +813,10 @@ zs_status zs_engine_step(zs_engine *e, zs_token_fn fn, void *ctx)
         st = zsi_forward(e->m, e->pool, &b, &e->work, e->logits);
         if (st == ZS_OK)
             st = emit(e, &p, fn, ctx);
+        else /* positions were claimed but not computed: start them over */
+            for (int64_t i = 0; i < p.n_pieces; i++)
+                if (p.n_pieces && e->pieces[i].s->state == RUNNING)
+                    preempt(e, e->pieces[i].s);
         e->st.steps++;
     }
     reap(e, fn, ctx);
