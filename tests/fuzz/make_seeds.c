@@ -18,6 +18,7 @@
 
 #include "zs/analyze.h"
 #include "zs/io.h"
+#include "zs/infer.h"
 #include "zs/nn.h"
 #include "zs/optim.h"
 #include "zs/text.h"
@@ -275,6 +276,27 @@ static void seed_checkpoints(void)
               "\"step\":\"3\",\"val_loss\":\"nan\"}");
 }
 
+/* Quantized GPTs as zs quantize writes them (zs_llm_save): every format. */
+static void seed_quantized(void)
+{
+    zs_gpt_config gc = {ZS_GPT2, 50, 16, 1, 2, 32};
+    zs_module *g = zs_gpt_new(&gc, 3);
+    int32_t calib[40];
+    for (int i = 0; i < 40; i++)
+        calib[i] = (i * 7) % 50;
+    const zs_quant qs[] = {ZS_QUANT_Q8_0, ZS_QUANT_Q4_0, ZS_QUANT_Q4_1, ZS_QUANT_INT8,
+                           ZS_QUANT_W8A8};
+    for (int i = 0; i < 5; i++) {
+        zs_llm_options o = {.quant = qs[i], .calib = calib, .n_calib = 40};
+        zs_llm *m = zs_llm_from_gpt(g, &o);
+        char name[64];
+        snprintf(name, sizeof name, "gpt2-%s.safetensors", zs_quant_name(qs[i]));
+        CHECK(m && zs_llm_save(m, seed_path("ckpt_quant", name), NULL) == ZS_OK, name);
+        zs_llm_free(m);
+    }
+    zs_module_free(g);
+}
+
 /* ---- analyzer configs ---------------------------------------------------- */
 
 static void seed_analyze(void)
@@ -351,6 +373,7 @@ int main(int argc, char **argv)
     seed_idx();
     seed_text();
     seed_checkpoints();
+    seed_quantized();
     seed_analyze();
     check_loads();
     printf("make_seeds: seed corpora written under %s\n", root);

@@ -43,7 +43,13 @@ static uint16_t scale_f16(float d)
     return h;
 }
 
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+/* round(v) clamped to [lo, hi] without converting an out-of-range float
+ * (inf, NaN from non-finite inputs: NaN gives lo) to int. */
+static int clampi(float v, int lo, int hi)
+{
+    v = roundf(v);
+    return v >= (float)hi ? hi : v > (float)lo ? (int)v : lo;
+}
 
 /* Whole blocks only; pointers needed when n > 0. */
 static zs_status check_n(const char *what, int64_t n, const void *a,
@@ -84,7 +90,7 @@ zs_status zsk_quantize_q8_0(const float *w, int64_t n, void *out)
         float d = zs_f16_to_f32(blk.d);
         float id = d > 0 ? 1.0f / d : 0.0f;
         for (int i = 0; i < ZSK_QBLOCK; i++)
-            blk.q[i] = (int8_t)clampi((int)roundf(v[i] * id), -127, 127);
+            blk.q[i] = (int8_t)clampi(v[i] * id, -127, 127);
         memcpy((char *)out + b * ZSK_Q8_0_BYTES, &blk, sizeof blk);
     }
     return ZS_OK;
@@ -109,8 +115,8 @@ zs_status zsk_quantize_q4_0(const float *w, int64_t n, void *out)
         float d = zs_f16_to_f32(blk.d);
         float id = d != 0 ? 1.0f / d : 0.0f;
         for (int i = 0; i < 16; i++) {
-            int lo = clampi((int)roundf(v[i] * id) + 8, 0, 15);
-            int hi = clampi((int)roundf(v[i + 16] * id) + 8, 0, 15);
+            int lo = clampi(v[i] * id, -8, 7) + 8;
+            int hi = clampi(v[i + 16] * id, -8, 7) + 8;
             blk.qs[i] = (uint8_t)(lo | hi << 4);
         }
         memcpy((char *)out + b * ZSK_Q4_0_BYTES, &blk, sizeof blk);
@@ -136,8 +142,8 @@ zs_status zsk_quantize_q4_1(const float *w, int64_t n, void *out)
         float d = zs_f16_to_f32(blk.d), m = zs_f16_to_f32(blk.m);
         float id = d > 0 ? 1.0f / d : 0.0f;
         for (int i = 0; i < 16; i++) {
-            int a = clampi((int)roundf((v[i] - m) * id), 0, 15);
-            int c = clampi((int)roundf((v[i + 16] - m) * id), 0, 15);
+            int a = clampi((v[i] - m) * id, 0, 15);
+            int c = clampi((v[i + 16] - m) * id, 0, 15);
             blk.qs[i] = (uint8_t)(a | c << 4);
         }
         memcpy((char *)out + b * ZSK_Q4_1_BYTES, &blk, sizeof blk);
@@ -231,7 +237,7 @@ zs_status zsk_quantize_q8x(const float *x, int64_t n, zsk_block_q8x *out)
         float id = o->d > 0 ? 1.0f / o->d : 0.0f;
         int32_t s = 0;
         for (int i = 0; i < ZSK_QBLOCK; i++) {
-            o->q[i] = (int8_t)clampi((int)roundf(v[i] * id), -127, 127);
+            o->q[i] = (int8_t)clampi(v[i] * id, -127, 127);
             s += o->q[i];
         }
         o->s = s;
