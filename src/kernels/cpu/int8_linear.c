@@ -149,6 +149,19 @@ ZSK_CLONES static void tile_c(int R, int C, const uint8_t *u, int64_t ldu, const
 }
 
 #ifdef ZSK_I8_VNNI
+/* The 16 lanes' sum in wrapping uint32 (_mm512_reduce_add_epi32 adds as
+ * signed int, whose overflow is undefined: it can overflow for very long K
+ * before the - 128 * sum(w) brings the result back in range). */
+static inline __attribute__((always_inline, target("avx512f"))) uint32_t
+hsum_u32(__m512i v)
+{
+    uint32_t t[16], s = 0;
+    _mm512_storeu_si512((void *)t, v);
+    for (int i = 0; i < 16; i++)
+        s += t[i];
+    return s;
+}
+
 static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
 tile_vnni_rc(const int R, const int C, bool first, const uint8_t *u, int64_t ldu,
              const int8_t *w, int64_t K, int32_t *d, int32_t *wsum)
@@ -188,10 +201,10 @@ tile_vnni_rc(const int R, const int C, bool first, const uint8_t *u, int64_t ldu
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
         if (first)
-            wsum[c] = _mm512_reduce_add_epi32(sum[c]);
+            wsum[c] = (int32_t)hsum_u32(sum[c]);
         uint32_t off = 128u * (uint32_t)wsum[c];
         for (int r = 0; r < R; r++)
-            d[r * C + c] = (int32_t)((uint32_t)_mm512_reduce_add_epi32(acc[r][c]) - off);
+            d[r * C + c] = (int32_t)(hsum_u32(acc[r][c]) - off);
     }
 }
 
