@@ -426,12 +426,19 @@ static zs_status reserve_rows(zs_engine *e, int64_t rows)
     return ZS_OK;
 }
 
-/* Frees s's blocks and queues it first, to be recomputed. */
+/* Frees s's blocks and queues it first, to be recomputed. A finished
+ * sequence (static batching's padding) has nothing to recompute: it ends
+ * here, as finish() ends one in continuous batching; queued, it would be
+ * freed with its request by reap() while still in the wait list. */
 static zs_status preempt(zs_engine *e, seq *s)
 {
     remove_seq(e->run, &e->n_run, s);
     zs_kv_seq_release(e->pool, &s->kv);
     s->computed = 0;
+    if (s->finish != ZS_FINISH_NONE) {
+        s->state = DONE;
+        return ZS_OK;
+    }
     s->state = WAITING;
     e->st.preemptions++;
     return push(&e->wait, &e->n_wait, &e->cap_wait, s, true);

@@ -8,6 +8,7 @@
  *   - n > 1 samples (copy-on-write of the shared prompt block) and prefix
  *     cache hits give the logits of a cold run, bit for bit;
  *   - stop ids, max_tokens, context end, abort (blocks freed at once);
+ *   - static batching whose padding is preempted for blocks;
  *   - quantized models (q8_0, q4_0, q4_1, LLM.int8(), SmoothQuant) stay
  *     close to f32 and are batch invariant too;
  *   - bad requests and configs are refused with a message.
@@ -311,6 +312,47 @@ static void test_stops_abort(const zs_llm *m)
     zs_engine_free(e);
 }
 
+/* Static batching with a pool of one context: the padding of a finished
+ * member grows until the pool is short and it is preempted; it must end
+ * there (it was once requeued, then freed with its request while still
+ * queued: a use after free when the next batch was admitted). */
+static void test_static_padding(const zs_llm *m)
+{
+    zt_section("static batching: a padding sequence preempted for blocks");
+    int32_t *pa = random_tokens(100), *pb = random_tokens(10), *pq = random_tokens(10);
+    trace_req t[3] = {{pb, 10, 100, 0, {.top_p = 1}, 1},  /* older: keeps running */
+                      {pa, 100, 1, 0, {.top_p = 1}, 1},   /* done at once, pads */
+                      {pq, 10, 4, 0, {.top_p = 1}, 1}};   /* the next batch */
+    static out o[3], alone[3];
+    memset(o, 0, sizeof o);
+    memset(alone, 0, sizeof alone);
+    rec r = {o};
+    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){.kv_blocks = 8,
+                                 .max_num_seqs = 2, .max_batched_tokens = 256,
+                                 .static_batching = true});
+    ZT_CHECK(e != NULL, "engine: %s", zs_last_error());
+    for (int i = 0; i < 3; i++) {
+        zs_gen_request q = request_of(&t[i], i);
+        ZT_CHECK(zs_engine_add(e, &q, NULL) == ZS_OK, "add: %s", zs_last_error());
+    }
+    ZT_CHECK(zs_engine_run(e, on_token, &r) == ZS_OK, "run: %s", zs_last_error());
+    zs_engine_stats st;
+    zs_engine_get_stats(e, &st);
+    ZT_CHECK(st.requests_done == 3 && st.kv.used_blocks == 0 && !zs_engine_busy(e),
+             "3 requests done (%lld), no blocks held (%lld)", (long long)st.requests_done,
+             (long long)st.kv.used_blocks);
+    for (int i = 0; i < 3; i++) {
+        run_alone(m, &t[i], &alone[i]);
+        ZT_CHECK(o[i].n[0] == t[i].max_tokens && o[i].fin[0] == ZS_FINISH_LENGTH &&
+                 !memcmp(o[i].tok[0], alone[i].tok[0],
+                         (size_t)t[i].max_tokens * sizeof(int32_t)),
+                 "request %d: %lld tokens, those of its run alone", i,
+                 (long long)o[i].n[0]);
+    }
+    zs_engine_free(e);
+    free(pa), free(pb), free(pq);
+}
+
 static void test_errors(const zs_llm *m)
 {
     zt_section("bad requests and configs");
@@ -487,6 +529,7 @@ int main(void)
     test_trace(m, "trace, tiny pool (preemption): batched = alone", 12, 48);
     test_cow_prefix(m);
     test_stops_abort(m);
+    test_static_padding(m);
     test_errors(m);
     test_quant(g, m);
     test_checkpoints(g);
