@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "infer/internal.h"
+#include "kernels/cpu/unary.h"
 
 enum { WAITING, RUNNING, DONE };
 
@@ -77,7 +78,7 @@ struct zs_engine {
     const int32_t **b_tab;
     void *logits;
     float *row;              /* f32 logits of one row */
-    double *lsm;             /* log-softmax scratch */
+    float *tmp;              /* [V] scratch of the log-sum-exp */
     int64_t cap_rows;
     zs_engine_stats st;
 };
@@ -198,8 +199,8 @@ zs_engine *zs_engine_new(const zs_llm *m, const zs_bpe *tokenizer,
     zs_kv_pool_config pc = {m->c.layers, m->c.heads, m->c.width / m->c.heads,
                             c.block_size, c.kv_blocks, m->dt};
     e->row = malloc((size_t)m->c.vocab * sizeof *e->row);
-    e->lsm = malloc((size_t)m->c.vocab * sizeof *e->lsm);
-    if (!(e->pool = zs_kv_pool_new(&pc)) || !e->row || !e->lsm) {
+    e->tmp = malloc((size_t)m->c.vocab * sizeof *e->tmp);
+    if (!(e->pool = zs_kv_pool_new(&pc)) || !e->row || !e->tmp) {
         if (e->pool)
             oom();
         zs_engine_free(e);
@@ -244,7 +245,7 @@ void zs_engine_free(zs_engine *e)
     zs_kv_pool_free(e->pool);
     zsi_work_free(&e->work);
     free(e->run), free(e->wait), free(e->pieces), free(e->b_tok), free(e->b_pos);
-    free(e->b_out), free(e->b_tab), free(e->logits), free(e->row), free(e->lsm);
+    free(e->b_out), free(e->b_tab), free(e->logits), free(e->row), free(e->tmp);
     free(e);
 }
 
@@ -555,27 +556,32 @@ static zsi_batch flatten(zs_engine *e, const plan *p)
 
 /* ---- sampling and outputs --------------------------------------------- */
 
-/* e->lsm = log softmax of row (double). */
-static void log_softmax(zs_engine *e, const float *row)
+/* log(sum(exp(row))) over the vocabulary: the max, then exp(row - max)
+ * with the vector exp into e->tmp, summed in double. */
+static double log_sum_exp(zs_engine *e, const float *row)
 {
     int64_t V = e->m->c.vocab;
-    double mx = -INFINITY, sum = 0;
+    float mx = -INFINITY;
     for (int64_t i = 0; i < V; i++)
         mx = row[i] > mx ? row[i] : mx;
     for (int64_t i = 0; i < V; i++)
-        sum += exp((double)row[i] - mx);
-    double lse = mx + log(sum);
+        e->tmp[i] = row[i] - mx;
+    zsk_unary_f32_contig(ZSK_EXP, e->tmp, e->tmp, V, 0, 0, true);
+    double sum = 0;
     for (int64_t i = 0; i < V; i++)
-        e->lsm[i] = (double)row[i] - lse;
+        sum += e->tmp[i];
+    return (double)mx + log(sum);
 }
 
-/* The k most likely ids of e->lsm, most likely first (ties: lower id). */
-static int top_ids(const zs_engine *e, int k, int32_t *ids, float *lp)
+/* The k largest logits' ids, largest first (ties: lower id), and their
+ * log probabilities (logit - lse). */
+static int top_ids(const zs_engine *e, const float *row, double lse, int k, int32_t *ids,
+                   float *lp)
 {
     int64_t V = e->m->c.vocab;
     int n = 0;
     for (int64_t i = 0; i < V; i++) {
-        double v = e->lsm[i];
+        float v = row[i];
         if (n == k && !(v > lp[n - 1]))
             continue;
         int j = n < k ? n++ : n - 1;
@@ -585,8 +591,10 @@ static int top_ids(const zs_engine *e, int k, int32_t *ids, float *lp)
             j--;
         }
         ids[j] = (int32_t)i;
-        lp[j] = (float)v;
+        lp[j] = v;
     }
+    for (int j = 0; j < n; j++)
+        lp[j] = (float)(lp[j] - lse);
     return n;
 }
 
@@ -669,10 +677,10 @@ static zs_status sample_one(zs_engine *e, seq *s, const float *row, zs_token_fn 
         return ZS_ERR_ARG;
     int32_t ids[ZS_MAX_LOGPROBS];
     float lps[ZS_MAX_LOGPROBS];
-    log_softmax(e, row);
-    zs_token_event ev = {r->id, s->sample, r->q.user, (int32_t)t, row, (float)e->lsm[t],
-                         0, ids, lps, ZS_FINISH_NONE, 0, -1};
-    ev.n_top = r->q.logprobs > 0 ? top_ids(e, r->q.logprobs, ids, lps) : 0;
+    double lse = log_sum_exp(e, row);
+    zs_token_event ev = {r->id, s->sample, r->q.user, (int32_t)t, row,
+                         (float)(row[t] - lse), 0, ids, lps, ZS_FINISH_NONE, 0, -1};
+    ev.n_top = r->q.logprobs > 0 ? top_ids(e, row, lse, r->q.logprobs, ids, lps) : 0;
     zs_status st = ZS_OK;
     if (is_stop_id(e, r, (int32_t)t)) {
         ev.token = -1;

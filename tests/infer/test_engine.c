@@ -212,7 +212,7 @@ typedef struct cold {
     int64_t n[2];
     int64_t n_prompt;
     const int32_t *prompt;
-    int mismatches, checked;
+    int mismatches, checked, bad_lp, tops;
 } cold;
 
 /* Every event's logits against zs_llm_logits of the same sequence. */
@@ -229,6 +229,23 @@ static void on_cold(void *ctx, const zs_token_event *ev)
     zs_llm_logits(c->m, c->seq[k], n, lg);
     c->mismatches += memcmp(lg + (n - 1) * V, ev->logits, V * sizeof(float)) != 0;
     c->checked++;
+    /* log probabilities against a float64 log softmax */
+    double mx = -INFINITY, sum = 0;
+    for (int v = 0; v < V; v++)
+        mx = fmax(mx, ev->logits[v]);
+    for (int v = 0; v < V; v++)
+        sum += exp(ev->logits[v] - mx);
+    double lse = mx + log(sum);
+    int32_t t = ev->token >= 0 ? ev->token : 0;
+    c->bad_lp += ev->token >= 0 && fabs(ev->logprob - (ev->logits[t] - lse)) > 1e-5;
+    for (int i = 0; i < ev->n_top; i++) {
+        int32_t id = ev->top_ids[i];
+        c->bad_lp += fabs(ev->top_logprobs[i] - (ev->logits[id] - lse)) > 1e-5;
+        c->bad_lp += i > 0 && ev->top_logprobs[i] > ev->top_logprobs[i - 1];
+        for (int v = 0; v < V && i == 0; v++)
+            c->bad_lp += ev->logits[v] > ev->logits[id];
+    }
+    c->tops += ev->n_top;
     free(lg);
     if (ev->token >= 0)
         c->seq[k][c->n[k]++] = ev->token;
@@ -256,7 +273,7 @@ static void test_cow_prefix(const zs_llm *m)
     memcpy(p2, prompt, sizeof p2);
     p2[35] = (p2[35] + 1) % V;
     cold c2 = {.m = m, .prompt = p2, .n_prompt = 39};
-    zs_gen_request q2 = {.prompt = p2, .n_prompt = 39, .max_tokens = 5,
+    zs_gen_request q2 = {.prompt = p2, .n_prompt = 39, .max_tokens = 5, .logprobs = 4,
                          .sampling = {.temperature = 0.7, .top_p = 1, .seed = 9}};
     int64_t hits = st.kv.prefix_hits;
     ZT_CHECK(zs_engine_add(e, &q2, NULL) == ZS_OK && zs_engine_run(e, on_cold, &c2) == ZS_OK,
@@ -266,6 +283,9 @@ static void test_cow_prefix(const zs_llm *m)
              (long long)(st.kv.prefix_hits - hits));
     ZT_CHECK(c2.checked == 5 && c2.mismatches == 0, "prefix hit: %d of %d events differ",
              c2.mismatches, c2.checked);
+    ZT_CHECK(c.bad_lp == 0 && c2.bad_lp == 0 && c2.tops == 20,
+             "log probabilities = float64 log softmax, top 4 sorted (%d, %d wrong; %d tops)",
+             c.bad_lp, c2.bad_lp, c2.tops);
     zs_engine_free(e);
     free(prompt);
 }
