@@ -290,6 +290,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ptr,
     if (q->job)
         zsi_cancel(s, q->job); /* a no-op for the engine once it is done */
     zsi_log_request(s, q, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    if (q->job) {
+        pthread_mutex_lock(&s->mu);
+        s->answering--;
+        pthread_cond_broadcast(&s->idle);
+        pthread_mutex_unlock(&s->mu);
+    }
     zsi_job_release(q->job);
     zsi_buf_free(&q->body);
     free(q);

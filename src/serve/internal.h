@@ -257,6 +257,7 @@ struct zs_server {
     zsi_job *in_head, *in_tail;
     int n_cancel;            /* cancellations the engine thread has not seen */
     int64_t pending;         /* jobs handed over and not done */
+    int64_t answering;       /* requests with a job whose answer is not done */
     bool draining;           /* refuse new requests (503) */
     bool cancel_all;         /* abort every job (stop's deadline passed) */
     bool quit;               /* the engine thread returns when idle */

@@ -254,6 +254,9 @@ int zsi_handle_generate(zsi_conn *q, bool chat)
         return zsi_reply_err(q, &e);
     new_id(q, chat);
     q->job = j;
+    pthread_mutex_lock(&s->mu);
+    s->answering++; /* on_completed counts it down */
+    pthread_mutex_unlock(&s->mu);
     if (zsi_submit(s, j, &e))
         return zsi_reply_err(q, &e);
     if (!wait_job(q, j, j->p.stream))

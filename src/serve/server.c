@@ -462,6 +462,14 @@ void zs_server_stop(zs_server *s, double grace_seconds)
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->engine_thread, NULL);
     s->engine_started = false;
+    /* every job is done: let the answers and the streams' last events go
+     * out before the connections are closed (a client that does not read
+     * gets cut after a second) */
+    pthread_mutex_lock(&s->mu);
+    double until = zsi_clock() + 1;
+    while (s->answering > 0 && zsi_clock() < until)
+        zsi_timedwait(&s->idle, &s->mu, until - zsi_clock());
+    pthread_mutex_unlock(&s->mu);
     zsi_http_stop(s);
     s->stopped = true;
 }

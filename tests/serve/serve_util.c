@@ -36,21 +36,36 @@ zs_bpe *zt_serve_bpe(void)
     return zs_bpe_train(text, n, 300);
 }
 
+static zs_module *gpt(const zs_bpe *b, int64_t ctx, int64_t layers, int64_t width,
+                      zs_gpt_config *c)
+{
+    *c = (zs_gpt_config){.arch = ZS_GPT2, .vocab = zs_bpe_vocab_size(b), .ctx = ctx,
+                         .layers = layers, .heads = 4, .width = width};
+    return zs_gpt_new(c, 7);
+}
+
 zs_llm *zt_serve_llm(const zs_bpe *b, int64_t ctx, int64_t layers, int64_t width)
 {
-    zs_gpt_config c = {.arch = ZS_GPT2, .vocab = zs_bpe_vocab_size(b), .ctx = ctx,
-                       .layers = layers, .heads = 4, .width = width};
-    zs_module *g = zs_gpt_new(&c, 7);
+    zs_gpt_config c;
+    zs_module *g = gpt(b, ctx, layers, width, &c);
     zs_llm *m = g ? zs_llm_from_gpt(g, NULL) : NULL;
     zs_module_free(g);
     return m;
 }
 
-zs_status zt_serve_save(const zs_llm *m, const zs_bpe *b, const char *dir)
+zs_status zt_serve_save(const zs_bpe *b, int64_t ctx, int64_t layers, int64_t width,
+                        const char *dir)
 {
-    char path[4096];
+    zs_gpt_config c;
+    zs_module *g = gpt(b, ctx, layers, width, &c);
+    char path[4096], meta[1024];
+    if (!g || !zs_gpt_config_to_metadata(&c, meta, sizeof meta)) {
+        zs_module_free(g);
+        return zs_set_error("serve test: cannot make the GPT");
+    }
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
-    zs_status st = zs_llm_save(m, path, NULL);
+    zs_status st = zs_module_save(path, g, NULL, meta);
+    zs_module_free(g);
     snprintf(path, sizeof path, "%s/tokenizer.bpe", dir);
     return st != ZS_OK ? st : zs_bpe_save(b, path);
 }

@@ -22,9 +22,11 @@
  * failure. */
 zs_bpe *zt_serve_bpe(void);
 zs_llm *zt_serve_llm(const zs_bpe *b, int64_t ctx, int64_t layers, int64_t width);
-/* Writes them as a checkpoint directory (checkpoint.safetensors +
- * tokenizer.bpe) that zs serve --ckpt opens. */
-zs_status zt_serve_save(const zs_llm *m, const zs_bpe *b, const char *dir);
+/* The same GPT written with b as a checkpoint directory
+ * (checkpoint.safetensors with its config, tokenizer.bpe) that zs serve
+ * --ckpt opens. */
+zs_status zt_serve_save(const zs_bpe *b, int64_t ctx, int64_t layers, int64_t width,
+                        const char *dir);
 
 typedef struct zt_resp {
     int status;        /* -1: no (complete) response */
