@@ -14,8 +14,9 @@
  * Text that could still become a stop string, or a UTF-8 character not
  * yet complete, is held back until the next token decides it (zs/serve.h),
  * so what was sent never has to be taken back. Quiet periods (a request
- * waiting for a slot) send an SSE comment every 10 s, which keeps the
- * connection from looking idle.
+ * waiting for a slot) send an SSE comment (": waiting") every third of the
+ * read timeout, at most 10 s, so that libmicrohttpd does not close the
+ * connection as idle (clients ignore comments).
  */
 #include <microhttpd.h>
 #include <stdlib.h>
@@ -162,7 +163,8 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     stream *st = cls;
     zsi_job *j = st->j;
-    double since = zsi_clock();
+    double since = zsi_clock(), keepalive = st->s->c.read_timeout_s / 3;
+    keepalive = keepalive < 10 ? keepalive : 10;
     if (st->out_pos == st->out.len) {
         st->out.len = st->out_pos = 0;
         if (st->over)
@@ -177,7 +179,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
                 pthread_mutex_unlock(&j->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR; /* on_completed aborts */
             }
-            if (zsi_clock() - since > 10) {
+            if (zsi_clock() - since > keepalive) {
                 zsi_buf_puts(&st->out, ": waiting\n\n");
                 break;
             }

@@ -16,6 +16,8 @@
  *     whole answer have their requests aborted: /metrics shows running 0
  *     and KV blocks used 0 within a second, and far fewer tokens generated
  *     than asked;
+ *   - requests waiting for a slot longer than the read timeout keep their
+ *     connections (streams send SSE comments meanwhile);
  *   - 504 past request_timeout_s; zs_server_stop ends a running stream with
  *     an error event and [DONE], answers a waiting request 503, and
  *     returns within its grace period plus a step.
@@ -303,6 +305,44 @@ typedef struct waiter {
     char *rest;      /* a stream's events, or a whole answer's body */
 } waiter;
 
+static void *stream_reader(void *arg);
+static void *whole_reader(void *arg);
+
+/* Requests that wait longer than the read timeout (1 s) for a slot keep
+ * their connections: the stream sends comments meanwhile. */
+static void test_long_waits(const zs_server_config *base)
+{
+    zs_server_config c = *base;
+    c.engine.max_num_seqs = 1;
+    c.read_timeout_s = 1;
+    zs_server *s = start_on(slow, c);
+    int port = s ? zs_server_port(s) : 0;
+    zt_sse a;
+    char *first = NULL;
+    ZT_CHECK(zt_sse_open(port, "/v1/completions", long_stream, NULL, &a) &&
+             (first = zt_sse_next(&a)), "the long stream runs");
+    free(first);
+    const char *short_stream = "{\"prompt\": \"x\", \"max_tokens\": 3, \"stream\": true}";
+    const char *short_whole = "{\"prompt\": \"x\", \"max_tokens\": 3}";
+    waiter w1 = {port, short_stream, 0, NULL}, w2 = {port, short_whole, 0, NULL};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, stream_reader, &w1);
+    pthread_create(&t2, NULL, whole_reader, &w2);
+    usleep(2500000); /* both wait 2.5 s behind the long stream */
+    zt_sse_close(&a);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    ZT_CHECK(w1.status == 200 && w1.rest && strstr(w1.rest, "\"finish_reason\":\"length\"") &&
+             strstr(w1.rest, "data: [DONE]"), "the waiting stream completes: %.200s",
+             w1.rest ? w1.rest : "(none)");
+    ZT_CHECK(w2.status == 200 && w2.rest && strstr(w2.rest, "\"text_completion\""),
+             "the waiting whole answer completes: %d", w2.status);
+    free(w1.rest);
+    free(w2.rest);
+    zs_server_free(s);
+    zt_section("requests waiting longer than the read timeout keep their connections");
+}
+
 static void *stream_reader(void *arg)
 {
     waiter *w = arg;
@@ -377,6 +417,7 @@ int main(void)
     test_401(&base);
     test_429_and_disconnect(&base);
     test_504(&base);
+    test_long_waits(&base);
     test_stop(&base);
     zs_llm_free(m);
     zs_llm_free(ms);
