@@ -12,10 +12,10 @@
  *
  * A generation request is a zsi_job, reference counted: the handler holds
  * one reference, the engine thread another from zs_server's queue until
- * every sample has finished. Token data lives in the job under its mutex;
- * the server's mutex guards the queue, the counters and the metrics. Lock
- * order: a job's mutex may be taken under none other; the server's mutex
- * is never taken while a job's is held.
+ * every sample has finished, a stream's reader a third. Token data lives
+ * in the job under its mutex; the server's mutex guards the queue, the
+ * counters and the metrics. Lock order: the server's mutex, then a job's;
+ * the server's is never taken while a job's is held.
  */
 #ifndef ZS_SERVE_INTERNAL_H
 #define ZS_SERVE_INTERNAL_H
