@@ -50,8 +50,8 @@
  * owns the zs_engine and is the only caller of zs_engine_*; handlers hand
  * it requests and cancellations through a mutex-protected queue and read
  * tokens from per-request buffers under the request's mutex, woken by its
- * condition variable. A client that disconnects has its request aborted at
- * once (its KV blocks freed).
+ * condition variable. A client that disconnects (or shuts down its sending
+ * side: POLLRDHUP) has its request aborted at once, its KV blocks freed.
  */
 #ifndef ZS_SERVE_H
 #define ZS_SERVE_H

@@ -69,7 +69,8 @@ int zsi_reply(zsi_conn *q, int status, zsi_buf *body, const char *type)
     } else {
         r = MHD_create_response_from_buffer(0, nothing, MHD_RESPMEM_PERSISTENT);
     }
-    zsi_buf_free(body ? body : &(zsi_buf){0});
+    if (body)
+        zsi_buf_free(body); /* what libmicrohttpd did not take */
     if (!r)
         return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
