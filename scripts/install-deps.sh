@@ -5,7 +5,7 @@
 set -euo pipefail
 
 # clang + libclang-rt-14-dev (libFuzzer, only recommended by clang): test.sh --fuzz
-core=(build-essential cmake pkg-config zlib1g-dev libcjson-dev python3 libopenmpi-dev openmpi-bin
+core=(build-essential cmake pkg-config zlib1g-dev libcjson-dev libmicrohttpd-dev python3 libopenmpi-dev openmpi-bin
       clang libclang-rt-14-dev)
 data=(dataset-fashion-mnist bible-kjv)
 peers=(libopenblas-dev python3-torch)

@@ -4,9 +4,10 @@
 #   scripts/test.sh --asan          ASan + UBSan (LeakSanitizer on) build in build-asan/
 #   scripts/test.sh --tsan          ThreadSanitizer build in build-tsan/: builds and
 #                                   runs test_threads (several user threads training
-#                                   at once) and the core, autograd, nn, optim and
-#                                   dispatch unit tests; the first race reported
-#                                   fails the run.
+#                                   at once), the core, autograd, nn, optim and
+#                                   dispatch unit tests and the in-process server
+#                                   tests (HTTP threads + engine thread); the first
+#                                   race reported fails the run.
 #   scripts/test.sh --fuzz [SECS]   libFuzzer build (clang) in build-fuzz/: each
 #                                   harness of tests/fuzz runs SECS seconds (default
 #                                   60); what it finds is copied into
@@ -95,7 +96,7 @@ save_finding() {
 # lock-order inversions of its own). No suppressions: a report in our code
 # is a bug.
 TSAN_TESTS=(test_threads test_tensor test_autograd test_mlp test_nn test_gpt
-            test_optim test_dispatch)
+            test_optim test_dispatch test_serve_errors test_serve_stream)
 tsan() {
   local dir=build-tsan
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZS_TSAN=ON \

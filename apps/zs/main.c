@@ -5,6 +5,7 @@
  *   zs demo           a small autograd demo
  *   zs train          train LeNet-5 / a small ResNet on Fashion-MNIST
  *   zs eval           evaluate a checkpoint
+ *   zs generate, quantize, serve   text from a GPT checkpoint
  */
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,7 @@ static const struct {
     {"demo", cmd_demo, "fit a tiny model with autograd and print the losses"},
     {"train", cmd_train, "train a model: zs train lenet|resnet [flags]"},
     {"generate", cmd_generate, "sample text from a GPT checkpoint: many prompts, batched"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server on a GPT checkpoint"},
     {"quantize", cmd_quantize, "write a GPT checkpoint quantized: q8_0, q4_0, q4_1, int8, w8a8"},
     {"eval", cmd_eval, "evaluate a CNN checkpoint: accuracy, confusion matrix"},
     {"analyze", cmd_analyze, "FLOPs, memory, communication, roofline of a large model"},

@@ -21,6 +21,7 @@
 #include "ps.h"
 #include "train.h"
 #include "kv_pool.h"
+#include "serve.h"
 
 #define ZS_VERSION "0.1.0"
 

@@ -50,6 +50,7 @@ struct req {
     seq **s;                 /* [q.n]; s[i] NULL until forked */
     int n_live;              /* samples not yet reported done */
     bool forked;
+    bool aborted;            /* its samples never forked still owe an event */
     req *next;
 };
 
@@ -397,9 +398,7 @@ zs_status zs_engine_abort(zs_engine *e, uint64_t id)
         s->state = DONE;
         s->finish = ZS_FINISH_ABORT;
     }
-    if (!r->forked) /* samples never forked end here too */
-        for (int i = 1; i < r->q.n; i++)
-            r->n_live--;
+    r->aborted = !r->forked; /* samples never forked are reported by reap */
     return ZS_OK;
 }
 
@@ -799,7 +798,16 @@ static void reap(zs_engine *e, zs_token_fn fn, void *ctx)
                 if (fn)
                     fn(ctx, &ev);
             }
+            if (!s && r->aborted) { /* never forked: nothing ran for it */
+                zs_token_event ev = {.request = r->id, .sample = i, .user = r->q.user,
+                                     .token = -1, .finish = ZS_FINISH_ABORT,
+                                     .text_bytes = e->bpe ? 0 : -1};
+                r->n_live--;
+                if (fn)
+                    fn(ctx, &ev);
+            }
         }
+        r->aborted = false;
         bool held = false; /* a static batch still pads with it */
         for (int i = 0; i < r->q.n; i++)
             held = held || (r->s[i] && r->s[i]->state == RUNNING);

@@ -324,6 +324,28 @@ static void seed_analyze(void)
     }
 }
 
+/* serve_request/: request bodies of both endpoints, valid and not */
+static void seed_serve(void)
+{
+    static const char *bodies[][2] = {
+        {"completion.json", "{\"model\": \"m\", \"prompt\": \"In the beginning\", "
+                            "\"max_tokens\": 8, \"temperature\": 0.7, \"top_p\": 0.9, \"n\": 2, "
+                            "\"stop\": [\"light\", \"\\n\"], \"seed\": 42, \"logprobs\": 2, "
+                            "\"echo\": true, \"stream\": true, \"stream_options\": "
+                            "{\"include_usage\": true}}"},
+        {"tokens.json", "{\"prompt\": [[1, 2, 3]], \"max_tokens\": 1, \"top_k\": 5, "
+                        "\"min_p\": 0.1, \"presence_penalty\": -1.5, \"ignore_eos\": true}"},
+        {"chat.json", "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                      "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+                      "\"caf\\u00e9\"}]}, {\"role\": \"assistant\", \"content\": null}], "
+                      "\"logprobs\": true, \"top_logprobs\": 3, \"max_completion_tokens\": 4}"},
+        {"bad-types.json", "{\"prompt\": 5, \"temperature\": \"hot\", \"n\": 1e400}"},
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++)
+        write_file(seed_path("serve_request", bodies[i][0]), bodies[i][1],
+                   strlen(bodies[i][1]));
+}
+
 /* ---- every seed loads -------------------------------------------------- */
 
 /* A seed its loader refuses only tests the first check of a parser; this
@@ -375,6 +397,7 @@ int main(int argc, char **argv)
     seed_checkpoints();
     seed_quantized();
     seed_analyze();
+    seed_serve();
     check_loads();
     printf("make_seeds: seed corpora written under %s\n", root);
     return 0;

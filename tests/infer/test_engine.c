@@ -329,6 +329,17 @@ static void test_stops_abort(const zs_llm *m)
     zs_engine_step(e, on_token, &r);
     ZT_CHECK(o[2].fin[0] == ZS_FINISH_ABORT && !zs_engine_busy(e), "abort reported");
     ZT_EXPECT_ERROR(zs_engine_abort(e, id) != ZS_OK, "no request");
+    /* n = 3 aborted before its samples fork: every sample reports the abort */
+    q3.n = 3;
+    zs_engine_add(e, &q3, &id);
+    zs_engine_abort(e, id);
+    int before = o[2].events;
+    o[2].fin[0] = o[2].fin[1] = o[2].fin[2] = ZS_FINISH_NONE;
+    zs_engine_step(e, on_token, &r);
+    ZT_CHECK(o[2].events == before + 3 && o[2].fin[0] == ZS_FINISH_ABORT &&
+             o[2].fin[1] == ZS_FINISH_ABORT && o[2].fin[2] == ZS_FINISH_ABORT &&
+             !zs_engine_busy(e), "unforked samples report their abort (%d events)",
+             o[2].events - before);
     zs_engine_free(e);
 }
 
