@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "infer/internal.h"
+#include "kernels/cpu/gemm.h"
 
 static zs_status oom(void)
 {
@@ -146,12 +147,15 @@ static void epilogue_f32(const zsi_linear *l, int64_t M, const float *r, int64_t
                          zsk_act act, float *y, int64_t ldy)
 {
     const float *b = l->bias;
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t n = 0; n < l->N; n++) {
-            float v = y[m * ldy + n] + (b ? b[n] : 0.0f);
-            v = act == ZSK_ACT_GELU_TANH ? (float)gelu(v) : v;
-            y[m * ldy + n] = v + (r ? r[m * ldr + n] : 0.0f);
-        }
+    for (int64_t m = 0; m < M; m++) {
+        float *yr = y + m * ldy;
+        for (int64_t n = 0; b && n < l->N; n++)
+            yr[n] += b[n];
+        if (act == ZSK_ACT_GELU_TANH) /* elementwise: the row's own values */
+            zsk_gelu_tanh_f32(yr, yr, l->N, true);
+        for (int64_t n = 0; r && n < l->N; n++)
+            yr[n] += r[m * ldr + n];
+    }
 }
 
 /* The block formats need contiguous rows and a y apart from the residual:
