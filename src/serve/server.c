@@ -244,7 +244,24 @@ static void on_event(void *ctx, const zs_token_event *ev)
         job_finished(s, j);
 }
 
-static void abort_job(zs_server *s, zsi_job *j, int status, const char *msg);
+/* Aborts j's prompts in the engine; it is finalized after the next step.
+ * A status (400, 503, 504, 500) fails it with msg. */
+static void abort_job(zs_server *s, zsi_job *j, int status, const char *msg)
+{
+    j->aborted = true;
+    j->abort_step = s->steps;
+    if (status) {
+        pthread_mutex_lock(&j->mu);
+        if (!j->fail_status) {
+            j->fail_status = status;
+            snprintf(j->fail_msg, sizeof j->fail_msg, "%s", msg);
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+    for (int i = 0; i < j->p.n_prompts; i++)
+        if (j->parts[i].added) /* unknown once finished: fine */
+            zs_engine_abort(s->e, j->parts[i].engine_id);
+}
 
 /* Adds j's prompts to the engine, one request each. A refusal fails the
  * job: at once when the engine took none of its prompts, else by aborting
@@ -293,25 +310,6 @@ static void admit(zs_server *s, zsi_job *in)
         j->next_in = NULL;
         admit_job(s, j);
     }
-}
-
-/* Aborts j's prompts in the engine; it is finalized after the next step.
- * A status (400, 503, 504, 500) fails it with msg. */
-static void abort_job(zs_server *s, zsi_job *j, int status, const char *msg)
-{
-    j->aborted = true;
-    j->abort_step = s->steps;
-    if (status) {
-        pthread_mutex_lock(&j->mu);
-        if (!j->fail_status) {
-            j->fail_status = status;
-            snprintf(j->fail_msg, sizeof j->fail_msg, "%s", msg);
-        }
-        pthread_mutex_unlock(&j->mu);
-    }
-    for (int i = 0; i < j->p.n_prompts; i++)
-        if (j->parts[i].added) /* unknown once finished: fine */
-            zs_engine_abort(s->e, j->parts[i].engine_id);
 }
 
 /* Aborts the flagged jobs (server mutex held), every job when stopping,
