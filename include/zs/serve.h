@@ -5,8 +5,8 @@
  * Endpoints (JSON bodies; errors are OpenAI's error object
  * {"error": {"message", "type", "param", "code"}}):
  *
- *   POST /v1/completions        prompt -> text; "stream": true gives
- *                               server-sent events
+ *   POST /v1/completions        prompt(s) -> text (below); "stream": true
+ *                               gives server-sent events
  *   POST /v1/chat/completions   messages -> one assistant message (below)
  *   GET  /v1/models             the one model, as a list
  *   GET  /v1/models/NAME        that model (404 for another name)
@@ -28,8 +28,24 @@
  * right one); 413 a body over max_body_bytes (answered from the headers
  * when Content-Length says so, before the body is read); 429 with
  * Retry-After when max_num_seqs + max_queue requests are already in
- * flight; 500 the engine failed; 503 the server is stopping; 504 a
- * generation ran past request_timeout_s.
+ * flight (a request counts once, whatever its prompts and n); 500 the
+ * engine failed; 503 the server is stopping; 504 a generation ran past
+ * request_timeout_s.
+ *
+ * Prompts of /v1/completions: "prompt" is a string, an array of token ids
+ * (one prompt), an array of strings, or an array of arrays of token ids
+ * (a prompt each); an empty array, or one that mixes strings, ids and
+ * arrays, is a 400, and so is a request of more than 128 choices (prompts
+ * times n). Each prompt gets n samples: "choices" holds prompts * n
+ * entries, prompt-major as OpenAI's (index = prompt * n + sample), and
+ * with echo each choice begins with its own prompt. Every prompt samples
+ * with the request's parameters and seed (sample i with seed + i), so a
+ * prompt gives the same choices alone and in a list (and two equal
+ * prompts the same). usage.prompt_tokens counts each prompt once,
+ * completion_tokens every choice's tokens; the request counts once in the
+ * queue limit, /metrics and the log. A prompt the engine refuses fails
+ * the whole request (400 "prompt I: ..."). Chat keeps one conversation
+ * per request.
  *
  * The chat template: each message becomes "<|ROLE|>\nCONTENT\n" (ROLE:
  * system, developer, user, assistant or tool; CONTENT a string, or an
@@ -39,10 +55,12 @@
  * on this layout answers in it. No stop string is implied: pass "stop":
  * ["<|"] to end at the next marker.
  *
- * Streaming: a chunk goes out per sampled token, except that text which
- * could still be the start of a stop string, or an incomplete UTF-8
- * character, is held back until it is decided; no streamed text ever
- * passes a stop string. Invalid UTF-8 in output (a byte-level tokenizer
+ * Streaming: a chunk goes out per sampled token (choices interleave, each
+ * chunk naming its index), except that text which could still be the
+ * start of a stop string, or an incomplete UTF-8 character, is held back
+ * until it is decided; no streamed text ever passes a stop string. The
+ * usage chunk (stream_options.include_usage) and "data: [DONE]" come once,
+ * after every choice of every prompt has finished. Invalid UTF-8 in output (a byte-level tokenizer
  * can split a character at the end of a sample) becomes U+FFFD, in
  * streamed and whole answers alike.
  *

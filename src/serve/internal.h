@@ -12,7 +12,9 @@
  *
  * A generation request is a zsi_job, reference counted: the handler holds
  * one reference, the engine thread another from zs_server's queue until
- * every sample has finished, a stream's reader a third. Token data lives
+ * every choice has finished, a stream's reader a third. The engine sees a
+ * job as one zs_gen_request per prompt (zsi_part); the server counts it
+ * once (queue limit, metrics, log). Token data lives
  * in the job under its mutex; the server's mutex guards the queue, the
  * counters and the metrics. Lock order: the server's mutex, then a job's;
  * the server's is never taken while a job's is held.
@@ -63,18 +65,30 @@ size_t zsi_stop_holdback(const char *text, size_t n, char *const *stop, int n_st
 /* ---- params.c: a generation request ------------------------------------- */
 
 #define ZSI_MAX_STOP 4
-#define ZSI_MAX_N 128
+#define ZSI_MAX_N 128        /* choices per request: prompts * n */
 
+/* One prompt's tokens (chat: the template applied). */
+typedef struct zsi_prompt {
+    int32_t *ids;            /* owned */
+    int64_t n;
+} zsi_prompt;
+
+/* A request asks for n samples of each of its prompts: n_prompts * n
+ * choices, prompt-major as OpenAI orders them (choice c answers prompt
+ * c / n, as its sample c % n). Every prompt samples with the same
+ * zs_sampler, seed included, so a prompt gives the same choices alone and
+ * in a list. */
 typedef struct zsi_params {
     bool chat;               /* /v1/chat/completions */
     bool stream, include_usage, echo;
     bool logprobs;           /* return log probabilities */
     int top_logprobs;        /* alternatives per token */
-    int32_t *prompt;         /* owned: the tokens, template applied */
-    int64_t n_prompt;
+    zsi_prompt *prompts;     /* [n_prompts] owned; chat: one */
+    int n_prompts;
     zs_sampler sampling;
     int64_t max_tokens;      /* 0: up to the context */
-    int n;                   /* samples */
+    int n;                   /* samples per prompt */
+    int n_choices;           /* n_prompts * n <= ZSI_MAX_N */
     char *stop[ZSI_MAX_STOP];/* owned */
     int n_stop;
     bool ignore_eos;
@@ -104,6 +118,8 @@ struct cJSON *zsi_json_parse(zs_server *s, const char *body, size_t n, zsi_err *
 bool zsi_params_parse(zs_server *s, const struct cJSON *req, bool chat, zsi_params *p,
                       zsi_err *e);
 void zsi_params_free(zsi_params *p);
+/* The tokens of all of p's prompts (each counted once, whatever n). */
+int64_t zsi_prompt_tokens(const zsi_params *p);
 /* The chat template of messages into *out (text, see zs/serve.h). */
 bool zsi_chat_prompt(const struct cJSON *messages, zsi_buf *out, zsi_err *e);
 /* Token ids given as a JSON array a (field name k) into *ids (malloc'd,
@@ -132,22 +148,31 @@ typedef struct zsi_sample {
 } zsi_sample;
 
 typedef struct zsi_job zsi_job;
+
+/* One prompt's engine request: its zs_gen_request's user pointer. */
+typedef struct zsi_part {
+    zsi_job *job;
+    int prompt;              /* index: its choices are prompt * n + sample */
+    uint64_t engine_id;      /* engine thread only */
+    bool added;              /* engine thread only: the engine took it */
+} zsi_part;
+
 struct zsi_job {
     atomic_int refs;
     pthread_mutex_t mu;      /* the fields up to `cancel` */
     pthread_cond_t cv;       /* signalled on every event of the job */
     zsi_params p;
-    zsi_sample *s;           /* [p.n] */
+    zsi_sample *s;           /* [p.n_choices] */
     int n_finished;
-    bool admitted;           /* the engine took it */
-    bool done;               /* all samples finished, or fail_status set */
+    bool admitted;           /* the engine took every prompt */
+    bool done;               /* all choices finished, or fail_status set */
     int fail_status;         /* != 0: answer this status (400, 500, 503, 504) */
     char fail_msg[400];
     double t_arrival, t_first, t_done; /* zsi_clock() seconds; 0: not yet */
     bool cancel;             /* server mutex: the handler asked to abort */
     zsi_job *next_in;        /* server mutex: the incoming queue */
+    zsi_part *parts;         /* [p.n_prompts] */
     /* engine thread only */
-    uint64_t engine_id;
     bool aborted;
     uint64_t abort_step;     /* the server's step count when aborted */
     zsi_job *prev, *next;    /* the engine thread's list of live jobs */
@@ -228,12 +253,14 @@ int zsi_handle_detokenize(zsi_conn *q);
 /* Answers q's job (submitted, admitted) as server-sent events. */
 int zsi_stream_start(zsi_conn *q);
 /* Parts of answers that streams write too (job mutex held): the choice
- * logprobs of sample k's tokens [from, to) (completions: the prompt's
- * tokens first when echo; chat: "content" entries), and the usage
- * object. */
+ * logprobs of choice k's tokens [from, to) (completions: its prompt's
+ * tokens first when echo; chat: "content" entries), the usage object
+ * (summed over prompts and choices), and a prompt's text for echo
+ * (appended to out; out->oom when it cannot be decoded). */
 void zsi_json_logprobs(zs_server *s, const zsi_job *j, int k, int64_t from, int64_t to,
                        bool echo, zsi_buf *b);
 void zsi_json_usage(const zsi_job *j, zsi_buf *b);
+void zsi_prompt_text(zs_server *s, const zsi_prompt *p, zsi_buf *out);
 /* The head of an answer or chunk: {"id":..,"object":..,"created":..,"model":.. */
 void zsi_json_head(zs_server *s, const char *id, const char *object, zsi_buf *b);
 

@@ -6,7 +6,9 @@
  * Times are seconds. Time to first token runs from the request's hand-over
  * to the engine thread (queueing included) to its first sampled token;
  * time per output token is (last - first token time) / (tokens - 1) of the
- * request's longest sample, observed for requests of at least 2 tokens.
+ * request's longest choice, observed for requests of at least 2 tokens.
+ * A request with several prompts counts once, its tokens summed (each
+ * prompt's once, whatever n).
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,11 +38,11 @@ void zsi_metrics_job(zsi_metrics *m, const zsi_job *j)
     if (!j->admitted)
         return; /* refused: nothing ran */
     int64_t out = 0, longest = 0;
-    for (int k = 0; k < j->p.n; k++) {
+    for (int k = 0; k < j->p.n_choices; k++) {
         out += j->s[k].n_tok;
         longest = j->s[k].n_tok > longest ? j->s[k].n_tok : longest;
     }
-    m->prompt_tokens += j->p.n_prompt;
+    m->prompt_tokens += zsi_prompt_tokens(&j->p);
     m->generation_tokens += out;
     if (j->t_first > 0)
         observe(&m->ttft, latency_bounds, j->t_first - j->t_arrival);
@@ -130,12 +132,12 @@ static void log_line(zs_server *s, const zsi_conn *q, bool broken, zsi_buf *b)
         pthread_mutex_lock(&j->mu);
         int64_t out = 0;
         const char *why = NULL;
-        for (int k = 0; k < j->p.n; k++) {
+        for (int k = 0; k < j->p.n_choices; k++) {
             out += j->s[k].n_tok;
             why = why ? why : zs_finish_name(j->s[k].finish);
         }
         zsi_buf_printf(b, ",\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"ttft_s\":",
-                       (long long)j->p.n_prompt, (long long)out);
+                       (long long)zsi_prompt_tokens(&j->p), (long long)out);
         zsi_buf_json_num(b, j->t_first > 0 ? j->t_first - j->t_arrival : NAN);
         zsi_buf_printf(b, ",\"finish_reason\":%s%s%s", why ? "\"" : "", why ? why : "null",
                        why ? "\"" : "");

@@ -228,25 +228,76 @@ bool zsi_token_array(const cJSON *a, const char *k, int32_t **ids, int64_t *n, z
     return true;
 }
 
-/* "prompt": a string, token ids, or an array holding one of those. */
+/* What an element of a prompt array is, for messages. */
+static const char *prompt_kind(const cJSON *v)
+{
+    return cJSON_IsString(v) ? "a string" : cJSON_IsNumber(v) ? "a token id"
+           : cJSON_IsArray(v) ? "an array of token ids" : type_name(v);
+}
+
+/* The elements of the prompt array a are all strings, all token ids (one
+ * prompt) or all arrays of token ids (OpenAI refuses a mix too). */
+static bool uniform(const cJSON *a, zsi_err *e)
+{
+    const cJSON *first = a->child;
+    if (!cJSON_IsString(first) && !cJSON_IsNumber(first) && !cJSON_IsArray(first))
+        return bad(e, "prompt", "prompt[0]: expected a string, a token id or an array of "
+                   "token ids, got %s", type_name(first));
+    int i = 0;
+    for (const cJSON *x = first; x; x = x->next, i++)
+        if (strcmp(prompt_kind(x), prompt_kind(first)))
+            return bad(e, "prompt", "prompt[%d]: expected %s like prompt[0], got %s (a "
+                       "prompt array holds strings, token ids or arrays of token ids, "
+                       "not a mix)", i, prompt_kind(first), prompt_kind(x));
+    return true;
+}
+
+/* Appends the prompt v (a string or an array of token ids, called name in
+ * messages) to p->prompts, which has room for it. */
+static bool add_prompt(zs_server *s, const cJSON *v, const char *name, zsi_params *p,
+                       zsi_err *e)
+{
+    zsi_prompt *q = &p->prompts[p->n_prompts++]; /* freed with p, also on failure */
+    if (cJSON_IsString(v))
+        return zsi_encode(s, v->valuestring, strlen(v->valuestring), &q->ids, &q->n, e);
+    return zsi_token_array(v, name, &q->ids, &q->n, e);
+}
+
+/* "prompt": a string, an array of token ids (one prompt), an array of
+ * strings or an array of arrays of token ids (a prompt each), with
+ * n_prompts * n <= ZSI_MAX_N (p->n is known). */
 static bool completion_prompt(zs_server *s, const cJSON *req, zsi_params *p, zsi_err *e)
 {
     const cJSON *v = field(req, "prompt");
     if (!v)
         return bad(e, "prompt", "prompt: required");
-    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 &&
-        (cJSON_IsString(v->child) || cJSON_IsArray(v->child)))
-        v = v->child;
-    else if (cJSON_IsArray(v) && v->child && !cJSON_IsNumber(v->child))
-        return bad(e, "prompt", "prompt: several prompts in one request are not "
-                   "supported; send one request per prompt");
-    if (cJSON_IsString(v))
-        return zsi_encode(s, v->valuestring, strlen(v->valuestring), &p->prompt,
-                          &p->n_prompt, e);
-    if (cJSON_IsArray(v))
-        return zsi_token_array(v, "prompt", &p->prompt, &p->n_prompt, e);
-    return bad(e, "prompt", "prompt: expected a string or an array of token ids, got %s",
-               type_name(v));
+    if (!cJSON_IsString(v) && !cJSON_IsArray(v))
+        return bad(e, "prompt", "prompt: expected a string, an array of strings, an array "
+                   "of token ids or an array of arrays of token ids, got %s", type_name(v));
+    if (cJSON_IsArray(v) && !v->child)
+        return bad(e, "prompt", "prompt: an empty array (expected at least one prompt)");
+    if (cJSON_IsArray(v) && !uniform(v, e))
+        return false;
+    bool list = cJSON_IsArray(v) && !cJSON_IsNumber(v->child);
+    int count = list ? cJSON_GetArraySize(v) : 1;
+    if (count > ZSI_MAX_N / p->n)
+        return bad(e, "prompt", "prompt: %d prompts with n = %d ask for %lld choices; a "
+                   "request may have at most %d (prompts times n)", count, p->n,
+                   (long long)count * p->n, ZSI_MAX_N);
+    if (!(p->prompts = calloc((size_t)count, sizeof *p->prompts))) {
+        zsi_err_set(e, 500, "server_error", NULL, "out of memory");
+        return false;
+    }
+    if (!list)
+        return add_prompt(s, v, "prompt", p, e);
+    int i = 0;
+    for (const cJSON *x = v->child; x; x = x->next, i++) {
+        char name[32];
+        snprintf(name, sizeof name, "prompt[%d]", i);
+        if (!add_prompt(s, x, name, p, e))
+            return false;
+    }
+    return true;
 }
 
 /* One message's content: a string or text parts, appended to out. */
@@ -299,11 +350,17 @@ bool zsi_chat_prompt(const cJSON *messages, zsi_buf *out, zsi_err *e)
     return !out->oom;
 }
 
+/* Chat: one prompt, the template of the messages. */
 static bool chat_prompt(zs_server *s, const cJSON *req, zsi_params *p, zsi_err *e)
 {
     zsi_buf t = {0};
+    if (!(p->prompts = calloc(1, sizeof *p->prompts))) {
+        zsi_err_set(e, 500, "server_error", NULL, "out of memory");
+        return false;
+    }
+    p->n_prompts = 1;
     bool ok = zsi_chat_prompt(cJSON_GetObjectItemCaseSensitive(req, "messages"), &t, e) &&
-              zsi_encode(s, t.p, t.len, &p->prompt, &p->n_prompt, e);
+              zsi_encode(s, t.p, t.len, &p->prompts[0].ids, &p->prompts[0].n, e);
     zsi_buf_free(&t);
     return ok;
 }
@@ -427,14 +484,26 @@ bool zsi_params_parse(zs_server *s, const cJSON *req, bool chat, zsi_params *p, 
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         p->sampling.seed = z ^ (z >> 31);
     }
-    if (!unsupported(req, p, e))
+    if (!unsupported(req, p, e) ||
+        !(chat ? chat_prompt(s, req, p, e) : completion_prompt(s, req, p, e)))
         return false;
-    return chat ? chat_prompt(s, req, p, e) : completion_prompt(s, req, p, e);
+    p->n_choices = p->n_prompts * p->n;
+    return true;
+}
+
+int64_t zsi_prompt_tokens(const zsi_params *p)
+{
+    int64_t n = 0;
+    for (int i = 0; i < p->n_prompts; i++)
+        n += p->prompts[i].n;
+    return n;
 }
 
 void zsi_params_free(zsi_params *p)
 {
-    free(p->prompt);
+    for (int i = 0; i < p->n_prompts; i++)
+        free(p->prompts[i].ids);
+    free(p->prompts);
     for (int i = 0; i < p->n_stop; i++)
         free(p->stop[i]);
     *p = (zsi_params){0};

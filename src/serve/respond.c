@@ -35,12 +35,12 @@ void zsi_json_head(zs_server *s, const char *id, const char *object, zsi_buf *b)
 
 void zsi_json_usage(const zsi_job *j, zsi_buf *b)
 {
-    int64_t out = 0;
-    for (int k = 0; k < j->p.n; k++)
+    int64_t in = zsi_prompt_tokens(&j->p), out = 0;
+    for (int k = 0; k < j->p.n_choices; k++)
         out += j->s[k].n_tok;
     zsi_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
-                   "\"total_tokens\":%lld}", (long long)j->p.n_prompt, (long long)out,
-                   (long long)(j->p.n_prompt + out));
+                   "\"total_tokens\":%lld}", (long long)in, (long long)out,
+                   (long long)(in + out));
 }
 
 static void token_str(zs_server *s, int32_t id, zsi_buf *b)
@@ -99,21 +99,22 @@ static size_t bytes_of(zs_server *s, const int32_t *ids, int64_t n)
     return total;
 }
 
-/* Completions: the four parallel arrays; echo puts the prompt's tokens
- * first. Offsets count from the start of the choice's text (which begins
- * with the prompt when the request asked for echo). */
+/* Completions: the four parallel arrays; echo puts the tokens of choice
+ * k's prompt first. Offsets count from the start of the choice's text
+ * (which begins with its prompt when the request asked for echo). */
 static void completion_logprobs(zs_server *s, const zsi_job *j, int k, int64_t from,
                                 int64_t to, bool echo, zsi_buf *b)
 {
     const zsi_sample *sm = &j->s[k];
+    const zsi_prompt *pr = &j->p.prompts[k / j->p.n];
     int K = j->p.top_logprobs;
-    int64_t np = echo ? j->p.n_prompt : 0;
-    size_t offset = echo ? 0 : (j->p.echo ? bytes_of(s, j->p.prompt, j->p.n_prompt) : 0) +
+    int64_t np = echo ? pr->n : 0;
+    size_t offset = echo ? 0 : (j->p.echo ? bytes_of(s, pr->ids, pr->n) : 0) +
                                    bytes_of(s, sm->ids, from);
     zsi_buf tokens = {0}, lps = {0}, tops = {0}, offs = {0};
     for (int64_t i = 0; i < np + to - from; i++) {
         bool prompt = i < np;
-        int32_t id = prompt ? j->p.prompt[i] : sm->ids[from + i - np];
+        int32_t id = prompt ? pr->ids[i] : sm->ids[from + i - np];
         const char *sep = i ? "," : "";
         zsi_buf_puts(&tokens, sep);
         token_str(s, id, &tokens);
@@ -159,12 +160,11 @@ void zsi_json_logprobs(zs_server *s, const zsi_job *j, int k, int64_t from, int6
 
 /* ---- whole answers ----------------------------------------------------------- */
 
-/* The prompt's text (for echo) into out. */
-static void prompt_text(zs_server *s, const zsi_job *j, zsi_buf *out)
+void zsi_prompt_text(zs_server *s, const zsi_prompt *p, zsi_buf *out)
 {
     char *t = NULL;
     size_t n = 0;
-    if (zs_bpe_decode(s->tok, j->p.prompt, (size_t)j->p.n_prompt, &t, &n) == ZS_OK)
+    if (zs_bpe_decode(s->tok, p->ids, (size_t)p->n, &t, &n) == ZS_OK)
         zsi_buf_add(out, t, n);
     else
         out->oom = true;
@@ -194,16 +194,22 @@ static void choice(zs_server *s, const zsi_job *j, int k, const zsi_buf *echo, z
     zsi_buf_free(&text);
 }
 
+/* The whole answer: every prompt's n choices, prompt-major; with echo
+ * each choice's text begins with its own prompt's. */
 static int answer(zsi_conn *q, zsi_job *j)
 {
     zs_server *s = q->s;
     zsi_buf b = {0}, echo = {0};
-    if (j->p.echo)
-        prompt_text(s, j, &echo);
     zsi_json_head(s, q->id, j->p.chat ? "chat.completion" : "text_completion", &b);
     zsi_buf_puts(&b, ",\"choices\":[");
-    for (int k = 0; k < j->p.n; k++)
+    for (int k = 0; k < j->p.n_choices; k++) {
+        if (j->p.echo && k % j->p.n == 0) {
+            b.oom |= echo.oom;
+            zsi_buf_free(&echo);
+            zsi_prompt_text(s, &j->p.prompts[k / j->p.n], &echo);
+        }
         choice(s, j, k, &echo, &b);
+    }
     zsi_buf_puts(&b, "],\"usage\":");
     zsi_json_usage(j, &b);
     zsi_buf_puts(&b, "}\n");

@@ -5,15 +5,20 @@
  * Handlers hand jobs over through the server's queue (zsi_submit) and ask
  * for aborts by flagging a job (zsi_cancel); the engine thread adds what
  * arrived, aborts what was flagged, steps the engine while anything runs,
- * and sleeps on `wake` when idle. Token events land in the job's buffers
- * under the job's mutex and wake its handler.
+ * and sleeps on `wake` when idle. A job goes to the engine as one
+ * zs_gen_request per prompt, each with the job's sampling (seed included)
+ * and its zsi_part as the user pointer, so that an event names the job
+ * and the prompt (choice prompt * n + sample). Token events land in the
+ * job's buffers under the job's mutex and wake its handler.
  *
- * A job is done when every sample has its final event. Aborted requests
- * are the exception: the engine ends a request's samples that were never
- * forked without an event, so a job the engine thread aborted is
- * finalized here after the next step has run (its reap delivers the
- * events of the samples that exist and frees the request; until then an
- * event may still name the job, so it stays alive).
+ * A job is done when every choice of every prompt has its final event.
+ * Aborted jobs are the exception: the engine ends a request's samples
+ * that were never forked without an event, so a job the engine thread
+ * aborted (every prompt of it) is finalized here after the next step has
+ * run (its reap delivers the events of the samples that exist and frees
+ * the requests; until then an event may still name the job, so it stays
+ * alive). A prompt the engine refuses fails the whole job the same way,
+ * its prompts already added aborted.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,18 +62,20 @@ zsi_job *zsi_job_new(zsi_params *p)
     zsi_job *j = calloc(1, sizeof *j);
     if (!j)
         return NULL;
-    if (!(j->s = calloc((size_t)p->n, sizeof *j->s)) || pthread_mutex_init(&j->mu, NULL)) {
-        free(j->s);
-        free(j);
+    j->s = calloc((size_t)p->n_choices, sizeof *j->s);
+    j->parts = calloc((size_t)p->n_prompts, sizeof *j->parts);
+    if (!j->s || !j->parts || pthread_mutex_init(&j->mu, NULL)) {
+        free(j->s), free(j->parts), free(j);
         return NULL;
     }
     if (!zsi_cond_init(&j->cv)) {
         pthread_mutex_destroy(&j->mu);
-        free(j->s);
-        free(j);
+        free(j->s), free(j->parts), free(j);
         return NULL;
     }
     atomic_init(&j->refs, 1);
+    for (int i = 0; i < p->n_prompts; i++)
+        j->parts[i] = (zsi_part){.job = j, .prompt = i};
     j->p = *p;
     *p = (zsi_params){0};
     return j;
@@ -78,12 +85,13 @@ void zsi_job_release(zsi_job *j)
 {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1)
         return;
-    for (int i = 0; i < j->p.n; i++) {
+    for (int i = 0; i < j->p.n_choices; i++) {
         zsi_sample *s = &j->s[i];
         free(s->ids), free(s->lps), free(s->top_ids), free(s->top_lps), free(s->ends);
         zsi_buf_free(&s->text);
     }
     free(j->s);
+    free(j->parts);
     zsi_params_free(&j->p);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
@@ -156,10 +164,10 @@ static void job_finished(zs_server *s, zsi_job *j)
 static void finalize(zs_server *s, zsi_job *j, int status, const char *msg)
 {
     pthread_mutex_lock(&j->mu);
-    for (int i = 0; i < j->p.n; i++)
+    for (int i = 0; i < j->p.n_choices; i++)
         if (j->s[i].finish == ZS_FINISH_NONE)
             j->s[i].finish = ZS_FINISH_ABORT;
-    j->n_finished = j->p.n;
+    j->n_finished = j->p.n_choices;
     if (status && !j->fail_status) {
         j->fail_status = status;
         snprintf(j->fail_msg, sizeof j->fail_msg, "%s", msg);
@@ -207,8 +215,9 @@ static bool sample_add(zs_server *s, zsi_sample *sm, int k, const zs_token_event
 static void on_event(void *ctx, const zs_token_event *ev)
 {
     zs_server *s = ctx;
-    zsi_job *j = ev->user;
-    zsi_sample *sm = &j->s[ev->sample];
+    const zsi_part *part = ev->user;
+    zsi_job *j = part->job;
+    zsi_sample *sm = &j->s[part->prompt * j->p.n + ev->sample];
     int k = j->p.logprobs ? j->p.top_logprobs : 0;
     double now = zsi_clock();
     pthread_mutex_lock(&j->mu);
@@ -224,7 +233,7 @@ static void on_event(void *ctx, const zs_token_event *ev)
         sm->finish = ev->finish;
         j->n_finished++;
     }
-    bool done = j->n_finished == j->p.n && !j->aborted;
+    bool done = j->n_finished == j->p.n_choices && !j->aborted;
     if (done) {
         j->t_done = now;
         j->done = true;
@@ -235,37 +244,8 @@ static void on_event(void *ctx, const zs_token_event *ev)
         job_finished(s, j);
 }
 
-/* Hands the jobs that arrived to the engine; a refusal fails the job. */
-static void admit(zs_server *s, zsi_job *in)
-{
-    while (in) {
-        zsi_job *j = in;
-        in = in->next_in;
-        j->next_in = NULL;
-        zsi_params *p = &j->p;
-        zs_gen_request q = {.prompt = p->prompt, .n_prompt = p->n_prompt,
-                            .sampling = p->sampling, .max_tokens = p->max_tokens, .n = p->n,
-                            .stop = (const char *const *)p->stop, .n_stop = p->n_stop,
-                            .ignore_eos = p->ignore_eos,
-                            .logprobs = p->logprobs ? p->top_logprobs : 0, .user = j};
-        zs_status st = zs_engine_add(s->e, &q, &j->engine_id);
-        j->next = s->live;
-        if (s->live)
-            s->live->prev = j;
-        s->live = j;
-        if (st != ZS_OK) {
-            finalize(s, j, st == ZS_ERR_NOMEM ? 503 : 400, zs_last_error());
-            continue;
-        }
-        pthread_mutex_lock(&j->mu);
-        j->admitted = true;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-    }
-}
-
-/* Aborts j in the engine; it is finalized after the next step. A status
- * (503, 504, 500) fails it with msg. */
+/* Aborts j's prompts in the engine; it is finalized after the next step.
+ * A status (400, 503, 504, 500) fails it with msg. */
 static void abort_job(zs_server *s, zsi_job *j, int status, const char *msg)
 {
     j->aborted = true;
@@ -278,7 +258,58 @@ static void abort_job(zs_server *s, zsi_job *j, int status, const char *msg)
         }
         pthread_mutex_unlock(&j->mu);
     }
-    zs_engine_abort(s->e, j->engine_id); /* unknown once finished: fine */
+    for (int i = 0; i < j->p.n_prompts; i++)
+        if (j->parts[i].added) /* unknown once finished: fine */
+            zs_engine_abort(s->e, j->parts[i].engine_id);
+}
+
+/* Adds j's prompts to the engine, one request each. A refusal fails the
+ * job: at once when the engine took none of its prompts, else by aborting
+ * those it took (the job is finalized after the next step). */
+static void admit_job(zs_server *s, zsi_job *j)
+{
+    zsi_params *p = &j->p;
+    j->next = s->live;
+    if (s->live)
+        s->live->prev = j;
+    s->live = j;
+    for (int i = 0; i < p->n_prompts; i++) {
+        zs_gen_request q = {.prompt = p->prompts[i].ids, .n_prompt = p->prompts[i].n,
+                            .sampling = p->sampling, .max_tokens = p->max_tokens, .n = p->n,
+                            .stop = (const char *const *)p->stop, .n_stop = p->n_stop,
+                            .ignore_eos = p->ignore_eos,
+                            .logprobs = p->logprobs ? p->top_logprobs : 0,
+                            .user = &j->parts[i]};
+        zs_status st = zs_engine_add(s->e, &q, &j->parts[i].engine_id);
+        if (st != ZS_OK) {
+            char msg[400];
+            if (p->n_prompts > 1)
+                snprintf(msg, sizeof msg, "prompt %d: %s", i, zs_last_error());
+            else
+                snprintf(msg, sizeof msg, "%s", zs_last_error());
+            if (i == 0)
+                finalize(s, j, st == ZS_ERR_NOMEM ? 503 : 400, msg);
+            else
+                abort_job(s, j, st == ZS_ERR_NOMEM ? 503 : 400, msg);
+            return;
+        }
+        j->parts[i].added = true;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->admitted = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Hands the jobs that arrived to the engine. */
+static void admit(zs_server *s, zsi_job *in)
+{
+    while (in) {
+        zsi_job *j = in;
+        in = in->next_in;
+        j->next_in = NULL;
+        admit_job(s, j);
+    }
 }
 
 /* Aborts the flagged jobs (server mutex held), every job when stopping,

@@ -6,10 +6,12 @@
  *
  * Each event is "data: {chunk}\n\n": a chunk per choice per sampled token
  * (chat: a first chunk with the role), the last chunk of a choice carries
- * its finish_reason, then a usage chunk when stream_options.include_usage
- * asks, then "data: [DONE]\n\n". A job that fails while streaming (server
- * stopping, timeout, engine failure) sends an OpenAI error object as its
- * last event before [DONE].
+ * its finish_reason; choices of every prompt interleave, each chunk naming
+ * its choice's index (prompt * n + sample). When every choice has ended:
+ * a usage chunk (all prompts and choices) when
+ * stream_options.include_usage asks, then "data: [DONE]\n\n" once. A job
+ * that fails while streaming (server stopping, timeout, engine failure)
+ * sends an OpenAI error object as its last event before [DONE].
  *
  * Text that could still become a stop string, or a UTF-8 character not
  * yet complete, is held back until the next token decides it (zs/serve.h),
@@ -29,10 +31,10 @@ typedef struct stream {
     zsi_job *j;          /* a reference */
     int fd;
     char id[48];
-    int64_t *sent_tok;   /* [n] tokens of sample k whose logprobs went out */
-    size_t *sent_text;   /* [n] bytes of sample k's text that went out */
+    int64_t *sent_tok;   /* [n_choices] tokens of choice k whose logprobs went out */
+    size_t *sent_text;   /* [n_choices] bytes of choice k's text that went out */
     bool *started, *ended;
-    zsi_buf echo;
+    zsi_buf *echo;       /* [n_prompts] each prompt's text, when echo */
     zsi_buf out;         /* events not yet handed to libmicrohttpd */
     size_t out_pos;
     bool over;           /* [DONE] is in out */
@@ -41,9 +43,11 @@ typedef struct stream {
 static void stream_free(void *cls)
 {
     stream *st = cls;
+    for (int i = 0; st->echo && i < st->j->p.n_prompts; i++)
+        zsi_buf_free(&st->echo[i]);
+    free(st->echo);
     zsi_job_release(st->j);
     zsi_buf_free(&st->out);
-    zsi_buf_free(&st->echo);
     free(st->sent_tok), free(st->sent_text), free(st->started), free(st->ended);
     free(st);
 }
@@ -72,7 +76,7 @@ static void chunk(stream *st, int k, size_t to, int64_t tok_to, bool last)
     const zsi_sample *sm = &j->s[k];
     zsi_buf *b = &st->out, text = {0};
     if (!st->started[k] && j->p.echo)
-        zsi_buf_add(&text, st->echo.p, st->echo.len);
+        zsi_buf_add(&text, st->echo[k / j->p.n].p, st->echo[k / j->p.n].len);
     zsi_buf_add(&text, sm->text.p + st->sent_text[k], to - st->sent_text[k]);
     zsi_buf_puts(b, "data: ");
     zsi_json_head(st->s, st->id, j->p.chat ? "chat.completion.chunk" : "text_completion", b);
@@ -152,7 +156,7 @@ static void produce(stream *st)
 {
     zsi_job *j = st->j;
     bool failed = j->done && j->fail_status;
-    for (int k = 0; k < j->p.n && !failed; k++)
+    for (int k = 0; k < j->p.n_choices && !failed; k++)
         if (!st->ended[k])
             produce_sample(st, k);
     if (j->done && !st->over)
@@ -194,10 +198,24 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
+/* Decodes every prompt's text into st->echo (the job asked for echo). */
+static bool echo_texts(zs_server *s, stream *st)
+{
+    const zsi_params *p = &st->j->p;
+    if (!(st->echo = calloc((size_t)p->n_prompts, sizeof *st->echo)))
+        return false;
+    bool ok = true;
+    for (int i = 0; i < p->n_prompts; i++) {
+        zsi_prompt_text(s, &p->prompts[i], &st->echo[i]);
+        ok = ok && !st->echo[i].oom;
+    }
+    return ok;
+}
+
 int zsi_stream_start(zsi_conn *q)
 {
     zsi_job *j = q->job;
-    int n = j->p.n;
+    int n = j->p.n_choices;
     stream *st = calloc(1, sizeof *st);
     if (!st)
         return MHD_NO;
@@ -210,15 +228,9 @@ int zsi_stream_start(zsi_conn *q)
     st->ended = calloc((size_t)n, sizeof *st->ended);
     atomic_fetch_add(&j->refs, 1);
     st->j = j;
-    if (j->p.echo) {
-        char *t = NULL;
-        size_t len = 0;
-        if (zs_bpe_decode(q->s->tok, j->p.prompt, (size_t)j->p.n_prompt, &t, &len) == ZS_OK)
-            zsi_buf_add(&st->echo, t, len);
-        free(t);
-    }
+    bool echo_ok = !j->p.echo || echo_texts(q->s, st);
     struct MHD_Response *r = NULL;
-    if (st->sent_tok && st->sent_text && st->started && st->ended && !st->echo.oom)
+    if (st->sent_tok && st->sent_text && st->started && st->ended && echo_ok)
         r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, reader, st,
                                               stream_free);
     if (!r) {

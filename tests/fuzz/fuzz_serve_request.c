@@ -64,8 +64,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         zsi_params p;
         zsi_err pe = {0};
         bool ok = zsi_params_parse(s, req, chat, &p, &pe);
-        if (ok && (p.n_prompt < 1 || p.n < 1 || p.n > ZSI_MAX_N || !p.prompt))
+        if (ok && (p.n_prompts < 1 || p.n < 1 || p.n_choices != p.n_prompts * p.n ||
+                   p.n_choices > ZSI_MAX_N || (chat && p.n_prompts != 1)))
             abort();
+        for (int i = 0; ok && i < p.n_prompts; i++)
+            if (p.prompts[i].n < 1 || !p.prompts[i].ids)
+                abort();
         if (!ok && pe.status != 400 && pe.status != 404)
             abort();
         zsi_params_free(&p);

@@ -340,6 +340,10 @@ static void seed_serve(void)
                       "\"caf\\u00e9\"}]}, {\"role\": \"assistant\", \"content\": null}], "
                       "\"logprobs\": true, \"top_logprobs\": 3, \"max_completion_tokens\": 4}"},
         {"bad-types.json", "{\"prompt\": 5, \"temperature\": \"hot\", \"n\": 1e400}"},
+        {"prompt-list.json", "{\"prompt\": [\"In the\", \"\", \"light\"], \"n\": 3, "
+                             "\"echo\": true, \"logprobs\": 1}"},
+        {"prompt-id-lists.json", "{\"prompt\": [[1, 2], [3], [4, 5, 6]], \"n\": 2}"},
+        {"prompt-mixed.json", "{\"prompt\": [\"a\", [1, 2], 3], \"n\": 64}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++)
         write_file(seed_path("serve_request", bodies[i][0]), bodies[i][1],

@@ -98,6 +98,17 @@ check('n=2: sample 1 draws with seed + 1', two.choices[1].text === seed8.choices
   [two.choices[1].text, seed8.choices[0].text]);
 check('n=2 usage counts both', usageOk(two.usage, 24), two.usage);
 
+// a list of prompts: n choices per prompt, prompt-major, each as if alone
+const pair = await client.completions.create({ ...base, prompt: ['a', 'b'], temperature: 1,
+  seed: 11 });
+const aloneB = await client.completions.create({ ...base, prompt: 'b', temperature: 1, seed: 11 });
+check('prompt list gives a choice per prompt', pair.choices.length === 2 &&
+  pair.choices.map((c) => c.index).join() === '0,1', pair.choices);
+check('prompt list: choice 1 = prompt "b" alone', pair.choices[1]?.text === aloneB.choices[0].text,
+  [pair.choices[1]?.text, aloneB.choices[0].text]);
+check('prompt list usage sums the prompts',
+  pair.usage.prompt_tokens === 2 * aloneB.usage.prompt_tokens, [pair.usage, aloneB.usage]);
+
 // stop: cut the greedy text at a piece of it
 const g40 = await client.completions.create({ ...base, temperature: 0, max_tokens: 40 });
 const full = g40.choices[0].text;

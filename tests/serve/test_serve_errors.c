@@ -4,7 +4,9 @@
  * of a random-weight GPT:
  *   - 400: malformed JSON, an empty body, wrong types, out-of-range values
  *     (temperature -1, top_p 2, n 0, max_tokens -5, 2.5, 1e20, 1e400, the
- *     NaN literal), invalid UTF-8, 10^5 nested '[', bad chat messages, and
+ *     NaN literal), invalid UTF-8, 10^5 nested '[', bad chat messages, bad
+ *     prompt lists (empty, strings mixed with ids or arrays, members that
+ *     are neither, more than 128 choices in prompts times n), and
  *     what the engine refuses (a prompt longer than the context, also when
  *     streaming; an id outside the vocabulary), each an OpenAI error object;
  *   - 401 without or with a wrong key, 200 with "Bearer KEY", /health open;
@@ -121,7 +123,21 @@ static void test_400(int port)
     bad(port, "{\"prompt\": \"x\", \"logprobs\": 6}", "logprobs");
     bad(port, "{\"prompt\": \"x\", \"presence_penalty\": 3}", "presence_penalty");
     bad(port, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of");
-    bad(port, "{\"prompt\": [\"a\", \"b\"]}", "several prompts");
+    /* lists of prompts: empty, mixed, malformed members, too many choices */
+    bad(port, "{\"prompt\": []}", "empty array");
+    bad(port, "{\"prompt\": [\"a\", 1]}", "not a mix");
+    bad(port, "{\"prompt\": [1, \"a\"]}", "not a mix");
+    bad(port, "{\"prompt\": [[1, 2], \"a\"]}", "not a mix");
+    bad(port, "{\"prompt\": [\"a\", [1, 2]]}", "not a mix");
+    bad(port, "{\"prompt\": [{\"text\": \"a\"}]}", "prompt[0]");
+    bad(port, "{\"prompt\": [null]}", "prompt[0]");
+    bad(port, "{\"prompt\": [[1, 2], []]}", "prompt[1]: an empty array");
+    bad(port, "{\"prompt\": [[1, 2], [3, 2.5]]}", "prompt[1]: token 1");
+    bad(port, "{\"prompt\": [[1, [2]]]}", "prompt[0]: token 1");
+    bad(port, "{\"prompt\": [\"a\", \"b\", \"c\"], \"n\": 43}", "at most 128");
+    char *many = repeat("\"a\",", 128, "{\"prompt\": [", "\"b\"]}");
+    bad(port, many, "129 prompts");
+    free(many);
     bad(port, "{\"prompt\": [1, 2.5]}", "token 1");
     bad(port, "{\"prompt\": \"caf\xC3\"}", "UTF-8");
     bad(port, "{\"prompt\": \"\xED\xA0\x80\"}", "UTF-8"); /* a surrogate */

@@ -2,10 +2,10 @@
 # zs serve driven by the official `openai` JavaScript client
 # (openai_client.mjs): a tiny GPT trained here is served on a free loopback
 # port with an API key; the client lists models, runs completions and chat,
-# whole and streamed (stream text = whole text for a seed), n = 2, stop
-# strings, logprobs and echo, and surfaces the server's errors as its own
-# error classes (BadRequestError for a prompt longer than the context,
-# NotFoundError, AuthenticationError). Then SIGTERM: exit status 0, and the
+# whole and streamed (stream text = whole text for a seed), n = 2, a list
+# of prompts, stop strings, logprobs and echo, and surfaces the server's
+# errors as its own error classes (BadRequestError for a prompt longer than
+# the context, NotFoundError, AuthenticationError). Then SIGTERM: exit status 0, and the
 # request log holds one JSON line per request.
 #
 # The client is tests/serve/vendor/openai-6.49.0.tgz, unpacked into a
@@ -62,8 +62,8 @@ wait "$pid"; rc=$?
 pid=
 if [ $rc -eq 0 ]; then echo "ok SIGTERM: exit 0"; else echo "FAIL SIGTERM: exit $rc"; fail=1; fi
 lines=$(wc -l <"$tmp/requests.jsonl")
-# 21 requests: 2 model look-ups, 10 completions, 3 chats, 6 errors
-if [ "$lines" -eq 21 ] && python3 -c '
+# 23 requests: 2 model look-ups, 12 completions, 3 chats, 6 errors
+if [ "$lines" -eq 23 ] && python3 -c '
 import collections, json, sys
 codes = collections.Counter()
 for line in open(sys.argv[1]):
@@ -72,7 +72,7 @@ for line in open(sys.argv[1]):
     codes[r["status"]] += 1
     if r["path"].endswith("completions") and r["status"] == 200:
         assert r["prompt_tokens"] > 0 and r["completion_tokens"] > 0 and r["ttft_s"] > 0, r
-assert codes == {200: 15, 400: 4, 404: 1, 401: 1}, codes
+assert codes == {200: 17, 400: 4, 404: 1, 401: 1}, codes
 ' "$tmp/requests.jsonl"; then
   echo "ok request log: $lines JSON lines"
 else
