@@ -11,11 +11,16 @@
  * 4096 makes a quick run.
  *
  * 2. Decode at batch 1: one request, a random prompt of 128 tokens, 64
- *    new greedy tokens (ignore_eos), best of --reps runs after one untimed
- *    run, for f32, q8_0 and q4_0 (zs_llm_from_gpt). Only decoding is
- *    timed: tokens 2..64 over the time from the first token's event to
- *    the last's. Roofline tok/s = triad bytes/s (zs_measure_triad_gbs,
- *    measured in this run) / bytes read per token, bytes per token =
+ *    new greedy tokens (ignore_eos), best of --reps (5) runs after one
+ *    untimed run, for f32, q8_0 and q4_0 (zs_llm_from_gpt), interleaved
+ *    run by run (load on the shared machine hits them alike). Only
+ *    decoding is timed: tokens 2..64 over the time from the first
+ *    token's event to the last's. "median step" is 1 / the median gap
+ *    between consecutive tokens over all timed runs (the speed without
+ *    the stalls: neighbours on the shared machine take memory bandwidth
+ *    in bursts). Roofline tok/s = triad bytes/s (zs_measure_triad_gbs,
+ *    measured in this run before and after the decodes, the better of
+ *    the two) / bytes read per token, bytes per token =
  *    zs_llm_weight_bytes + the f32 KV cache read at the mean context of
  *    the decode steps (prompt + new / 2 positions): 2 * layers * ctx *
  *    width * 4. PyTorch (bench/gpt_torch.py --generate: the same model,
@@ -188,7 +193,7 @@ static void usage(FILE *f)
                "  --ckpt DIR          a zs train gpt output (default: random weights)\n"
                "  --preset NAME       tiny | small | gpt2 (default gpt2)\n"
                "  --vocab N           vocabulary of the random model (default 50257)\n"
-               "  --reps N            timed batch-1 decode runs (default 3)\n"
+               "  --reps N            timed batch-1 decode runs (default 5)\n"
                "  --requests N        requests of the trace (default 256)\n"
                "  --rate X            trace arrivals per second (default 10)\n"
                "  --trace-preset NAME model of the trace (default small)\n"
@@ -216,7 +221,7 @@ static int64_t pos_int(const char *flag, const char *v)
 static void defaults(config *c)
 {
     *c = (config){.preset = "gpt2", .trace_preset = "small", .vocab = 50257,
-                  .prompt = 128, .new_tokens = 64, .reps = 3,
+                  .prompt = 128, .new_tokens = 64, .reps = 5,
                   .batches = {1, 4, 16, 64}, .n_batches = 4,
                   .requests = 256, .trace_seqs = 32, .trace_vocab = 4096,
                   .trace_ctx = 1024, .prompt_min = 16, .prompt_max = 256,
@@ -261,13 +266,20 @@ static int parse_args(int argc, char **argv, config *c)
             c->trace_preset = v;
         } else if (v && !strcmp(f, "--only")) {
             c->only = v;
+            if (strcmp(v, "decode") && strcmp(v, "batch") && strcmp(v, "trace") &&
+                strcmp(v, "val")) {
+                fprintf(stderr, "infer: --only wants decode, batch, trace or val, "
+                                "got '%s'\n", v);
+                return -1;
+            }
         } else if (v && !strcmp(f, "--ckpt")) {
             c->ckpt = v;
         } else if (v && !strcmp(f, "--script")) {
             snprintf(c->script, sizeof c->script, "%s", v);
         } else if (v && !strcmp(f, "--rate")) {
-            c->rate = strtod(v, NULL);
-            if (!(c->rate > 0)) {
+            char *end;
+            c->rate = strtod(v, &end);
+            if (*end != '\0' || !(c->rate > 0 && c->rate < INFINITY)) {
                 fprintf(stderr, "infer: --rate wants a positive number, got '%s'\n", v);
                 return -1;
             }
@@ -335,10 +347,12 @@ static zs_llm *make_llm(zs_module *m, zs_quant q)
 
 /* ---- 2. decode at batch 1 ----------------------------------------------------- */
 
-/* Times of the first and last token events and their count. */
+/* Times of the first and last token events, their count, and the gaps
+ * between consecutive tokens (gaps[0, n - 1), caller's array, or NULL). */
 typedef struct dec_clock {
     double first, last;
     int64_t n;
+    double *gaps;
 } dec_clock;
 
 static void on_decode_token(void *ctx, const zs_token_event *ev)
@@ -346,19 +360,23 @@ static void on_decode_token(void *ctx, const zs_token_event *ev)
     dec_clock *d = ctx;
     if (ev->token < 0)
         return;
-    d->last = now();
+    double t = now();
+    if (d->n > 0 && d->gaps)
+        d->gaps[d->n - 1] = t - d->last;
+    d->last = t;
     if (d->n++ == 0)
-        d->first = d->last;
+        d->first = t;
 }
 
 /* One greedy generation of n_new tokens after prompt[0, P); *decode_s
- * gets the seconds from the first token to the last. */
+ * gets the seconds from the first token to the last, gaps (NULL or
+ * n_new - 1 entries) the seconds between consecutive tokens. */
 static zs_status decode_once(zs_engine *e, const int32_t *prompt, int64_t P,
-                             int64_t n_new, double *decode_s)
+                             int64_t n_new, double *decode_s, double *gaps)
 {
     zs_gen_request q = {.prompt = prompt, .n_prompt = P, .max_tokens = n_new,
                         .sampling = {.top_p = 1}, .ignore_eos = true};
-    dec_clock d = {0};
+    dec_clock d = {.gaps = gaps};
     zs_status st = zs_engine_add(e, &q, NULL);
     if (st == ZS_OK)
         st = zs_engine_run(e, on_decode_token, &d);
@@ -369,36 +387,63 @@ static zs_status decode_once(zs_engine *e, const int32_t *prompt, int64_t P,
     return st;
 }
 
-typedef struct dec_result {
-    double bytes_per_token, tok_s, weight_bytes;
-} dec_result;
+#define N_DEC 3 /* f32, q8_0, q4_0 */
 
-/* Batch-1 decode tok/s of m quantized as q: best of c->reps runs after
- * one untimed run. */
-static zs_status bench_decode(zs_module *m, zs_quant q, const config *c,
-                              const int32_t *prompt, dec_result *r)
+/* One quantization's model and engine, and its figures. */
+typedef struct dec_side {
+    zs_llm *llm;
+    zs_engine *e;
+    double weight_bytes, bytes_per_token, best_s, tok_s;
+    double *gaps;         /* reps * (new - 1) token gaps of the timed runs */
+    double median_tok_s;  /* 1 / their median */
+} dec_side;
+
+static zs_status dec_side_init(dec_side *d, zs_module *m, zs_quant q, const config *c)
 {
-    zs_llm *llm = make_llm(m, q);
     zs_engine_config ec = {.max_num_seqs = 1, .max_batched_tokens = c->prompt,
                            .no_prefix_cache = true};
-    zs_engine *e = llm ? zs_engine_new(llm, NULL, &ec) : NULL;
-    if (!e) {
-        zs_llm_free(llm);
+    *d = (dec_side){.best_s = INFINITY};
+    d->gaps = malloc((size_t)(c->reps * (c->new_tokens - 1) + 1) * sizeof *d->gaps);
+    if (!d->gaps)
+        return zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
+    d->llm = make_llm(m, q);
+    d->e = d->llm ? zs_engine_new(d->llm, NULL, &ec) : NULL;
+    if (!d->e)
         return ZS_ERR_ARG;
-    }
-    const zs_gpt_config *g = zs_llm_config(llm);
     double mean_ctx = (double)c->prompt + (double)c->new_tokens / 2;
-    r->weight_bytes = (double)zs_llm_weight_bytes(llm);
-    r->bytes_per_token = r->weight_bytes + mean_ctx * kv_token_bytes(g);
-    double best = INFINITY, s = 0;
-    zs_status st = decode_once(e, prompt, c->prompt, c->new_tokens, &s);
-    for (int64_t i = 0; st == ZS_OK && i < c->reps; i++) {
-        st = decode_once(e, prompt, c->prompt, c->new_tokens, &s);
-        best = s < best ? s : best;
+    d->weight_bytes = (double)zs_llm_weight_bytes(d->llm);
+    d->bytes_per_token = d->weight_bytes + mean_ctx * kv_token_bytes(zs_llm_config(d->llm));
+    return ZS_OK;
+}
+
+static void dec_side_free(dec_side *d)
+{
+    free(d->gaps);
+    zs_engine_free(d->e);
+    zs_llm_free(d->llm);
+}
+
+/* Batch-1 decode of every side: one untimed run each, then c->reps
+ * rounds that run each side once (interleaved, so a burst of load on the
+ * shared machine hits them alike); the fastest run of each counts, and
+ * the median gap between tokens over all its timed runs. */
+static zs_status bench_decode(dec_side *d, int n, const config *c, const int32_t *prompt)
+{
+    int64_t g = c->new_tokens - 1;
+    double s = 0;
+    zs_status st = ZS_OK;
+    for (int i = 0; st == ZS_OK && i < n; i++)
+        st = decode_once(d[i].e, prompt, c->prompt, c->new_tokens, &s, NULL);
+    for (int64_t r = 0; st == ZS_OK && r < c->reps; r++)
+        for (int i = 0; st == ZS_OK && i < n; i++) {
+            st = decode_once(d[i].e, prompt, c->prompt, c->new_tokens, &s,
+                             d[i].gaps + r * g);
+            d[i].best_s = s < d[i].best_s ? s : d[i].best_s;
+        }
+    for (int i = 0; st == ZS_OK && i < n; i++) {
+        d[i].tok_s = (double)g / d[i].best_s;
+        d[i].median_tok_s = 1 / percentile(d[i].gaps, c->reps * g, 0.5);
     }
-    r->tok_s = (double)(c->new_tokens - 1) / best;
-    zs_engine_free(e);
-    zs_llm_free(llm);
     return st;
 }
 
@@ -451,48 +496,28 @@ static double run_peer(const config *c, const zs_gpt_config *g, const char **why
     return tok_s;
 }
 
-static void print_decode_row(const char *name, const dec_result *r, double triad,
+static void print_decode_row(const char *name, const dec_side *d, double triad,
                              double f32_tok_s)
 {
-    double roof = triad / r->bytes_per_token;
-    printf("  %-7s %10.1f %12.2f %10.1f %10.1f %9.1f%% %8.2f\n", name,
-           r->weight_bytes / MiB, r->bytes_per_token / MiB, r->tok_s, roof,
-           100 * r->tok_s / roof, r->tok_s / f32_tok_s);
+    double roof = triad / d->bytes_per_token;
+    printf("  %-7s %10.1f %12.2f %10.1f %10.1f %9.1f%% %8.2f %12.1f %8.1f%%\n", name,
+           d->weight_bytes / MiB, d->bytes_per_token / MiB, d->tok_s, roof,
+           100 * d->tok_s / roof, d->tok_s / f32_tok_s, d->median_tok_s,
+           100 * d->median_tok_s / roof);
 }
 
-/* Section 2; fills s->decode_f32 and s->decode_q8. */
-static zs_status section_decode(zs_module *m, const config *c, summary *s)
+/* The triad bandwidth in bytes/s: the best of 5 runs. */
+static double triad(const config *c)
 {
-    const zs_gpt_config *g = zs_gpt_config_of(m);
-    int32_t *prompt = malloc((size_t)c->prompt * sizeof *prompt);
-    if (!prompt)
-        return zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
-    uint64_t rng = SEED;
-    random_tokens(&rng, prompt, c->prompt, g->vocab);
-    double triad = zs_measure_triad_gbs(c->threads, (size_t)1 << 28, 5) * 1e9;
-    const zs_quant qs[3] = {ZS_QUANT_NONE, ZS_QUANT_Q8_0, ZS_QUANT_Q4_0};
-    dec_result r[3];
-    zs_status st = ZS_OK;
-    for (int i = 0; st == ZS_OK && i < 3; i++)
-        st = bench_decode(m, qs[i], c, prompt, &r[i]);
-    free(prompt);
-    if (st != ZS_OK)
-        return st;
-    printf("\ndecode, batch 1: prompt %lld random tokens, %lld new greedy tokens; "
-           "tokens 2..%lld over the time from the first token to the last, best of "
-           "%lld runs; triad %.1f GB/s (%d threads, this run); bytes/token = weights "
-           "+ f32 KV at the mean context %.0f\n", (long long)c->prompt,
-           (long long)c->new_tokens, (long long)c->new_tokens, (long long)c->reps,
-           triad / 1e9, c->threads, (double)c->prompt + (double)c->new_tokens / 2);
-    printf("  %-7s %10s %12s %10s %10s %10s %8s\n", "quant", "weights MiB",
-           "bytes/tok MiB", "tok/s", "roofline", "of roof", "vs f32");
-    const char *names[3] = {"f32", "q8_0", "q4_0"};
-    for (int i = 0; i < 3; i++)
-        print_decode_row(names[i], &r[i], triad, r[0].tok_s);
-    s->decode_f32 = r[0].tok_s, s->decode_q8 = r[1].tok_s;
+    return zs_measure_triad_gbs(c->threads, (size_t)1 << 28, 5) * 1e9;
+}
+
+static void print_peer(const config *c, const zs_gpt_config *g, const dec_side *d,
+                       double bw)
+{
     if (c->skip_peer) {
         printf("  pytorch: skipped (--skip-peer)\n");
-        return ZS_OK;
+        return;
     }
     const char *why = NULL;
     double pt = run_peer(c, g, &why);
@@ -501,8 +526,48 @@ static zs_status section_decode(zs_module *m, const config *c, summary *s)
     else
         printf("  pytorch f32 (KV cache, batch 1) %.1f tok/s = %.1f%% of the f32 "
                "roofline; zhisuan f32/pytorch = %.2f, q8_0/pytorch = %.2f\n", pt,
-               100 * pt * r[0].bytes_per_token / triad, r[0].tok_s / pt,
-               r[1].tok_s / pt);
+               100 * pt * d[0].bytes_per_token / bw, d[0].tok_s / pt, d[1].tok_s / pt);
+}
+
+/* Section 2; fills s->decode_f32 and s->decode_q8. The triad runs before
+ * and after the decodes; the better figure is the roofline's. */
+static zs_status section_decode(zs_module *m, const config *c, summary *s)
+{
+    const zs_gpt_config *g = zs_gpt_config_of(m);
+    int32_t *prompt = malloc((size_t)c->prompt * sizeof *prompt);
+    if (!prompt)
+        return zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
+    uint64_t rng = SEED;
+    random_tokens(&rng, prompt, c->prompt, g->vocab);
+    const zs_quant qs[N_DEC] = {ZS_QUANT_NONE, ZS_QUANT_Q8_0, ZS_QUANT_Q4_0};
+    const char *names[N_DEC] = {"f32", "q8_0", "q4_0"};
+    dec_side d[N_DEC] = {{0}};
+    zs_status st = ZS_OK;
+    for (int i = 0; st == ZS_OK && i < N_DEC; i++)
+        st = dec_side_init(&d[i], m, qs[i], c);
+    double bw0 = triad(c);
+    if (st == ZS_OK)
+        st = bench_decode(d, N_DEC, c, prompt);
+    double bw1 = triad(c), bw = fmax(bw0, bw1);
+    for (int i = 0; i < N_DEC; i++)
+        dec_side_free(&d[i]);
+    free(prompt);
+    if (st != ZS_OK)
+        return st;
+    printf("\ndecode, batch 1: prompt %lld random tokens, %lld new greedy tokens; "
+           "tokens 2..%lld over the time from the first token to the last, best of "
+           "%lld runs (interleaved); triad %.1f GB/s (best of %.1f before and %.1f "
+           "after, %d threads); bytes/token = weights + f32 KV at the mean context "
+           "%.0f\n", (long long)c->prompt, (long long)c->new_tokens,
+           (long long)c->new_tokens, (long long)c->reps, bw / 1e9, bw0 / 1e9, bw1 / 1e9,
+           c->threads, (double)c->prompt + (double)c->new_tokens / 2);
+    printf("  %-7s %10s %12s %10s %10s %10s %8s %12s %9s\n", "quant", "weights MiB",
+           "bytes/tok MiB", "tok/s", "roofline", "of roof", "vs f32", "median step",
+           "of roof");
+    for (int i = 0; i < N_DEC; i++)
+        print_decode_row(names[i], &d[i], bw, d[0].tok_s);
+    s->decode_f32 = d[0].tok_s, s->decode_q8 = d[1].tok_s;
+    print_peer(c, g, d, bw);
     return ZS_OK;
 }
 
@@ -560,8 +625,10 @@ static zs_status run_batch(const zs_llm *llm, int64_t n, const config *c, agg_re
                            .no_prefix_cache = true};
     zs_engine *e = zs_engine_new(llm, NULL, &ec);
     batch_run b = {.n = n, .n_out = calloc((size_t)n, sizeof(int64_t))};
-    double *step_s = malloc((size_t)c->new_tokens * sizeof *step_s);
-    zs_status st = e && b.n_out && step_s ? add_batch(e, n, c, g->vocab) : ZS_ERR_NOMEM;
+    double *step_s = malloc((size_t)(c->new_tokens + 1) * sizeof *step_s);
+    zs_status st = !e ? ZS_ERR_ARG
+                   : !b.n_out || !step_s ? zs_set_error_code(ZS_ERR_NOMEM, "out of memory")
+                                         : add_batch(e, n, c, g->vocab);
     int64_t all_tok = 0;
     double t0 = now();
     *r = (agg_result){0};
@@ -599,7 +666,8 @@ static zs_status section_batched(zs_module *m, const config *c)
     printf("\naggregate decode, sequences added at once (prompt %lld, %lld new tokens "
            "each, max_batched_tokens %d); tok/s: \"full batch\" = sequences / median "
            "time of the steps with every sequence decoding, \"overall\" = all output "
-           "tokens / wall time with the prefills\n", (long long)c->prompt, (long long)c->new_tokens, BATCH_BUDGET);
+           "tokens / wall time with the prefills\n", (long long)c->prompt,
+           (long long)c->new_tokens, BATCH_BUDGET);
     printf("  %5s %14s %15s %12s %12s %9s\n", "seqs", "f32 full batch",
            "q8_0 full batch", "f32 overall", "q8_0 overall", "f32 steps");
     for (int64_t i = 0; i < c->n_batches; i++)
@@ -618,7 +686,6 @@ typedef struct trace_req {
     /* outcome of one run */
     double first, last;         /* token event times, seconds from the start */
     int64_t n_out;
-    bool done;
 } trace_req;
 
 typedef struct trace {
@@ -665,10 +732,10 @@ typedef struct trace_result {
     double peak_used, peak_ctx_reserve, peak_req_reserve, peak_tokens;
     double waste_sum, waste_max;
     int64_t waste_steps, peak_running;
+    int64_t max_step, max_running, max_tokens; /* where the waste peaked */
 } trace_result;
 
 typedef struct trace_run {
-    trace *t;
     double t0;
     int64_t done, running;     /* requests finished; with a token, not finished */
     double reserve;            /* sum of prompt + max_tokens of the running */
@@ -688,7 +755,6 @@ static void on_trace_token(void *ctx, const zs_token_event *ev)
         q->last = t;
     }
     if (ev->finish != ZS_FINISH_NONE) {
-        q->done = true;
         run->done++;
         run->running--;
         run->reserve -= (double)(q->n_prompt + q->max_tokens);
@@ -709,7 +775,11 @@ static void sample_kv(const zs_engine *e, const trace_run *run, double tok_bytes
     r->preemptions = st.preemptions;
     if (used > 0) {
         double w = (double)st.kv.wasted_bytes / used;
-        r->waste_sum += w, r->waste_max = fmax(r->waste_max, w);
+        if (w > r->waste_max) {
+            r->waste_max = w, r->max_step = r->steps, r->max_running = st.running;
+            r->max_tokens = (int64_t)((used - (double)st.kv.wasted_bytes) / tok_bytes);
+        }
+        r->waste_sum += w;
         r->waste_steps++;
     }
 }
@@ -755,7 +825,7 @@ static void sleep_until(double t)
 static zs_status trace_drive(zs_engine *e, trace *t, double tok_bytes, int64_t ctx,
                              trace_result *r)
 {
-    trace_run run = {.t = t, .t0 = now()};
+    trace_run run = {.t0 = now()};
     int64_t next = 0;
     zs_status st = ZS_OK;
     while (st == ZS_OK && run.done < t->n) {
@@ -792,7 +862,7 @@ static zs_status trace_run_mode(const zs_llm *llm, trace *t, const config *c,
     const zs_gpt_config *g = zs_llm_config(llm);
     int64_t long_prompt = 0, long_out = 0;
     for (int64_t i = 0; i < t->n; i++) {
-        t->r[i].n_out = 0, t->r[i].done = false;
+        t->r[i].n_out = 0;
         t->r[i].first = t->r[i].last = 0;
         long_prompt = imax(long_prompt, t->r[i].n_prompt);
         long_out = imax(long_out, t->r[i].max_tokens);
@@ -837,8 +907,10 @@ static void print_kv(const trace_result *r, const zs_gpt_config *g)
     printf("  reserved / paged peak: %.2fx (context), %.2fx (prompt + max_tokens)\n",
            r->peak_ctx_reserve / r->peak_used, r->peak_req_reserve / r->peak_used);
     printf("  paged waste (unfilled slots of used blocks / used bytes) over %lld "
-           "steps: mean %.2f%%, max %.2f%%\n", (long long)r->waste_steps,
-           100 * r->waste_sum / (double)r->waste_steps, 100 * r->waste_max);
+           "steps: mean %.2f%%, max %.2f%% (step %lld: %lld running, %lld tokens "
+           "held)\n", (long long)r->waste_steps,
+           100 * r->waste_sum / (double)r->waste_steps, 100 * r->waste_max,
+           (long long)r->max_step, (long long)r->max_running, (long long)r->max_tokens);
 }
 
 /* Sections 4 and 5. */
@@ -1012,6 +1084,7 @@ int main(int argc, char **argv)
     config c;
     if (parse_args(argc, argv, &c) != 0)
         return 2;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows when redirected */
     zs_set_num_threads(c.threads);
     zs_model_file file;
     zs_module *m = open_model(&c, &file);
