@@ -507,9 +507,12 @@ static zs_status schedule_running(zs_engine *e, plan *p, bool *preempted)
 /* Then waiting ones, first come first served, from their cached prefix. */
 static zs_status schedule_waiting(zs_engine *e, plan *p)
 {
-    if (e->c.static_batching && e->n_run > 0)
+    bool fill = e->c.static_batching; /* a static batch takes max_num_seqs at
+                                       * once; their prefills share the budget
+                                       * of this and the next steps */
+    if (fill && e->n_run > 0)
         return ZS_OK;
-    while (e->n_wait > 0 && p->budget > 0 && e->n_run < e->c.max_num_seqs) {
+    while (e->n_wait > 0 && (p->budget > 0 || fill) && e->n_run < e->c.max_num_seqs) {
         seq *s = e->wait[0];
         if (!e->c.no_prefix_cache && s->kv.n_blocks == 0) {
             int64_t hit = zs_kv_seq_match(e->pool, &s->kv, s->tok, s->n_tok);
@@ -531,7 +534,8 @@ static zs_status schedule_waiting(zs_engine *e, plan *p)
             return st;
         if (s->sample == 0 && s->n_out == 0)
             e->st.computed_prompt_tokens += s->n_tok - s->computed;
-        add_piece(e, p, s, c);
+        if (c > 0)
+            add_piece(e, p, s, c);
     }
     return ZS_OK;
 }
