@@ -32,12 +32,6 @@ ZSK_CLONES static float dot(const float *restrict x, const float *restrict y, in
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-ZSK_CLONES static void scale_add(float *restrict y, float c, const float *restrict x,
-                                 float w, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        y[i] = y[i] * c + w * x[i];
-}
 
 static const float *row(const zsk_paged_attn *a, int64_t s, int64_t t, int64_t off,
                         int64_t h)
@@ -46,7 +40,23 @@ static const float *row(const zsk_paged_attn *a, int64_t s, int64_t t, int64_t o
     return a->base + b * a->block_stride + off + ((t % a->bs) * a->H + h) * a->D;
 }
 
-/* One chunk: the online softmax over its positions. */
+#define TILE 16 /* positions scored together: one max and one rescale each */
+
+ZSK_CLONES static void axpy(float *restrict y, float w, const float *restrict x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += w * x[i];
+}
+
+ZSK_CLONES static void scale(float *restrict y, float c, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= c;
+}
+
+/* One chunk: the online softmax over its positions, TILE at a time (tiles
+ * start at multiples of TILE, so a position's arithmetic depends on its
+ * sequence only). */
 static void chunk_body(void *ctx, int64_t lo, int64_t hi)
 {
     const job *j = ctx;
@@ -56,17 +66,26 @@ static void chunk_body(void *ctx, int64_t lo, int64_t hi)
         const item *it = &j->items[w];
         const float *q = a->q + (it->s * a->H + it->h) * D;
         float *p = j->part + w * (D + 2), *acc = p + 2, m = -INFINITY, sum = 0;
-        float slope = a->slopes ? a->slopes[it->h] : 0;
+        float slope = a->slopes ? a->slopes[it->h] : 0, sc[TILE];
         int64_t last = a->len[it->s] - 1;
         for (int64_t d = 0; d < D; d++)
             acc[d] = 0;
-        for (int64_t t = it->t0; t < it->t1; t++) {
-            float x = dot(q, row(a, it->s, t, a->k_off, it->h), D) * a->scale;
-            if (slope != 0)
-                x -= slope * (float)(last - t);
-            float m2 = x > m ? x : m, c = expf(m - m2), e = expf(x - m2);
-            sum = sum * c + e;
-            scale_add(acc, c, row(a, it->s, t, a->v_off, it->h), e, D);
+        for (int64_t t = it->t0; t < it->t1; t += TILE) {
+            int n = it->t1 - t < TILE ? (int)(it->t1 - t) : TILE;
+            float m2 = m;
+            for (int k = 0; k < n; k++) {
+                sc[k] = dot(q, row(a, it->s, t + k, a->k_off, it->h), D) * a->scale;
+                if (slope != 0)
+                    sc[k] -= slope * (float)(last - t - k);
+                m2 = sc[k] > m2 ? sc[k] : m2;
+            }
+            float c = expf(m - m2), add = 0;
+            for (int k = 0; k < n; k++)
+                add += (sc[k] = expf(sc[k] - m2));
+            sum = sum * c + add;
+            scale(acc, c, D);
+            for (int k = 0; k < n; k++)
+                axpy(acc, sc[k], row(a, it->s, t + k, a->v_off, it->h), D);
             m = m2;
         }
         p[0] = m;
