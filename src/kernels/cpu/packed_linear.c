@@ -1,0 +1,320 @@
+/*
+ * kernels/cpu/packed_linear.c - the batch-invariant f32 linear layer on
+ * packed weights (contract and layout in packed_linear.h).
+ *
+ * Work items are (panel, block of rows), panel-major, split into
+ * contiguous ranges by the pool: a thread walks its panels in order, so at
+ * M = 1 it streams one contiguous range of the packed weights, and at
+ * large M a panel (K * 256 bytes) stays in L2 while every row block of x
+ * passes over it. Within an item, tiles of up to TILE_R rows x 64 columns
+ * run the whole k range with the accumulators in registers (AVX-512) or
+ * in an L1 array (portable), then the shared epilogue
+ * (zsi_linear_epilogue) writes the 64 columns of each row.
+ *
+ * No K blocking: every element's chain is one pass over k, which is the
+ * invariant, and the panel of the largest GPT-2 K (3072, 768 KB) fits in
+ * L2 anyway.
+ */
+#include "kernels/cpu/packed_linear.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/vmath.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define ZSK_LINEAR_AVX512 1
+#define AVX512 __attribute__((target("avx512f")))
+#endif
+
+#define TILE_R 6            /* rows of the register tile (24 accumulators) */
+#define PF_BYTES 1024       /* software prefetch distance in the panel stream */
+#define ITEM_FMAS 32768     /* fewer FMAs per work item run on one thread */
+
+static bool force_portable = false;
+
+bool zsk_linear_force_portable(bool on)
+{
+    bool old = force_portable;
+    force_portable = on;
+    return old;
+}
+
+bool zsi_linear_portable(void) { return force_portable; }
+
+/* ---- epilogue ------------------------------------------------------------ */
+
+/* *v = up to 16 floats of p, zeros past c. By pointer: 64-byte vectors
+ * returned by value draw ABI notes from GCC on the baseline clone. */
+ZSI_VINLINE void load16(zsi_v16f *v, const float *p, int64_t c)
+{
+    *v = (zsi_v16f){0};
+    memcpy(v, p, (size_t)c * sizeof(float));
+}
+
+/* gelu(v) = v / (1 + exp(-2 sqrt(2/pi) (v + 0.044715 v^3))): v -> +inf
+ * gives v (exp underflows to 0), v -> -inf gives -0 (exp overflows). */
+ZSI_VINLINE void gelu16(zsi_v16f *v)
+{
+    zsi_v16f x = *v;
+    zsi_v16f z = (x + 0.044715f * (x * x * x)) * -1.5957691216057308f;
+    zsi_exp_v16f(&z);
+    *v = x / (1.0f + z);
+}
+
+ZSK_CLONES void zsi_linear_epilogue(const float *acc, int64_t n, const float *bias,
+                                    const float *res, zsk_act act, float *y)
+{
+    for (int64_t j = 0; j < n; j += 16) {
+        int64_t c = n - j < 16 ? n - j : 16;
+        zsi_v16f v, t;
+        load16(&v, acc + j, c);
+        if (bias) {
+            load16(&t, bias + j, c);
+            v = v + t;
+        }
+        if (act == ZSK_ACT_GELU_TANH)
+            gelu16(&v);
+        if (res) {
+            load16(&t, res + j, c);
+            v = v + t;
+        }
+        memcpy(y + j, &v, (size_t)c * sizeof(float));
+    }
+}
+
+/* ---- packing --------------------------------------------------------------- */
+
+typedef struct pack_job {
+    const float *W;
+    int64_t N, K;
+    float *data;
+} pack_job;
+
+static void pack_panels(void *ctx, int64_t p0, int64_t p1)
+{
+    const pack_job *j = ctx;
+    for (int64_t p = p0; p < p1; p++) {
+        float *dst = j->data + p * j->K * ZSK_PANEL;
+        for (int c = 0; c < ZSK_PANEL; c++) {
+            int64_t n = p * ZSK_PANEL + c;
+            const float *src = n < j->N ? j->W + n * j->K : NULL;
+            for (int64_t k = 0; k < j->K; k++)
+                dst[k * ZSK_PANEL + c] = src ? src[k] : 0.0f;
+        }
+    }
+}
+
+zs_status zsk_pack_f32(const float *W, int64_t N, int64_t K, zsk_packed_f32 *out)
+{
+    if (!out)
+        return zs_set_error("pack_f32: NULL output struct");
+    *out = (zsk_packed_f32){0};
+    if (N < 0 || K < 0)
+        return zs_set_error("pack_f32: negative size N = %lld, K = %lld",
+                            (long long)N, (long long)K);
+    int64_t panels = (N + ZSK_PANEL - 1) / ZSK_PANEL;
+    if (N == 0 || K == 0) {
+        *out = (zsk_packed_f32){N, K, panels, NULL};
+        return ZS_OK;
+    }
+    if (!W)
+        return zs_set_error("pack_f32: NULL weights");
+    if (panels > (int64_t)(SIZE_MAX / 2) / ZSK_PANEL / (int64_t)sizeof(float) / K)
+        return zs_set_error("pack_f32: N = %lld x K = %lld is too large",
+                            (long long)N, (long long)K);
+    size_t bytes = (size_t)(panels * K * ZSK_PANEL) * sizeof(float);
+    float *data = zs_alloc(bytes);
+    if (!data)
+        return zs_set_error_code(ZS_ERR_NOMEM, "pack_f32: out of memory (%zu bytes)",
+                                 bytes);
+    pack_job j = {W, N, K, data};
+    zs_parallel_for(panels, 1 + ITEM_FMAS / (K * ZSK_PANEL), pack_panels, &j);
+    *out = (zsk_packed_f32){N, K, panels, data};
+    return ZS_OK;
+}
+
+void zsk_packed_free(zsk_packed_f32 *p)
+{
+    if (!p)
+        return;
+    zs_free(p->data);
+    *p = (zsk_packed_f32){0};
+}
+
+/* ---- tiles: acc[r * 64 + j] = sum_k x[r * ldx + k] * panel[k * 64 + j] ---- */
+
+/* Portable: the same fma chains with fmaf; the accumulators live in acc
+ * (L1), which the compiler vectorizes per clone. */
+ZSK_CLONES static void tile_c(int R, const float *x, int64_t ldx, const float *p,
+                              int64_t K, float *restrict acc)
+{
+    for (int i = 0; i < R * ZSK_PANEL; i++)
+        acc[i] = 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+        const float *restrict w = p + k * ZSK_PANEL;
+        for (int r = 0; r < R; r++) {
+            float xv = x[r * ldx + k];
+            float *restrict a = acc + r * ZSK_PANEL;
+            for (int j = 0; j < ZSK_PANEL; j++)
+                a[j] = fmaf(xv, w[j], a[j]);
+        }
+    }
+}
+
+#ifdef ZSK_LINEAR_AVX512
+/* R rows x 64 columns in R * 4 zmm; per k 4 aligned panel loads, R
+ * broadcasts, 4R FMAs, and a prefetch PF_BYTES ahead in the panel stream
+ * (which continues into the next panel, read next by this thread). */
+static inline __attribute__((always_inline, target("avx512f"))) void
+tile_avx512_r(const int R, const float *x, int64_t ldx, const float *p, int64_t K,
+              float *acc)
+{
+    __m512 c[TILE_R][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++)
+            c[r][v] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const float *w = p + k * ZSK_PANEL;
+        _mm_prefetch((const char *)w + PF_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + PF_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + PF_BYTES + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + PF_BYTES + 192, _MM_HINT_T0);
+        __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + 16);
+        __m512 w2 = _mm512_load_ps(w + 32), w3 = _mm512_load_ps(w + 48);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
+            c[r][0] = _mm512_fmadd_ps(xb, w0, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(xb, w1, c[r][1]);
+            c[r][2] = _mm512_fmadd_ps(xb, w2, c[r][2]);
+            c[r][3] = _mm512_fmadd_ps(xb, w3, c[r][3]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++)
+            _mm512_storeu_ps(acc + r * ZSK_PANEL + 16 * v, c[r][v]);
+}
+
+AVX512 static void tile_avx512(int R, const float *x, int64_t ldx, const float *p,
+                               int64_t K, float *acc)
+{
+    switch (R) {
+    case 1: tile_avx512_r(1, x, ldx, p, K, acc); break;
+    case 2: tile_avx512_r(2, x, ldx, p, K, acc); break;
+    case 3: tile_avx512_r(3, x, ldx, p, K, acc); break;
+    case 4: tile_avx512_r(4, x, ldx, p, K, acc); break;
+    case 5: tile_avx512_r(5, x, ldx, p, K, acc); break;
+    default: tile_avx512_r(6, x, ldx, p, K, acc); break;
+    }
+}
+#endif
+
+/* ---- driver ------------------------------------------------------------------ */
+
+typedef struct lin_job {
+    const zsk_packed_f32 *W;
+    const float *x, *bias, *res;
+    float *y;
+    int64_t M, ldx, ldr, ldy;
+    zsk_act act;
+    int64_t rb, nrb; /* rows per item, row blocks per panel */
+    bool avx512;
+} lin_job;
+
+static void lin_items(void *ctx, int64_t i0, int64_t i1)
+{
+    const lin_job *j = ctx;
+    int64_t N = j->W->N, K = j->W->K;
+    _Alignas(64) float acc[TILE_R * ZSK_PANEL];
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t p = it / j->nrb, m0 = it % j->nrb * j->rb;
+        int64_t m1 = m0 + j->rb < j->M ? m0 + j->rb : j->M;
+        int64_t n0 = p * ZSK_PANEL, nc = N - n0 < ZSK_PANEL ? N - n0 : ZSK_PANEL;
+        for (int64_t m = m0; m < m1; m += TILE_R) {
+            int R = (int)(m1 - m < TILE_R ? m1 - m : TILE_R);
+            const float *xm = j->x + m * j->ldx;
+            if (K == 0)
+                memset(acc, 0, sizeof acc);
+#ifdef ZSK_LINEAR_AVX512
+            else if (j->avx512)
+                tile_avx512(R, xm, j->ldx, j->W->data + p * K * ZSK_PANEL, K, acc);
+#endif
+            else
+                tile_c(R, xm, j->ldx, j->W->data + p * K * ZSK_PANEL, K, acc);
+            for (int r = 0; r < R; r++)
+                zsi_linear_epilogue(acc + r * ZSK_PANEL, nc, j->bias ? j->bias + n0 : NULL,
+                                    j->res ? j->res + (m + r) * j->ldr + n0 : NULL,
+                                    j->act, j->y + (m + r) * j->ldy + n0);
+        }
+    }
+}
+
+/* Byte range [lo, hi) of an [M, n] matrix with row stride ld. */
+static void span(const float *p, int64_t M, int64_t n, int64_t ld, uintptr_t *lo,
+                 uintptr_t *hi)
+{
+    *lo = (uintptr_t)p;
+    *hi = *lo + (uintptr_t)((M - 1) * ld + n) * sizeof(float);
+}
+
+static bool overlap(const float *a, int64_t lda, int64_t na, const float *b,
+                    int64_t ldb, int64_t nb, int64_t M)
+{
+    uintptr_t alo, ahi, blo, bhi;
+    span(a, M, na, lda, &alo, &ahi);
+    span(b, M, nb, ldb, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+zs_status zsk_packed_linear_f32(const zsk_packed_f32 *W, const float *x, int64_t M,
+                                int64_t ldx, const float *bias, const float *residual,
+                                int64_t ldr, zsk_act act, float *y, int64_t ldy)
+{
+    if (!W)
+        return zs_set_error("packed_linear: NULL weights");
+    int64_t N = W->N, K = W->K;
+    if (N < 0 || K < 0 || M < 0)
+        return zs_set_error("packed_linear: negative size M = %lld, N = %lld, K = %lld",
+                            (long long)M, (long long)N, (long long)K);
+    if (act != ZSK_ACT_NONE && act != ZSK_ACT_GELU_TANH)
+        return zs_set_error("packed_linear: unknown activation %d", (int)act);
+    if (M == 0 || N == 0)
+        return ZS_OK;
+    if (K > 0 && (!W->data || W->panels != (N + ZSK_PANEL - 1) / ZSK_PANEL))
+        return zs_set_error("packed_linear: weights not packed (zsk_pack_f32)");
+    if ((K > 0 && !x) || !y)
+        return zs_set_error("packed_linear: NULL %s", !y ? "y" : "x");
+    if ((K > 0 && ldx < K) || ldy < N || (residual && ldr < N))
+        return zs_set_error("packed_linear: row stride too small (ldx = %lld for K = "
+                            "%lld, ldy = %lld, ldr = %lld for N = %lld)",
+                            (long long)ldx, (long long)K, (long long)ldy,
+                            (long long)ldr, (long long)N);
+    if (residual && !(residual == y && ldr == ldy) &&
+        overlap(residual, ldr, N, y, ldy, N, M))
+        return zs_set_error("packed_linear: residual overlaps y without being y");
+    if (K > 0 && overlap(x, ldx, K, y, ldy, N, M))
+        return zs_set_error("packed_linear: x overlaps y");
+
+    int nt = zs_num_threads();
+    int64_t panels = W->panels, rb = M;
+    /* Fewer panels than 4 per thread: split the rows too (whole tiles). */
+    if (panels < 4 * (int64_t)nt && M > TILE_R) {
+        int64_t want = (4 * (int64_t)nt + panels - 1) / panels;
+        rb = (M + want - 1) / want;
+        rb = (rb + TILE_R - 1) / TILE_R * TILE_R;
+    }
+    lin_job j = {W, x, bias, residual, y, M, ldx, ldr, ldy, act, rb, (M + rb - 1) / rb,
+                 false};
+#ifdef ZSK_LINEAR_AVX512
+    j.avx512 = !force_portable && zs_cpu()->avx512f;
+#endif
+    int64_t item = rb * (K > 0 ? K : 1) * ZSK_PANEL;
+    zs_parallel_for(panels * j.nrb, 1 + ITEM_FMAS / item, lin_items, &j);
+    return ZS_OK;
+}
