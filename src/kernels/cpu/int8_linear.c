@@ -1,0 +1,356 @@
+/*
+ * kernels/cpu/int8_linear.c - the batch-invariant W8A8 linear layer
+ * (contract in int8_linear.h).
+ *
+ * Two phases. (1) Each row of x is smoothed, split into outliers and the
+ * rest, and quantized into a workspace row of Kp = ceil(K / 64) * 64
+ * unsigned bytes qx + 128 (padding: 128, i.e. qx = 0), in parallel over
+ * rows. (2) The pool splits N into blocks of 64 output columns; a block
+ * runs tiles of up to TR rows of x by TC rows of W through the int32 dot
+ * kernel, scales the sums into floats, adds the row's outlier terms and
+ * runs the shared epilogue (zsi_linear_epilogue) on the block's columns.
+ *
+ * The VNNI tile keeps TR x TC zmm accumulators of vpdpbusd(qx + 128, w);
+ * on the first row tile of a block it also sums each W row (vpdpbusd of
+ * ones and w), and dot32 = sum - 128 * sum(w) in wrapping uint32
+ * arithmetic (exact: the true value is below 2^31). The K tail is a
+ * masked load of w (zeros), so the padding adds nothing to either sum.
+ */
+#include "kernels/cpu/int8_linear.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quant.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define ZSK_I8_VNNI 1
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#endif
+
+#define BLK 64             /* output columns per work item */
+#define TR 4               /* rows of x per tile */
+#define TC 4               /* rows of W per tile */
+#define ITEM_MACS 65536    /* fewer products per work item run on one thread */
+#define SEQ_M 16           /* below: tiles of one W row (sequential reads) */
+
+/* roundf(v) (halves away from zero) clamped to [-127, 127], NaN -> 0,
+ * without libm calls (GCC inlines neither roundf nor fmaxf here): v - (int)v
+ * is exact for |v| < 2^23. */
+static inline int8_t q8(float v)
+{
+    if (!(fabsf(v) < 127.5f))
+        return (int8_t)(v > 0 ? 127 : v < 0 ? -127 : 0);
+    int i = (int)v;
+    float f = v - (float)i;
+    i += f >= 0.5f ? 1 : f <= -0.5f ? -1 : 0;
+    return (int8_t)(i > 127 ? 127 : i < -127 ? -127 : i);
+}
+
+/* max(a, |v|), NaN v ignored (as fmaxf). */
+static inline float amax_step(float a, float v)
+{
+    float b = fabsf(v);
+    return b > a ? b : a;
+}
+
+zs_status zsk_quantize_rows_i8(const float *W, int64_t N, int64_t K, int8_t *q,
+                               float *scale)
+{
+    if (N < 0 || K < 0)
+        return zs_set_error("quantize_rows_i8: negative size N = %lld, K = %lld",
+                            (long long)N, (long long)K);
+    if (N > 0 && (!scale || (K > 0 && (!W || !q))))
+        return zs_set_error("quantize_rows_i8: NULL pointer");
+    for (int64_t n = 0; n < N; n++) {
+        const float *w = W + n * K;
+        float amax = 0;
+        for (int64_t k = 0; k < K; k++)
+            amax = amax_step(amax, w[k]);
+        float s = amax / 127.0f;
+        scale[n] = s;
+        for (int64_t k = 0; k < K; k++)
+            q[n * K + k] = s > 0 ? q8(w[k] / s) : 0;
+    }
+    return ZS_OK;
+}
+
+/* ---- phase 1: activations --------------------------------------------------- */
+
+typedef struct work {
+    const int8_t *Wq;
+    const float *w_scale, *x, *smooth, *bias, *res;
+    float *y;
+    int64_t N, K, Kp, M, ldx, ldr, ldy;
+    float threshold;
+    zsk_act act;
+    bool vnni;
+    /* workspace */
+    uint8_t *u;    /* [M, Kp] qx + 128 */
+    float *sx;     /* [M] */
+    int32_t *cnt;  /* [M] outliers per row */
+    int32_t *oidx; /* [M, K] outlier columns, increasing (threshold > 0) */
+    float *oval;   /* [M, K] their x' */
+} work;
+
+static void prep_rows(void *ctx, int64_t m0, int64_t m1)
+{
+    const work *w = ctx;
+    for (int64_t m = m0; m < m1; m++) {
+        w->sx[m] = 0;
+        w->cnt[m] = 0;
+        if (w->K == 0)
+            continue;
+        const float *xr = w->x + m * w->ldx;
+        uint8_t *u = w->u + m * w->Kp;
+        float amax = 0;
+        int32_t c = 0;
+        for (int64_t k = 0; k < w->K; k++) {
+            float v = w->smooth ? xr[k] * w->smooth[k] : xr[k];
+            if (w->threshold > 0 && fabsf(v) > w->threshold) {
+                w->oidx[m * w->K + c] = (int32_t)k;
+                w->oval[m * w->K + c] = v;
+                c++;
+            } else {
+                amax = amax_step(amax, v);
+            }
+        }
+        float s = amax / 127.0f;
+        for (int64_t k = 0; k < w->K; k++) {
+            float v = w->smooth ? xr[k] * w->smooth[k] : xr[k];
+            bool out = w->threshold > 0 && fabsf(v) > w->threshold;
+            u[k] = (uint8_t)(128 + (out || !(s > 0) ? 0 : q8(v / s)));
+        }
+        memset(u + w->K, 128, (size_t)(w->Kp - w->K));
+        w->sx[m] = s;
+        w->cnt[m] = c;
+    }
+}
+
+/* ---- phase 2: int32 dot tiles --------------------------------------------------
+ * d[r * C + c] = sum_k (u[r * ldu + k] - 128) * w[c * K + k], r < R, c < C.
+ * wsum[c] = sum_k w[c * K + k] (VNNI, when first; read otherwise). */
+
+ZSK_CLONES static void tile_c(int R, int C, const uint8_t *u, int64_t ldu, const int8_t *w,
+                              int64_t K, int32_t *d)
+{
+    for (int r = 0; r < R; r++) {
+        for (int c = 0; c < C; c++) {
+            const uint8_t *ur = u + r * ldu;
+            const int8_t *wr = w + c * K;
+            int32_t s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += ((int32_t)ur[k] - 128) * wr[k];
+            d[r * C + c] = s;
+        }
+    }
+}
+
+#ifdef ZSK_I8_VNNI
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
+tile_vnni_rc(const int R, const int C, bool first, const uint8_t *u, int64_t ldu,
+             const int8_t *w, int64_t K, int32_t *d, int32_t *wsum)
+{
+    __m512i acc[TR][TC], sum[TC], ones = _mm512_set1_epi8(1);
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        sum[c] = _mm512_setzero_si512();
+        for (int r = 0; r < R; r++)
+            acc[r][c] = _mm512_setzero_si512();
+    }
+    for (int64_t k = 0; k < K; k += 64) {
+        __m512i wv[TC];
+        if (K - k >= 64) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                wv[c] = _mm512_loadu_si512((const void *)(w + c * K + k));
+            }
+        } else {
+            __mmask64 mk = ((__mmask64)1 << (K - k)) - 1;
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                wv[c] = _mm512_maskz_loadu_epi8(mk, w + c * K + k);
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            if (first)
+                sum[c] = _mm512_dpbusd_epi32(sum[c], ones, wv[c]);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512i xv = _mm512_load_si512((const void *)(u + r * ldu + k));
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        if (first)
+            wsum[c] = _mm512_reduce_add_epi32(sum[c]);
+        uint32_t off = 128u * (uint32_t)wsum[c];
+        for (int r = 0; r < R; r++)
+            d[r * C + c] = (int32_t)((uint32_t)_mm512_reduce_add_epi32(acc[r][c]) - off);
+    }
+}
+
+#define TILE_CASE(r, c)                                                                   \
+    case (r) * 8 + (c):                                                                   \
+        if (first)                                                                        \
+            tile_vnni_rc(r, c, true, u, ldu, w, K, d, wsum);                              \
+        else                                                                              \
+            tile_vnni_rc(r, c, false, u, ldu, w, K, d, wsum);                             \
+        break;
+
+VNNI static void tile_vnni(int R, int C, bool first, const uint8_t *u, int64_t ldu,
+                           const int8_t *w, int64_t K, int32_t *d, int32_t *wsum)
+{
+    switch (R * 8 + C) {
+        TILE_CASE(1, 1) TILE_CASE(1, 2) TILE_CASE(1, 3) TILE_CASE(1, 4)
+        TILE_CASE(2, 1) TILE_CASE(2, 2) TILE_CASE(2, 3) TILE_CASE(2, 4)
+        TILE_CASE(3, 1) TILE_CASE(3, 2) TILE_CASE(3, 3) TILE_CASE(3, 4)
+        TILE_CASE(4, 1) TILE_CASE(4, 2) TILE_CASE(4, 3) TILE_CASE(4, 4)
+    }
+}
+#endif
+
+bool zsk_i8_has_vnni(void)
+{
+#ifdef ZSK_I8_VNNI
+    return zsk_quant_has_vnni();
+#else
+    return false;
+#endif
+}
+
+/* ---- phase 2: blocks of 64 output columns ------------------------------------- */
+
+static void block_cols(void *ctx, int64_t b0, int64_t b1)
+{
+    const work *w = ctx;
+    int64_t K = w->K;
+    int32_t d[TR * TC], wsum[BLK];
+    float acc[TR][BLK];
+    /* Small M reads W as one sequential stream (row after row); four
+     * interleaved row streams ran at a third of the bandwidth cold. */
+    int tc = w->M < SEQ_M ? 1 : TC;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t n0 = b * BLK, nb = w->N - n0 < BLK ? w->N - n0 : BLK;
+        for (int64_t m = 0; m < w->M; m += TR) {
+            int R = (int)(w->M - m < TR ? w->M - m : TR);
+            for (int64_t c0 = 0; c0 < nb; c0 += tc) {
+                int C = (int)(nb - c0 < tc ? nb - c0 : tc);
+                const int8_t *wr = K > 0 ? w->Wq + (n0 + c0) * K : NULL;
+                if (K == 0)
+                    memset(d, 0, sizeof d);
+#ifdef ZSK_I8_VNNI
+                else if (w->vnni)
+                    tile_vnni(R, C, m == 0, w->u + m * w->Kp, w->Kp, wr, K, d, wsum + c0);
+#endif
+                else
+                    tile_c(R, C, w->u + m * w->Kp, w->Kp, wr, K, d);
+                for (int r = 0; r < R; r++)
+                    for (int c = 0; c < C; c++)
+                        acc[r][c0 + c] = (w->sx[m + r] * w->w_scale[n0 + c0 + c]) *
+                                         (float)d[r * C + c];
+            }
+            for (int r = 0; r < R; r++) {
+                int64_t mr = m + r;
+                for (int32_t i = 0; w->cnt[mr] > 0 && i < nb; i++) {
+                    int64_t n = n0 + i;
+                    float ws = w->w_scale[n], o = 0.0f;
+                    for (int32_t j = 0; j < w->cnt[mr]; j++) {
+                        int64_t k = w->oidx[mr * K + j];
+                        o = fmaf(w->oval[mr * K + j], (float)w->Wq[n * K + k] * ws, o);
+                    }
+                    acc[r][i] = acc[r][i] + o;
+                }
+                zsi_linear_epilogue(acc[r], nb, w->bias ? w->bias + n0 : NULL,
+                                    w->res ? w->res + mr * w->ldr + n0 : NULL, w->act,
+                                    w->y + mr * w->ldy + n0);
+            }
+        }
+    }
+}
+
+/* ---- entry ------------------------------------------------------------------------ */
+
+static bool overlap(const void *a, int64_t abytes, const void *b, int64_t bbytes)
+{
+    uintptr_t alo = (uintptr_t)a, blo = (uintptr_t)b;
+    return alo < blo + (uintptr_t)bbytes && blo < alo + (uintptr_t)abytes;
+}
+
+/* Byte extent of an [M, n] float matrix with row stride ld. */
+static int64_t extent(int64_t M, int64_t n, int64_t ld)
+{
+    return ((M - 1) * ld + n) * (int64_t)sizeof(float);
+}
+
+static zs_status check_args(const int8_t *Wq, const float *w_scale, int64_t N, int64_t K,
+                            const float *x, int64_t M, int64_t ldx, const float *residual,
+                            int64_t ldr, zsk_act act, float *y, int64_t ldy)
+{
+    if (N < 0 || K < 0 || M < 0)
+        return zs_set_error("i8_linear: negative size M = %lld, N = %lld, K = %lld",
+                            (long long)M, (long long)N, (long long)K);
+    if (K > ZSK_I8_MAX_K)
+        return zs_set_error("i8_linear: K = %lld above %d (int32 dot could overflow)",
+                            (long long)K, ZSK_I8_MAX_K);
+    if (act != ZSK_ACT_NONE && act != ZSK_ACT_GELU_TANH)
+        return zs_set_error("i8_linear: unknown activation %d", (int)act);
+    if (M == 0 || N == 0)
+        return ZS_OK;
+    if (!y || !w_scale || (K > 0 && (!Wq || !x)))
+        return zs_set_error("i8_linear: NULL %s", !y ? "y" : !w_scale ? "w_scale"
+                                                       : !Wq      ? "Wq"
+                                                                  : "x");
+    if ((K > 0 && ldx < K) || ldy < N || (residual && ldr < N))
+        return zs_set_error("i8_linear: row stride too small (ldx = %lld for K = %lld, "
+                            "ldy = %lld, ldr = %lld for N = %lld)",
+                            (long long)ldx, (long long)K, (long long)ldy, (long long)ldr,
+                            (long long)N);
+    int64_t ey = extent(M, N, ldy);
+    if (residual && !(residual == y && ldr == ldy) &&
+        overlap(residual, extent(M, N, ldr), y, ey))
+        return zs_set_error("i8_linear: residual overlaps y without being y");
+    if (K > 0 && overlap(x, extent(M, K, ldx), y, ey))
+        return zs_set_error("i8_linear: x overlaps y");
+    return ZS_OK;
+}
+
+zs_status zsk_i8_linear(const int8_t *Wq, const float *w_scale, int64_t N, int64_t K,
+                        const float *x, int64_t M, int64_t ldx, const zsk_i8_opts *o,
+                        const float *bias, const float *residual, int64_t ldr, zsk_act act,
+                        float *y, int64_t ldy)
+{
+    zs_status st = check_args(Wq, w_scale, N, K, x, M, ldx, residual, ldr, act, y, ldy);
+    if (st < 0 || M == 0 || N == 0)
+        return st;
+    work w = {.Wq = Wq, .w_scale = w_scale, .x = x, .smooth = o ? o->smooth : NULL,
+              .bias = bias, .res = residual, .y = y, .N = N, .K = K,
+              .Kp = (K + 63) / 64 * 64, .M = M, .ldx = ldx, .ldr = ldr, .ldy = ldy,
+              .threshold = o ? o->threshold : 0.0f, .act = act};
+    if (!(w.threshold > 0))
+        w.threshold = 0;
+#ifdef ZSK_I8_VNNI
+    w.vnni = !zsi_linear_portable() && zsk_i8_has_vnni();
+#endif
+    /* workspace: u (64-aligned rows), sx, cnt, then oidx, oval */
+    size_t nu = (size_t)(M * w.Kp), no = w.threshold > 0 ? (size_t)(M * K) : 0;
+    size_t bytes = nu + (size_t)M * 8 + no * 8;
+    char *ws = zs_alloc(bytes > 0 ? bytes : 1);
+    if (!ws)
+        return zs_set_error_code(ZS_ERR_NOMEM, "i8_linear: out of memory (%zu bytes)", bytes);
+    w.u = (uint8_t *)ws;
+    w.sx = (float *)(ws + nu);
+    w.cnt = (int32_t *)(ws + nu + (size_t)M * 4);
+    w.oidx = no ? (int32_t *)(ws + nu + (size_t)M * 8) : NULL;
+    w.oval = no ? (float *)(ws + nu + (size_t)M * 8 + no * 4) : NULL;
+    zs_parallel_for(M, 1 + 16384 / (K + 1), prep_rows, &w);
+    int64_t blocks = (N + BLK - 1) / BLK;
+    zs_parallel_for(blocks, 1 + ITEM_MACS / (M * BLK * (K + 1)), block_cols, &w);
+    zs_free(ws);
+    return ZS_OK;
+}
