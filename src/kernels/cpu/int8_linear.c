@@ -149,7 +149,20 @@ ZSK_CLONES static void tile_c(int R, int C, const uint8_t *u, int64_t ldu, const
 }
 
 #ifdef ZSK_I8_VNNI
-static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
+#define VNNI_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni")))
+
+/* Sum of the 16 lanes, wrapping (the header's _mm512_reduce_add_epi32 ends
+ * in a signed scalar add, which may overflow for the offset sums). */
+VNNI_INLINE uint32_t hsum_u32(__m512i v)
+{
+    __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i b = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0x4e));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0xb1));
+    return (uint32_t)_mm_cvtsi128_si32(b);
+}
+
+VNNI_INLINE void
 tile_vnni_rc(const int R, const int C, bool first, const uint8_t *u, int64_t ldu,
              const int8_t *w, int64_t K, int32_t *d, int32_t *wsum)
 {
@@ -188,10 +201,10 @@ tile_vnni_rc(const int R, const int C, bool first, const uint8_t *u, int64_t ldu
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
         if (first)
-            wsum[c] = _mm512_reduce_add_epi32(sum[c]);
+            wsum[c] = (int32_t)hsum_u32(sum[c]);
         uint32_t off = 128u * (uint32_t)wsum[c];
         for (int r = 0; r < R; r++)
-            d[r * C + c] = (int32_t)((uint32_t)_mm512_reduce_add_epi32(acc[r][c]) - off);
+            d[r * C + c] = (int32_t)(hsum_u32(acc[r][c]) - off);
     }
 }
 
