@@ -23,6 +23,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/vmath.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -95,6 +96,84 @@ typedef struct work {
     float *oval;   /* [M, K] their x' */
 } work;
 
+/* 16 lanes of x' = x * smooth from column k (zeros past c columns); tails
+ * lane by lane (a variable-size memcpy became rep movs). */
+ZSI_VINLINE void load_xs(const work *w, const float *xr, int64_t k, int64_t c, zsi_v16f *v)
+{
+    zsi_v16f s = {0};
+    *v = (zsi_v16f){0};
+    if (c == 16) {
+        memcpy(v, xr + k, 64);
+        if (w->smooth)
+            memcpy(&s, w->smooth + k, 64);
+    } else {
+        for (int64_t j = 0; j < c; j++) {
+            (*v)[j] = xr[k + j];
+            s[j] = w->smooth ? w->smooth[k + j] : 0.0f;
+        }
+    }
+    if (w->smooth)
+        *v = *v * s;
+}
+
+typedef uint8_t v16u8 __attribute__((vector_size(16)));
+
+/* Lanes of a where mask, else b. */
+#define SELECT(mask, a, b) ((((zsi_v16u)(a)) & (mask)) | (((zsi_v16u)(b)) & ~(mask)))
+
+/* The row's qx + 128 into u, per 16 lanes; q8() per lane (the same
+ * operations: clamp to +-127.5 with NaN -> 0, truncate, step by the
+ * remainder), so the scalar and vector forms agree. */
+ZSK_CLONES static void quantize_row(const work *w, const float *xr, float s, uint8_t *u)
+{
+    for (int64_t k = 0; k < w->K; k += 16) {
+        int64_t c = w->K - k < 16 ? w->K - k : 16;
+        zsi_v16f v, t;
+        load_xs(w, xr, k, c, &v);
+        t = v / s;
+        t = (zsi_v16f)SELECT((zsi_v16u)(t == t), t, (zsi_v16f){0});
+        t = (zsi_v16f)SELECT((zsi_v16u)(t > 127.5f), (zsi_v16f){0} + 127.5f, t);
+        t = (zsi_v16f)SELECT((zsi_v16u)(t < -127.5f), (zsi_v16f){0} - 127.5f, t);
+        zsi_v16i i = __builtin_convertvector(t, zsi_v16i);
+        zsi_v16f f = t - __builtin_convertvector(i, zsi_v16f);
+        i = i - (zsi_v16i)(f >= 0.5f) + (zsi_v16i)(f <= -0.5f);
+        i = (zsi_v16i)SELECT((zsi_v16u)(i > 127), (zsi_v16i){0} + 127, i);
+        i = (zsi_v16i)SELECT((zsi_v16u)(i < -127), (zsi_v16i){0} - 127, i);
+        if (w->threshold > 0) {
+            zsi_v16f a = (zsi_v16f)((zsi_v16u)v & 0x7fffffffu);
+            i = (zsi_v16i)((zsi_v16u)i & ~(zsi_v16u)(a > w->threshold));
+        }
+        if (c == 16) {
+            v16u8 b = __builtin_convertvector(i + 128, v16u8);
+            memcpy(u + k, &b, 16);
+        } else {
+            for (int64_t j = 0; j < c; j++)
+                u[k + j] = (uint8_t)(i[j] + 128);
+        }
+    }
+}
+
+/* max |x'| over the columns that are not outliers (NaN ignored, as in
+ * amax_step: a max is the same in any order). */
+ZSK_CLONES static float row_amax(const work *w, const float *xr)
+{
+    zsi_v16f mx = {0};
+    for (int64_t k = 0; k < w->K; k += 16) {
+        int64_t c = w->K - k < 16 ? w->K - k : 16;
+        zsi_v16f v, a;
+        load_xs(w, xr, k, c, &v);
+        a = (zsi_v16f)((zsi_v16u)v & 0x7fffffffu);
+        zsi_v16u gt = (zsi_v16u)(a > mx);
+        if (w->threshold > 0)
+            gt &= ~(zsi_v16u)(a > w->threshold);
+        mx = (zsi_v16f)SELECT(gt, a, mx);
+    }
+    float amax = 0;
+    for (int j = 0; j < 16; j++)
+        amax = mx[j] > amax ? mx[j] : amax;
+    return amax;
+}
+
 static void prep_rows(void *ctx, int64_t m0, int64_t m1)
 {
     const work *w = ctx;
@@ -105,24 +184,20 @@ static void prep_rows(void *ctx, int64_t m0, int64_t m1)
             continue;
         const float *xr = w->x + m * w->ldx;
         uint8_t *u = w->u + m * w->Kp;
-        float amax = 0;
         int32_t c = 0;
-        for (int64_t k = 0; k < w->K; k++) {
+        for (int64_t k = 0; w->threshold > 0 && k < w->K; k++) {
             float v = w->smooth ? xr[k] * w->smooth[k] : xr[k];
-            if (w->threshold > 0 && fabsf(v) > w->threshold) {
+            if (fabsf(v) > w->threshold) {
                 w->oidx[m * w->K + c] = (int32_t)k;
                 w->oval[m * w->K + c] = v;
                 c++;
-            } else {
-                amax = amax_step(amax, v);
             }
         }
-        float s = amax / 127.0f;
-        for (int64_t k = 0; k < w->K; k++) {
-            float v = w->smooth ? xr[k] * w->smooth[k] : xr[k];
-            bool out = w->threshold > 0 && fabsf(v) > w->threshold;
-            u[k] = (uint8_t)(128 + (out || !(s > 0) ? 0 : q8(v / s)));
-        }
+        float s = row_amax(w, xr) / 127.0f;
+        if (s > 0)
+            quantize_row(w, xr, s, u);
+        else
+            memset(u, 128, (size_t)w->K);
         memset(u + w->K, 128, (size_t)(w->Kp - w->K));
         w->sx[m] = s;
         w->cnt[m] = c;

@@ -31,7 +31,9 @@
 #endif
 
 #define TILE_R 6            /* rows of the register tile (24 accumulators) */
-#define PF_BYTES 1024       /* software prefetch distance in the panel stream */
+#ifndef PF_BYTES
+#define PF_BYTES 1024 /* software prefetch distance in the panel stream */
+#endif
 #define ITEM_FMAS 32768     /* fewer FMAs per work item run on one thread */
 
 static bool force_portable = false;
@@ -48,11 +50,27 @@ bool zsi_linear_portable(void) { return force_portable; }
 /* ---- epilogue ------------------------------------------------------------ */
 
 /* *v = up to 16 floats of p, zeros past c. By pointer: 64-byte vectors
- * returned by value draw ABI notes from GCC on the baseline clone. */
+ * returned by value draw ABI notes from GCC on the baseline clone. A
+ * memcpy of variable size became rep movs: the tail goes lane by lane. */
 ZSI_VINLINE void load16(zsi_v16f *v, const float *p, int64_t c)
 {
+    if (c == 16) {
+        memcpy(v, p, 64);
+        return;
+    }
     *v = (zsi_v16f){0};
-    memcpy(v, p, (size_t)c * sizeof(float));
+    for (int64_t j = 0; j < c; j++)
+        (*v)[j] = p[j];
+}
+
+ZSI_VINLINE void store16(float *p, const zsi_v16f *v, int64_t c)
+{
+    if (c == 16) {
+        memcpy(p, v, 64);
+        return;
+    }
+    for (int64_t j = 0; j < c; j++)
+        p[j] = (*v)[j];
 }
 
 /* gelu(v) = v / (1 + exp(-2 sqrt(2/pi) (v + 0.044715 v^3))): v -> +inf
@@ -82,7 +100,7 @@ ZSK_CLONES void zsi_linear_epilogue(const float *acc, int64_t n, const float *bi
             load16(&t, res + j, c);
             v = v + t;
         }
-        memcpy(y + j, &v, (size_t)c * sizeof(float));
+        store16(y + j, &v, c);
     }
 }
 
