@@ -8,10 +8,11 @@
  * the 32 MB L3) and the calls rotate through them, so every call reads
  * its weights from DRAM as decode does (a whole model does not fit in
  * cache). GB/s = weight bytes in the kernel's format (scales included)
- * / time; "triad" is zs_measure_triad_gbs on the same threads, measured
- * before and after the table (3 arrays of 64 MB each; the larger is the
- * reference). The triad moves 2 reads + 1 write (plus a write-allocate
- * read it does not count), so a read-only stream may exceed it.
+ * / time; "triad" is zs_measure_triad_gbs on the same threads (3 arrays
+ * of 64 MB), the best of 10 before the table and one per round of the
+ * M = 1 measurements (the reference is the best of all). The triad moves
+ * 2 reads + 1 write (plus a write-allocate read it does not count), so a
+ * read-only stream may exceed it.
  * The "M=1 set" lines sum bytes and times over the five shapes.
  *
  * M >= 64 (prefill) is compute-bound: GFLOP/s = 2 M N K / time (int8:
@@ -21,8 +22,8 @@
  * kernel time).
  *
  * Timing: best of `reps` samples after a warm-up pass; a sample is one
- * pass over all copies (M = 1) or >= 20 ms of calls (M >= 64). At M = 1
- * the kinds take turns, one sample each per round, so that a burst of
+ * pass over all copies (M = 1) or >= 20 ms of calls (M >= 64). The kinds
+ * of a shape take turns, one sample each per round, so that a burst of
  * load from other processes (the machine may be shared) spoils a round of
  * every kind rather than every sample of one.
  *
@@ -44,6 +45,7 @@
 
 #define COLD_BYTES (256.0 * 1e6)
 #define MAX_COPIES 512
+#define TRIAD_BYTES ((size_t)64 << 20) /* per array */
 
 static double now(void)
 {
@@ -266,10 +268,11 @@ static void row(kind k, const shape *s, int64_t M, double t, double bytes, doubl
  * pass per kind (a burst of load from other processes spoils one round of
  * every kind, not all samples of one); rows printed per kind. set_gbs[i]:
  * the five shapes' bytes / summed best times of kinds[i]. */
-static void decode_rows(const options *o, const kind *kinds, int nk, double triad,
+static void decode_rows(const options *o, const kind *kinds, int nk, double *triad,
                         double peak, double *set_gbs)
 {
     double best[NKINDS][NSHAPES], bytes[NKINDS][NSHAPES];
+    header();
     for (int s = 0; s < NSHAPES; s++) {
         const shape *sh = &SHAPES[s];
         float *W = rand_floats(sh->N * sh->K, 42 + (uint64_t)s);
@@ -283,9 +286,11 @@ static void decode_rows(const options *o, const kind *kinds, int nk, double tria
                 call(w[i], c, x, 1, y);
         }
         free(W);
-        for (int r = 0; r < o->reps; r++)
+        for (int r = 0; r < o->reps; r++) {
+            *triad = fmax(*triad, zs_measure_triad_gbs(o->threads, TRIAD_BYTES, 1));
             for (int i = 0; i < nk; i++)
                 best[i][s] = fmin(best[i][s], time_calls(w[i], x, 1, y, 1, false));
+        }
         for (int i = 0; i < nk; i++)
             free_weights(w[i]);
         free(x);
@@ -294,17 +299,17 @@ static void decode_rows(const options *o, const kind *kinds, int nk, double tria
     for (int i = 0; i < nk; i++) {
         double b = 0, t = 0;
         for (int s = 0; s < NSHAPES; s++) {
-            row(kinds[i], &SHAPES[s], 1, best[i][s], bytes[i][s], triad, peak, 0);
+            row(kinds[i], &SHAPES[s], 1, best[i][s], bytes[i][s], *triad, peak, 0);
             b += bytes[i][s];
             t += best[i][s];
         }
         set_gbs[i] = b / t / 1e9;
         printf("%-14s %-10s %11s %5d %9.3f %7.1f %6.0f%%\n", KNAME[kinds[i]], "M=1 set", "",
-               1, t * 1e3, set_gbs[i], 100 * set_gbs[i] / triad);
+               1, t * 1e3, set_gbs[i], 100 * set_gbs[i] / *triad);
     }
 }
 
-/* M >= 64: kinds with sgemm beside. */
+/* M >= 64: zsk_sgemm and kinds[], taking turns as in decode_rows. */
 static void prefill_rows(const options *o, const kind *kinds, int nk, double triad,
                          double peak)
 {
@@ -313,24 +318,29 @@ static void prefill_rows(const options *o, const kind *kinds, int nk, double tri
     for (int s = 0; s < NSHAPES; s++) {
         const shape *sh = &SHAPES[s];
         float *W = rand_floats(sh->N * sh->K, 42 + (uint64_t)s);
+        weights *w[NKINDS + 1];
+        w[0] = make_weights(F32_SGEMM, W, sh->N, sh->K, false);
+        for (int i = 0; i < nk; i++)
+            w[i + 1] = make_weights(kinds[i], W, sh->N, sh->K, false);
         for (int mi = 0; mi < nM; mi++) {
             int64_t M = Ms[mi];
             if (sh->N > 10000 && M > 64)
                 continue; /* lm_head runs on the last position only */
             float *x = rand_floats(M * sh->K, 9), *y = malloc((size_t)(M * sh->N) * 4);
-            weights *ws = make_weights(F32_SGEMM, W, sh->N, sh->K, false);
-            double ts = time_calls(ws, x, M, y, o->reps, true);
-            free_weights(ws);
-            row(F32_SGEMM, sh, M, ts, 0, triad, peak, 0);
-            for (int i = 0; i < nk; i++) {
-                weights *w = make_weights(kinds[i], W, sh->N, sh->K, false);
-                double t = time_calls(w, x, M, y, o->reps, true);
-                row(kinds[i], sh, M, t, 0, triad, peak, ts);
-                free_weights(w);
-            }
+            double best[NKINDS + 1];
+            for (int i = 0; i <= nk; i++)
+                best[i] = INFINITY;
+            for (int r = 0; r < o->reps; r++)
+                for (int i = 0; i <= nk; i++)
+                    best[i] = fmin(best[i], time_calls(w[i], x, M, y, 1, r == 0));
+            row(F32_SGEMM, sh, M, best[0], 0, triad, peak, 0);
+            for (int i = 0; i < nk; i++)
+                row(kinds[i], sh, M, best[i + 1], 0, triad, peak, best[0]);
             free(x);
             free(y);
         }
+        for (int i = 0; i <= nk; i++)
+            free_weights(w[i]);
         free(W);
     }
 }
@@ -339,29 +349,27 @@ int main(int argc, char **argv)
 {
     options o = parse(argc, argv);
     zs_set_num_threads(o.threads);
-    size_t tb = 64u << 20;
-    double triad0 = zs_measure_triad_gbs(o.threads, tb, 10);
+    double triad = zs_measure_triad_gbs(o.threads, TRIAD_BYTES, 10);
     double peak = zs_measure_peak_gflops(o.threads, 0.5);
-    printf("infer_gemm: %d thread(s), best of %d; CPU %s, VNNI %s; triad %.1f GB/s, "
+    printf("infer_gemm: %d thread(s), best of %d; CPU %s, VNNI %s; triad before %.1f GB/s, "
            "peak %.0f GFLOP/s\n", zs_num_threads(), o.reps,
            zs_cpu()->avx512f ? "AVX-512" : "no AVX-512", zsk_quant_has_vnni() ? "yes" : "no",
-           triad0, peak);
-    printf("(fractions use the triad measured before the table; the one after is "
-           "printed at the end)\n\n");
-    header();
+           triad, peak);
     static const kind dec[] = {F32_PACKED, F32_SGEMM, I8, Q8_0, Q4_0, Q4_1};
+    int nd = (int)(sizeof dec / sizeof *dec);
     double set[NKINDS];
-    decode_rows(&o, dec, (int)(sizeof dec / sizeof *dec), triad0, peak, set);
-    printf("\n");
-    header();
+    decode_rows(&o, dec, nd, &triad, peak, set); /* prints after measuring */
+    printf("(M = 1 fractions: of the best triad, %.1f GB/s, of the one before and one per "
+           "round)\n\n", triad);
     static const kind pre[] = {F32_PACKED, I8};
-    prefill_rows(&o, pre, 2, triad0, peak);
-    double triad1 = zs_measure_triad_gbs(o.threads, tb, 10);
-    double ref = fmax(triad0, triad1);
-    printf("\ntriad after: %.1f GB/s; against max(before, after) = %.1f GB/s the M=1 sets "
-           "reach:", triad1, ref);
-    for (int i = 0; i < (int)(sizeof dec / sizeof *dec); i++)
-        printf(" %s %.0f%%%s", KNAME[dec[i]], 100 * set[i] / ref,
-               i + 1 < (int)(sizeof dec / sizeof *dec) ? "," : "\n");
+    header();
+    prefill_rows(&o, pre, 2, triad, peak);
+    double triad1 = zs_measure_triad_gbs(o.threads, TRIAD_BYTES, 10);
+    double peak1 = zs_measure_peak_gflops(o.threads, 0.5);
+    printf("\nafter: triad %.1f GB/s, peak %.0f GFLOP/s. M=1 sets against max(triad) = "
+           "%.1f GB/s:", triad1, peak1, fmax(triad, triad1));
+    for (int i = 0; i < nd; i++)
+        printf(" %s %.0f%%%s", KNAME[dec[i]], 100 * set[i] / fmax(triad, triad1),
+               i + 1 < nd ? "," : "\n");
     return 0;
 }
