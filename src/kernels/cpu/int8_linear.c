@@ -301,6 +301,32 @@ VNNI static void tile_vnni(int R, int C, bool first, const uint8_t *u, int64_t l
         TILE_CASE(4, 1) TILE_CASE(4, 2) TILE_CASE(4, 3) TILE_CASE(4, 4)
     }
 }
+
+/* d[0], d[1] = dot32 of the activation row u with W rows wa, wb. */
+VNNI static void gemv2_vnni(const uint8_t *u, const int8_t *wa, const int8_t *wb, int64_t K,
+                            int32_t *d)
+{
+    __m512i aa = _mm512_setzero_si512(), ab = aa, sa = aa, sb = aa;
+    __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t k = 0; k < K; k += 64) {
+        __m512i va, vb;
+        if (K - k >= 64) {
+            va = _mm512_loadu_si512((const void *)(wa + k));
+            vb = _mm512_loadu_si512((const void *)(wb + k));
+        } else {
+            __mmask64 mk = ((__mmask64)1 << (K - k)) - 1;
+            va = _mm512_maskz_loadu_epi8(mk, wa + k);
+            vb = _mm512_maskz_loadu_epi8(mk, wb + k);
+        }
+        __m512i xv = _mm512_load_si512((const void *)(u + k));
+        aa = _mm512_dpbusd_epi32(aa, xv, va);
+        ab = _mm512_dpbusd_epi32(ab, xv, vb);
+        sa = _mm512_dpbusd_epi32(sa, ones, va);
+        sb = _mm512_dpbusd_epi32(sb, ones, vb);
+    }
+    d[0] = (int32_t)(hsum_u32(aa) - 128u * hsum_u32(sa));
+    d[1] = (int32_t)(hsum_u32(ab) - 128u * hsum_u32(sb));
+}
 #endif
 
 bool zsk_i8_has_vnni(void)
@@ -314,12 +340,68 @@ bool zsk_i8_has_vnni(void)
 
 /* ---- phase 2: blocks of 64 output columns ------------------------------------- */
 
+/* acc[r] holds the scaled dots of rows m + r (r < R) for the block's nb
+ * columns from n0: adds each row's outlier terms and runs the epilogue. */
+static void finish_rows(const work *w, int64_t m, int R, int64_t n0, int64_t nb,
+                        float (*acc)[BLK])
+{
+    int64_t K = w->K;
+    for (int r = 0; r < R; r++) {
+        int64_t mr = m + r;
+        for (int32_t i = 0; w->cnt[mr] > 0 && i < nb; i++) {
+            int64_t n = n0 + i;
+            float ws = w->w_scale[n], o = 0.0f;
+            for (int32_t j = 0; j < w->cnt[mr]; j++) {
+                int64_t k = w->oidx[mr * K + j];
+                o = fmaf(w->oval[mr * K + j], (float)w->Wq[n * K + k] * ws, o);
+            }
+            acc[r][i] = acc[r][i] + o;
+        }
+        zsi_linear_epilogue(acc[r], nb, w->bias ? w->bias + n0 : NULL,
+                            w->res ? w->res + mr * w->ldr + n0 : NULL, w->act,
+                            w->y + mr * w->ldy + n0);
+    }
+}
+
+#ifdef ZSK_I8_VNNI
+/* M = 1 on blocks [b0, b0 + 2h): block t and block t + h side by side, two
+ * weight streams per thread (the dots are the same integers). */
+static void gemv_pairs(const work *w, int64_t b0, int64_t h)
+{
+    int64_t K = w->K;
+    float acc[2][BLK];
+    for (int64_t t = 0; t < h; t++) {
+        int64_t na = (b0 + t) * BLK, nb = (b0 + h + t) * BLK;
+        int64_t cb = w->N - nb < BLK ? w->N - nb : BLK;
+        for (int64_t c = 0; c < BLK; c++) {
+            int32_t d[2], ws[2];
+            if (c < cb) {
+                gemv2_vnni(w->u, w->Wq + (na + c) * K, w->Wq + (nb + c) * K, K, d);
+                acc[1][c] = (w->sx[0] * w->w_scale[nb + c]) * (float)d[1];
+            } else {
+                tile_vnni(1, 1, true, w->u, w->Kp, w->Wq + (na + c) * K, K, d, ws);
+            }
+            acc[0][c] = (w->sx[0] * w->w_scale[na + c]) * (float)d[0];
+        }
+        finish_rows(w, 0, 1, na, BLK, acc);
+        finish_rows(w, 0, 1, nb, cb, acc + 1);
+    }
+}
+#endif
+
 static void block_cols(void *ctx, int64_t b0, int64_t b1)
 {
     const work *w = ctx;
     int64_t K = w->K;
     int32_t d[TR * TC], wsum[BLK];
     float acc[TR][BLK];
+#ifdef ZSK_I8_VNNI
+    if (w->vnni && w->M == 1 && K > 0 && b1 - b0 >= 2) {
+        int64_t h = (b1 - b0) / 2;
+        gemv_pairs(w, b0, h);
+        b0 += 2 * h;
+    }
+#endif
     /* Small M reads W as one sequential stream (row after row); four
      * interleaved row streams ran at a third of the bandwidth cold. */
     int tc = w->M < SEQ_M ? 1 : TC;
@@ -343,21 +425,7 @@ static void block_cols(void *ctx, int64_t b0, int64_t b1)
                         acc[r][c0 + c] = (w->sx[m + r] * w->w_scale[n0 + c0 + c]) *
                                          (float)d[r * C + c];
             }
-            for (int r = 0; r < R; r++) {
-                int64_t mr = m + r;
-                for (int32_t i = 0; w->cnt[mr] > 0 && i < nb; i++) {
-                    int64_t n = n0 + i;
-                    float ws = w->w_scale[n], o = 0.0f;
-                    for (int32_t j = 0; j < w->cnt[mr]; j++) {
-                        int64_t k = w->oidx[mr * K + j];
-                        o = fmaf(w->oval[mr * K + j], (float)w->Wq[n * K + k] * ws, o);
-                    }
-                    acc[r][i] = acc[r][i] + o;
-                }
-                zsi_linear_epilogue(acc[r], nb, w->bias ? w->bias + n0 : NULL,
-                                    w->res ? w->res + mr * w->ldr + n0 : NULL, w->act,
-                                    w->y + mr * w->ldy + n0);
-            }
+            finish_rows(w, m, R, n0, nb, acc);
         }
     }
 }
