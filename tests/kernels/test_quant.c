@@ -11,6 +11,8 @@
  *     exact integers, so the only error is f32 scaling and accumulation:
  *     within 1e-5 * sum_k |W' x'|. Every format, portable and VNNI paths
  *     (when the CPU has VNNI), 1 and 2 threads, odd M and N.
+ * (2b) batch invariance: a row alone (M = 1) gives the bits it gives in a
+ *     batch of M = 7; 1 vs 2 threads the same bits.
  * (3) f16: edge values, all 65536 halves round trip, random floats against
  *     zs_f32_to_f16 (core's independent implementation).
  * (4) bad sizes are refused with ZS_ERR_ARG and leave outputs untouched.
@@ -200,6 +202,43 @@ static void check_all_qmatmul(const char *path)
         check_qmatmul((zsk_qfmt)f, 2, 301, 4096, seed++, path);
 }
 
+/* (2b) Batch invariance, bitwise: row m of a batch of M = 7 equals the
+ * row computed alone (M = 1), and 1 vs 2 threads give the same bits (the
+ * inference engine runs decode and prefill through zsk_qmatmul). */
+static void check_qmatmul_invariance(zsk_qfmt fmt, const char *path)
+{
+    int64_t M = 7, N = 67, K = 288;
+    float *W = malloc(N * K * sizeof *W), *x = malloc(M * K * sizeof *x);
+    float *y = malloc(M * N * sizeof *y), *y1 = malloc(N * sizeof *y1);
+    float *y2 = malloc(M * N * sizeof *y2);
+    unsigned char *Wq = malloc(N * K / 32 * zsk_qblock_bytes(fmt));
+    fill(W, N * K, 77 + fmt);
+    uint64_t s = 99;
+    for (int64_t i = 0; i < M * K; i++)
+        x[i] = urand(&s);
+    ZT_CHECK(zsk_quantize(fmt, W, N * K, Wq) == ZS_OK, "quantize");
+    int threads = zs_num_threads();
+    zs_set_num_threads(2);
+    ZT_CHECK(zsk_qmatmul(fmt, Wq, x, y, M, N, K) == ZS_OK, "qmatmul batch");
+    for (int64_t m = 0; m < M; m++) {
+        ZT_CHECK(zsk_qmatmul(fmt, Wq, x + m * K, y1, 1, N, K) == ZS_OK, "qmatmul row");
+        ZT_CHECK(memcmp(y1, y + m * N, N * sizeof *y1) == 0,
+                 "qmatmul %s %s: row %lld alone differs from the batch of 7", fname[fmt],
+                 path, (long long)m);
+    }
+    zs_set_num_threads(1);
+    ZT_CHECK(zsk_qmatmul(fmt, Wq, x, y2, M, N, K) == ZS_OK, "qmatmul 1 thread");
+    ZT_CHECK(memcmp(y2, y, M * N * sizeof *y) == 0, "qmatmul %s %s: 1 vs 2 threads differ",
+             fname[fmt], path);
+    zs_set_num_threads(threads);
+    free(W);
+    free(x);
+    free(y);
+    free(y1);
+    free(y2);
+    free(Wq);
+}
+
 /* (3), the f16 conversion of the scales, is core's: tests/core/test_f16.c. */
 
 /* ---- (4) ---------------------------------------------------------------- */
@@ -252,6 +291,14 @@ int main(void)
     }
     zs_set_num_threads(threads);
     zt_section("qmatmul");
+
+    for (int f = 0; f < 3; f++) {
+        zsk_quant_force_portable(true);
+        check_qmatmul_invariance((zsk_qfmt)f, "portable");
+        zsk_quant_force_portable(false);
+        check_qmatmul_invariance((zsk_qfmt)f, vnni ? "vnni" : "default");
+    }
+    zt_section("qmatmul batch and thread invariance (bitwise)");
 
     check_bad_sizes();
     zt_section("bad sizes");

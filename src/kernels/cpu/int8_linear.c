@@ -23,6 +23,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/vmath.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -95,6 +96,84 @@ typedef struct work {
     float *oval;   /* [M, K] their x' */
 } work;
 
+/* 16 lanes of x' = x * smooth from column k (zeros past c columns); tails
+ * lane by lane (a variable-size memcpy became rep movs). */
+ZSI_VINLINE void load_xs(const work *w, const float *xr, int64_t k, int64_t c, zsi_v16f *v)
+{
+    zsi_v16f s = {0};
+    *v = (zsi_v16f){0};
+    if (c == 16) {
+        memcpy(v, xr + k, 64);
+        if (w->smooth)
+            memcpy(&s, w->smooth + k, 64);
+    } else {
+        for (int64_t j = 0; j < c; j++) {
+            (*v)[j] = xr[k + j];
+            s[j] = w->smooth ? w->smooth[k + j] : 0.0f;
+        }
+    }
+    if (w->smooth)
+        *v = *v * s;
+}
+
+typedef uint8_t v16u8 __attribute__((vector_size(16)));
+
+/* Lanes of a where mask, else b. */
+#define SELECT(mask, a, b) ((((zsi_v16u)(a)) & (mask)) | (((zsi_v16u)(b)) & ~(mask)))
+
+/* The row's qx + 128 into u, per 16 lanes; q8() per lane (the same
+ * operations: clamp to +-127.5 with NaN -> 0, truncate, step by the
+ * remainder), so the scalar and vector forms agree. */
+ZSK_CLONES static void quantize_row(const work *w, const float *xr, float s, uint8_t *u)
+{
+    for (int64_t k = 0; k < w->K; k += 16) {
+        int64_t c = w->K - k < 16 ? w->K - k : 16;
+        zsi_v16f v, t;
+        load_xs(w, xr, k, c, &v);
+        t = v / s;
+        t = (zsi_v16f)SELECT((zsi_v16u)(t == t), t, (zsi_v16f){0});
+        t = (zsi_v16f)SELECT((zsi_v16u)(t > 127.5f), (zsi_v16f){0} + 127.5f, t);
+        t = (zsi_v16f)SELECT((zsi_v16u)(t < -127.5f), (zsi_v16f){0} - 127.5f, t);
+        zsi_v16i i = __builtin_convertvector(t, zsi_v16i);
+        zsi_v16f f = t - __builtin_convertvector(i, zsi_v16f);
+        i = i - (zsi_v16i)(f >= 0.5f) + (zsi_v16i)(f <= -0.5f);
+        i = (zsi_v16i)SELECT((zsi_v16u)(i > 127), (zsi_v16i){0} + 127, i);
+        i = (zsi_v16i)SELECT((zsi_v16u)(i < -127), (zsi_v16i){0} - 127, i);
+        if (w->threshold > 0) {
+            zsi_v16f a = (zsi_v16f)((zsi_v16u)v & 0x7fffffffu);
+            i = (zsi_v16i)((zsi_v16u)i & ~(zsi_v16u)(a > w->threshold));
+        }
+        if (c == 16) {
+            v16u8 b = __builtin_convertvector(i + 128, v16u8);
+            memcpy(u + k, &b, 16);
+        } else {
+            for (int64_t j = 0; j < c; j++)
+                u[k + j] = (uint8_t)(i[j] + 128);
+        }
+    }
+}
+
+/* max |x'| over the columns that are not outliers (NaN ignored, as in
+ * amax_step: a max is the same in any order). */
+ZSK_CLONES static float row_amax(const work *w, const float *xr)
+{
+    zsi_v16f mx = {0};
+    for (int64_t k = 0; k < w->K; k += 16) {
+        int64_t c = w->K - k < 16 ? w->K - k : 16;
+        zsi_v16f v, a;
+        load_xs(w, xr, k, c, &v);
+        a = (zsi_v16f)((zsi_v16u)v & 0x7fffffffu);
+        zsi_v16u gt = (zsi_v16u)(a > mx);
+        if (w->threshold > 0)
+            gt &= ~(zsi_v16u)(a > w->threshold);
+        mx = (zsi_v16f)SELECT(gt, a, mx);
+    }
+    float amax = 0;
+    for (int j = 0; j < 16; j++)
+        amax = mx[j] > amax ? mx[j] : amax;
+    return amax;
+}
+
 static void prep_rows(void *ctx, int64_t m0, int64_t m1)
 {
     const work *w = ctx;
@@ -105,24 +184,20 @@ static void prep_rows(void *ctx, int64_t m0, int64_t m1)
             continue;
         const float *xr = w->x + m * w->ldx;
         uint8_t *u = w->u + m * w->Kp;
-        float amax = 0;
         int32_t c = 0;
-        for (int64_t k = 0; k < w->K; k++) {
+        for (int64_t k = 0; w->threshold > 0 && k < w->K; k++) {
             float v = w->smooth ? xr[k] * w->smooth[k] : xr[k];
-            if (w->threshold > 0 && fabsf(v) > w->threshold) {
+            if (fabsf(v) > w->threshold) {
                 w->oidx[m * w->K + c] = (int32_t)k;
                 w->oval[m * w->K + c] = v;
                 c++;
-            } else {
-                amax = amax_step(amax, v);
             }
         }
-        float s = amax / 127.0f;
-        for (int64_t k = 0; k < w->K; k++) {
-            float v = w->smooth ? xr[k] * w->smooth[k] : xr[k];
-            bool out = w->threshold > 0 && fabsf(v) > w->threshold;
-            u[k] = (uint8_t)(128 + (out || !(s > 0) ? 0 : q8(v / s)));
-        }
+        float s = row_amax(w, xr) / 127.0f;
+        if (s > 0)
+            quantize_row(w, xr, s, u);
+        else
+            memset(u, 128, (size_t)w->K);
         memset(u + w->K, 128, (size_t)(w->Kp - w->K));
         w->sx[m] = s;
         w->cnt[m] = c;
@@ -149,20 +224,20 @@ ZSK_CLONES static void tile_c(int R, int C, const uint8_t *u, int64_t ldu, const
 }
 
 #ifdef ZSK_I8_VNNI
-/* The 16 lanes' sum in wrapping uint32 (_mm512_reduce_add_epi32 adds as
- * signed int, whose overflow is undefined: it can overflow for very long K
- * before the - 128 * sum(w) brings the result back in range). */
-static inline __attribute__((always_inline, target("avx512f"))) uint32_t
-hsum_u32(__m512i v)
+#define VNNI_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni")))
+
+/* Sum of the 16 lanes, wrapping (the header's _mm512_reduce_add_epi32 ends
+ * in a signed scalar add, which may overflow for the offset sums). */
+VNNI_INLINE uint32_t hsum_u32(__m512i v)
 {
-    uint32_t t[16], s = 0;
-    _mm512_storeu_si512((void *)t, v);
-    for (int i = 0; i < 16; i++)
-        s += t[i];
-    return s;
+    __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i b = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0x4e));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0xb1));
+    return (uint32_t)_mm_cvtsi128_si32(b);
 }
 
-static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
+VNNI_INLINE void
 tile_vnni_rc(const int R, const int C, bool first, const uint8_t *u, int64_t ldu,
              const int8_t *w, int64_t K, int32_t *d, int32_t *wsum)
 {
@@ -226,6 +301,32 @@ VNNI static void tile_vnni(int R, int C, bool first, const uint8_t *u, int64_t l
         TILE_CASE(4, 1) TILE_CASE(4, 2) TILE_CASE(4, 3) TILE_CASE(4, 4)
     }
 }
+
+/* d[0], d[1] = dot32 of the activation row u with W rows wa, wb. */
+VNNI static void gemv2_vnni(const uint8_t *u, const int8_t *wa, const int8_t *wb, int64_t K,
+                            int32_t *d)
+{
+    __m512i aa = _mm512_setzero_si512(), ab = aa, sa = aa, sb = aa;
+    __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t k = 0; k < K; k += 64) {
+        __m512i va, vb;
+        if (K - k >= 64) {
+            va = _mm512_loadu_si512((const void *)(wa + k));
+            vb = _mm512_loadu_si512((const void *)(wb + k));
+        } else {
+            __mmask64 mk = ((__mmask64)1 << (K - k)) - 1;
+            va = _mm512_maskz_loadu_epi8(mk, wa + k);
+            vb = _mm512_maskz_loadu_epi8(mk, wb + k);
+        }
+        __m512i xv = _mm512_load_si512((const void *)(u + k));
+        aa = _mm512_dpbusd_epi32(aa, xv, va);
+        ab = _mm512_dpbusd_epi32(ab, xv, vb);
+        sa = _mm512_dpbusd_epi32(sa, ones, va);
+        sb = _mm512_dpbusd_epi32(sb, ones, vb);
+    }
+    d[0] = (int32_t)(hsum_u32(aa) - 128u * hsum_u32(sa));
+    d[1] = (int32_t)(hsum_u32(ab) - 128u * hsum_u32(sb));
+}
 #endif
 
 bool zsk_i8_has_vnni(void)
@@ -239,12 +340,68 @@ bool zsk_i8_has_vnni(void)
 
 /* ---- phase 2: blocks of 64 output columns ------------------------------------- */
 
+/* acc[r] holds the scaled dots of rows m + r (r < R) for the block's nb
+ * columns from n0: adds each row's outlier terms and runs the epilogue. */
+static void finish_rows(const work *w, int64_t m, int R, int64_t n0, int64_t nb,
+                        float (*acc)[BLK])
+{
+    int64_t K = w->K;
+    for (int r = 0; r < R; r++) {
+        int64_t mr = m + r;
+        for (int32_t i = 0; w->cnt[mr] > 0 && i < nb; i++) {
+            int64_t n = n0 + i;
+            float ws = w->w_scale[n], o = 0.0f;
+            for (int32_t j = 0; j < w->cnt[mr]; j++) {
+                int64_t k = w->oidx[mr * K + j];
+                o = fmaf(w->oval[mr * K + j], (float)w->Wq[n * K + k] * ws, o);
+            }
+            acc[r][i] = acc[r][i] + o;
+        }
+        zsi_linear_epilogue(acc[r], nb, w->bias ? w->bias + n0 : NULL,
+                            w->res ? w->res + mr * w->ldr + n0 : NULL, w->act,
+                            w->y + mr * w->ldy + n0);
+    }
+}
+
+#ifdef ZSK_I8_VNNI
+/* M = 1 on blocks [b0, b0 + 2h): block t and block t + h side by side, two
+ * weight streams per thread (the dots are the same integers). */
+static void gemv_pairs(const work *w, int64_t b0, int64_t h)
+{
+    int64_t K = w->K;
+    float acc[2][BLK];
+    for (int64_t t = 0; t < h; t++) {
+        int64_t na = (b0 + t) * BLK, nb = (b0 + h + t) * BLK;
+        int64_t cb = w->N - nb < BLK ? w->N - nb : BLK;
+        for (int64_t c = 0; c < BLK; c++) {
+            int32_t d[2], ws[2];
+            if (c < cb) {
+                gemv2_vnni(w->u, w->Wq + (na + c) * K, w->Wq + (nb + c) * K, K, d);
+                acc[1][c] = (w->sx[0] * w->w_scale[nb + c]) * (float)d[1];
+            } else {
+                tile_vnni(1, 1, true, w->u, w->Kp, w->Wq + (na + c) * K, K, d, ws);
+            }
+            acc[0][c] = (w->sx[0] * w->w_scale[na + c]) * (float)d[0];
+        }
+        finish_rows(w, 0, 1, na, BLK, acc);
+        finish_rows(w, 0, 1, nb, cb, acc + 1);
+    }
+}
+#endif
+
 static void block_cols(void *ctx, int64_t b0, int64_t b1)
 {
     const work *w = ctx;
     int64_t K = w->K;
     int32_t d[TR * TC], wsum[BLK];
     float acc[TR][BLK];
+#ifdef ZSK_I8_VNNI
+    if (w->vnni && w->M == 1 && K > 0 && b1 - b0 >= 2) {
+        int64_t h = (b1 - b0) / 2;
+        gemv_pairs(w, b0, h);
+        b0 += 2 * h;
+    }
+#endif
     /* Small M reads W as one sequential stream (row after row); four
      * interleaved row streams ran at a third of the bandwidth cold. */
     int tc = w->M < SEQ_M ? 1 : TC;
@@ -268,21 +425,7 @@ static void block_cols(void *ctx, int64_t b0, int64_t b1)
                         acc[r][c0 + c] = (w->sx[m + r] * w->w_scale[n0 + c0 + c]) *
                                          (float)d[r * C + c];
             }
-            for (int r = 0; r < R; r++) {
-                int64_t mr = m + r;
-                for (int32_t i = 0; w->cnt[mr] > 0 && i < nb; i++) {
-                    int64_t n = n0 + i;
-                    float ws = w->w_scale[n], o = 0.0f;
-                    for (int32_t j = 0; j < w->cnt[mr]; j++) {
-                        int64_t k = w->oidx[mr * K + j];
-                        o = fmaf(w->oval[mr * K + j], (float)w->Wq[n * K + k] * ws, o);
-                    }
-                    acc[r][i] = acc[r][i] + o;
-                }
-                zsi_linear_epilogue(acc[r], nb, w->bias ? w->bias + n0 : NULL,
-                                    w->res ? w->res + mr * w->ldr + n0 : NULL, w->act,
-                                    w->y + mr * w->ldy + n0);
-            }
+            finish_rows(w, m, R, n0, nb, acc);
         }
     }
 }

@@ -31,7 +31,6 @@
 #endif
 
 #define TILE_R 6            /* rows of the register tile (24 accumulators) */
-#define PF_BYTES 1024       /* software prefetch distance in the panel stream */
 #define ITEM_FMAS 32768     /* fewer FMAs per work item run on one thread */
 
 static bool force_portable = false;
@@ -48,11 +47,27 @@ bool zsi_linear_portable(void) { return force_portable; }
 /* ---- epilogue ------------------------------------------------------------ */
 
 /* *v = up to 16 floats of p, zeros past c. By pointer: 64-byte vectors
- * returned by value draw ABI notes from GCC on the baseline clone. */
+ * returned by value draw ABI notes from GCC on the baseline clone. A
+ * memcpy of variable size became rep movs: the tail goes lane by lane. */
 ZSI_VINLINE void load16(zsi_v16f *v, const float *p, int64_t c)
 {
+    if (c == 16) {
+        memcpy(v, p, 64);
+        return;
+    }
     *v = (zsi_v16f){0};
-    memcpy(v, p, (size_t)c * sizeof(float));
+    for (int64_t j = 0; j < c; j++)
+        (*v)[j] = p[j];
+}
+
+ZSI_VINLINE void store16(float *p, const zsi_v16f *v, int64_t c)
+{
+    if (c == 16) {
+        memcpy(p, v, 64);
+        return;
+    }
+    for (int64_t j = 0; j < c; j++)
+        p[j] = (*v)[j];
 }
 
 /* gelu(v) = v / (1 + exp(-2 sqrt(2/pi) (v + 0.044715 v^3))): v -> +inf
@@ -82,7 +97,7 @@ ZSK_CLONES void zsi_linear_epilogue(const float *acc, int64_t n, const float *bi
             load16(&t, res + j, c);
             v = v + t;
         }
-        memcpy(y + j, &v, (size_t)c * sizeof(float));
+        store16(y + j, &v, c);
     }
 }
 
@@ -167,8 +182,7 @@ ZSK_CLONES static void tile_c(int R, const float *x, int64_t ldx, const float *p
 
 #ifdef ZSK_LINEAR_AVX512
 /* R rows x 64 columns in R * 4 zmm; per k 4 aligned panel loads, R
- * broadcasts, 4R FMAs, and a prefetch PF_BYTES ahead in the panel stream
- * (which continues into the next panel, read next by this thread). */
+ * broadcasts, 4R FMAs. */
 static inline __attribute__((always_inline, target("avx512f"))) void
 tile_avx512_r(const int R, const float *x, int64_t ldx, const float *p, int64_t K,
               float *acc)
@@ -180,10 +194,6 @@ tile_avx512_r(const int R, const float *x, int64_t ldx, const float *p, int64_t 
             c[r][v] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
         const float *w = p + k * ZSK_PANEL;
-        _mm_prefetch((const char *)w + PF_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + PF_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + PF_BYTES + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + PF_BYTES + 192, _MM_HINT_T0);
         __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + 16);
         __m512 w2 = _mm512_load_ps(w + 32), w3 = _mm512_load_ps(w + 48);
 #pragma GCC unroll 8
@@ -213,6 +223,34 @@ AVX512 static void tile_avx512(int R, const float *x, int64_t ldx, const float *
     default: tile_avx512_r(6, x, ldx, p, K, acc); break;
     }
 }
+
+/* M = 1 on two panels at once (two weight streams): acc_a, acc_b [64]. */
+AVX512 static void gemv2_avx512(const float *x, const float *pa, const float *pb, int64_t K,
+                                float *acc_a, float *acc_b)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int64_t k = 0; k < K; k++) {
+        const float *wa = pa + k * ZSK_PANEL, *wb = pb + k * ZSK_PANEL;
+        __m512 xb = _mm512_set1_ps(x[k]);
+        a0 = _mm512_fmadd_ps(xb, _mm512_load_ps(wa), a0);
+        a1 = _mm512_fmadd_ps(xb, _mm512_load_ps(wa + 16), a1);
+        a2 = _mm512_fmadd_ps(xb, _mm512_load_ps(wa + 32), a2);
+        a3 = _mm512_fmadd_ps(xb, _mm512_load_ps(wa + 48), a3);
+        b0 = _mm512_fmadd_ps(xb, _mm512_load_ps(wb), b0);
+        b1 = _mm512_fmadd_ps(xb, _mm512_load_ps(wb + 16), b1);
+        b2 = _mm512_fmadd_ps(xb, _mm512_load_ps(wb + 32), b2);
+        b3 = _mm512_fmadd_ps(xb, _mm512_load_ps(wb + 48), b3);
+    }
+    _mm512_storeu_ps(acc_a, a0);
+    _mm512_storeu_ps(acc_a + 16, a1);
+    _mm512_storeu_ps(acc_a + 32, a2);
+    _mm512_storeu_ps(acc_a + 48, a3);
+    _mm512_storeu_ps(acc_b, b0);
+    _mm512_storeu_ps(acc_b + 16, b1);
+    _mm512_storeu_ps(acc_b + 32, b2);
+    _mm512_storeu_ps(acc_b + 48, b3);
+}
 #endif
 
 /* ---- driver ------------------------------------------------------------------ */
@@ -227,11 +265,36 @@ typedef struct lin_job {
     bool avx512;
 } lin_job;
 
+/* Epilogue of panel p's columns for row m from acc [64]. */
+static void finish(const lin_job *j, int64_t p, int64_t m, const float *acc)
+{
+    int64_t n0 = p * ZSK_PANEL, N = j->W->N;
+    int64_t nc = N - n0 < ZSK_PANEL ? N - n0 : ZSK_PANEL;
+    zsi_linear_epilogue(acc, nc, j->bias ? j->bias + n0 : NULL,
+                        j->res ? j->res + m * j->ldr + n0 : NULL, j->act,
+                        j->y + m * j->ldy + n0);
+}
+
 static void lin_items(void *ctx, int64_t i0, int64_t i1)
 {
     const lin_job *j = ctx;
     int64_t N = j->W->N, K = j->W->K;
     _Alignas(64) float acc[TILE_R * ZSK_PANEL];
+#ifdef ZSK_LINEAR_AVX512
+    /* M = 1 (items are panels): the two halves of the range side by side,
+     * two weight streams per thread. */
+    if (j->avx512 && j->M == 1 && K > 0 && i1 - i0 >= 2) {
+        int64_t h = (i1 - i0) / 2;
+        for (int64_t t = 0; t < h; t++) {
+            int64_t pa = i0 + t, pb = i0 + h + t;
+            gemv2_avx512(j->x, j->W->data + pa * K * ZSK_PANEL,
+                         j->W->data + pb * K * ZSK_PANEL, K, acc, acc + ZSK_PANEL);
+            finish(j, pa, 0, acc);
+            finish(j, pb, 0, acc + ZSK_PANEL);
+        }
+        i0 += 2 * h;
+    }
+#endif
     for (int64_t it = i0; it < i1; it++) {
         int64_t p = it / j->nrb, m0 = it % j->nrb * j->rb;
         int64_t m1 = m0 + j->rb < j->M ? m0 + j->rb : j->M;
