@@ -163,7 +163,7 @@ static zs_status check_config(const zs_llm *m, zs_engine_config *c)
                             (long long)c->kv_blocks);
     int64_t per_ctx = cdiv(ctx, c->block_size);
     if (c->kv_blocks == 0) {
-        int64_t bb = 2 * m->c.layers * c->block_size * m->c.width * (int64_t)zsi_esize(m->dt);
+        int64_t bb = 2 * m->c.layers * c->block_size * m->c.width * (int64_t)zs_dtype_size(m->dt);
         int64_t cap = ((int64_t)1 << 30) / bb;
         c->kv_blocks = per_ctx * c->max_num_seqs;
         c->kv_blocks = c->kv_blocks < cap ? c->kv_blocks : cap;
@@ -409,7 +409,7 @@ static zs_status reserve_rows(zs_engine *e, int64_t rows)
     if (rows <= e->cap_rows)
         return ZS_OK;
     int64_t c = rows > 2 * e->cap_rows ? rows : 2 * e->cap_rows;
-    size_t V = (size_t)e->m->c.vocab, es = zsi_esize(e->m->dt);
+    size_t V = (size_t)e->m->c.vocab, es = zs_dtype_size(e->m->dt);
     free(e->pieces), free(e->b_tok), free(e->b_pos), free(e->b_out), free(e->b_tab);
     free(e->logits);
     e->pieces = malloc((size_t)c * sizeof *e->pieces);

@@ -30,7 +30,7 @@ static void *grow(void *p, size_t n)
 zs_status zsi_work_reserve(zsi_work *w, const zs_llm *m, int64_t rows, int64_t out_rows)
 {
     int64_t C = m->c.width;
-    size_t es = zsi_esize(m->dt);
+    size_t es = zs_dtype_size(m->dt);
     if (rows > w->rows) {
         w->x = grow(w->x, (size_t)(rows * C) * es);
         w->h = grow(w->h, (size_t)(rows * C) * es);
@@ -69,7 +69,7 @@ void zsi_work_free(zsi_work *w)
 static zs_status embedding_row(const zs_llm *m, int32_t id, void *dst)
 {
     int64_t C = m->c.width;
-    size_t es = zsi_esize(m->dt);
+    size_t es = zs_dtype_size(m->dt);
     if (m->wte) {
         memcpy(dst, (const char *)m->wte + (size_t)id * (size_t)C * es, (size_t)C * es);
         return ZS_OK;
@@ -83,7 +83,7 @@ static zs_status embedding_row(const zs_llm *m, int32_t id, void *dst)
 static zs_status embed(const zs_llm *m, const zsi_batch *b, void *x)
 {
     int64_t C = m->c.width;
-    size_t es = zsi_esize(m->dt);
+    size_t es = zs_dtype_size(m->dt);
     for (int64_t i = 0; i < b->n; i++) {
         char *r = (char *)x + (size_t)(i * C) * es;
         zs_status s = embedding_row(m, b->tokens[i], r);
@@ -113,7 +113,7 @@ static void store_kv(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b, int6
 {
     const zs_kv_pool_config *pc = zs_kv_pool_config_of(pool);
     int64_t C = m->c.width, L = m->c.layers, bs = pc->block_size;
-    size_t es = zsi_esize(m->dt), row = (size_t)C * es;
+    size_t es = zs_dtype_size(m->dt), row = (size_t)C * es;
     char *base = zs_kv_pool_data(pool);
     for (int64_t i = 0; i < b->n; i++) {
         const char *qkv = (const char *)w->big + (size_t)(i * 3) * row;
@@ -191,7 +191,7 @@ zs_status zsi_forward(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b,
                       zsi_work *w, void *logits)
 {
     int64_t C = m->c.width;
-    size_t es = zsi_esize(m->dt);
+    size_t es = zs_dtype_size(m->dt);
     zs_status s = zsi_work_reserve(w, m, b->n, b->n_out);
     if (s == ZS_OK)
         s = embed(m, b, w->x);

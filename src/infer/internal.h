@@ -67,10 +67,13 @@ struct zs_llm {
     zsi_calib *calib;  /* non-NULL while calibrating (f32 models) */
 };
 
+/* path: a checkpoint file or a training directory -> the checkpoint file
+ * (DIR/checkpoint.safetensors) and the directory of its tokenizer, each at
+ * most n bytes. */
+void zsi_ckpt_paths(const char *path, char *ckpt, char *dir, size_t n);
+
 /* m->slopes and slopes64 for a BLOOM model (nothing for GPT-2). */
 zs_status zsi_llm_slopes(zs_llm *m);
-
-static inline size_t zsi_esize(zs_dtype dt) { return dt == ZS_F64 ? 8 : 4; }
 
 /* Builds W [N, K] (f32 or f64 values, row-major, borrowed) into l in
  * format fmt; bias [N] (compute dtype) is copied, NULL = none. */

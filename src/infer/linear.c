@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "infer/internal.h"
-#include "kernels/cpu/gemm.h"
 
 static zs_status oom(void)
 {
@@ -78,7 +77,7 @@ zs_status zsi_linear_build(zsi_linear *l, zsi_wfmt fmt, zs_dtype src_dt, const v
                             (long long)N, (long long)K, ZSK_QBLOCK, ZSK_QBLOCK);
     zs_status s = ZS_OK;
     if (bias) {
-        size_t nb = (size_t)N * zsi_esize(dt);
+        size_t nb = (size_t)N * zs_dtype_size(dt);
         if (!(l->bias = malloc(nb)))
             return oom();
         memcpy(l->bias, bias, nb);
@@ -142,45 +141,22 @@ static void f64_cols(void *ctx, int64_t n0, int64_t n1)
         }
 }
 
-/* Bias, activation and residual after a product that wrote x W^T into y. */
-static void epilogue_f32(const zsi_linear *l, int64_t M, const float *r, int64_t ldr,
-                         zsk_act act, float *y, int64_t ldy)
-{
-    const float *b = l->bias;
-    for (int64_t m = 0; m < M; m++) {
-        float *yr = y + m * ldy;
-        for (int64_t n = 0; b && n < l->N; n++)
-            yr[n] += b[n];
-        if (act == ZSK_ACT_GELU_TANH) /* elementwise: the row's own values */
-            zsk_gelu_tanh_f32(yr, yr, l->N, true);
-        for (int64_t n = 0; r && n < l->N; n++)
-            yr[n] += r[m * ldr + n];
-    }
-}
-
-/* The block formats need contiguous rows and a y apart from the residual:
- * the product goes to tmp when y aliases it. */
+/* The block formats: x W^T into y (into a scratch row block when y is
+ * also the residual), then the kernels' shared epilogue per row. */
 static zs_status run_q(const zsi_linear *l, const float *x, int64_t M, int64_t ldx,
                        const float *r, int64_t ldr, zsk_act act, float *y, int64_t ldy)
 {
     if (ldx != l->K || ldy != l->N)
         return zs_set_error("llm: quantized linear needs contiguous rows");
-    float *out = y;
-    if (r == y && !(out = malloc((size_t)(M * l->N) * sizeof *out)))
+    float *acc = y;
+    if (r == y && !(acc = malloc((size_t)(M * l->N) * sizeof *acc)))
         return oom();
-    zs_status s = zsk_qmatmul(qfmt_of(l->fmt), l->w, x, out, M, l->N, l->K);
-    if (s == ZS_OK && out != y) {
-        for (int64_t i = 0; i < M * l->N; i++)
-            y[i] += out[i]; /* y is r: r + xW^T, the bias below */
-        r = NULL;
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < l->N && l->bias; n++)
-                y[m * ldy + n] += ((const float *)l->bias)[n];
-    } else if (s == ZS_OK) {
-        epilogue_f32(l, M, r, ldr, act, y, ldy);
-    }
-    if (out != y)
-        free(out);
+    zs_status s = zsk_qmatmul(qfmt_of(l->fmt), l->w, x, acc, M, l->N, l->K);
+    for (int64_t m = 0; s == ZS_OK && m < M; m++)
+        zsk_linear_epilogue(acc + m * l->N, l->N, l->bias, r ? r + m * ldr : NULL, act,
+                            y + m * ldy);
+    if (acc != y)
+        free(acc);
     return s;
 }
 
@@ -205,8 +181,6 @@ zs_status zsi_linear_run(const zsi_linear *l, zs_dtype dt, const void *x, int64_
                              residual, ldr, act, y, ldy);
     }
     default:
-        if (residual == y && act != ZSK_ACT_NONE)
-            return zs_set_error("llm: activation with an in-place residual");
         return run_q(l, x, M, ldx, residual, ldr, act, y, ldy);
     }
 }

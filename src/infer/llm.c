@@ -94,7 +94,7 @@ static void *take(const params *p, const char *name, int64_t numel)
         }
         zs_tensor *c = zs_to_dtype(p->t[i], p->dt);
         zs_tensor *d = c ? zs_contiguous(c) : NULL;
-        size_t nb = (size_t)numel * zsi_esize(p->dt);
+        size_t nb = (size_t)numel * zs_dtype_size(p->dt);
         void *out = d ? malloc(nb ? nb : 1) : NULL;
         if (out)
             memcpy(out, zs_data(d), nb);

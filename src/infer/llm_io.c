@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -378,20 +377,6 @@ static zs_llm *read_quantized(in_set *in, zs_quant q)
     return m;
 }
 
-/* The checkpoint file of path and the directory of its tokenizer. */
-static void locate(const char *path, char *ckpt, char *dir, size_t n)
-{
-    struct stat st;
-    bool is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-    snprintf(ckpt, n, is_dir ? "%s/checkpoint.safetensors" : "%s", path);
-    snprintf(dir, n, "%s", path);
-    char *slash = is_dir ? NULL : strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    else if (!is_dir)
-        snprintf(dir, n, ".");
-}
-
 static zs_llm *open_float(const char *path, const zs_llm_options *o, zs_bpe **tok)
 {
     zs_model_file f;
@@ -415,7 +400,7 @@ zs_llm *zs_llm_open(const char *path, const zs_llm_options *o, zs_bpe **tokenize
     char ckpt[4200], dir[4200];
     if (tokenizer)
         *tokenizer = NULL;
-    locate(path, ckpt, dir, sizeof ckpt);
+    zsi_ckpt_paths(path, ckpt, dir, sizeof ckpt);
     in_set in = {.path = ckpt};
     if (zs_safetensors_load(ckpt, &in.set) != ZS_OK)
         return NULL;

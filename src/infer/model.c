@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "infer/internal.h"
 #include "zs/infer.h"
 #include "zs/io.h"
 
@@ -31,7 +32,7 @@ static zs_status model_kind(const char *path, const char *meta, char *out, size_
  * vocabulary. */
 static zs_status open_gpt(const char *ckpt, const char *dir, zs_model_file *f)
 {
-    char path[4200];
+    char path[4300];
     if (!(f->model = zs_gpt_load(ckpt, NULL)))
         return ZS_ERR_IO;
     f->gpt = *zs_gpt_config_of(f->model);
@@ -53,21 +54,24 @@ static zs_status open_cnn(const char *ckpt, zs_model_file *f)
     return zs_module_load(ckpt, f->model, NULL, NULL);
 }
 
+void zsi_ckpt_paths(const char *path, char *ckpt, char *dir, size_t n)
+{
+    struct stat st;
+    bool is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    snprintf(ckpt, n, is_dir ? "%s/checkpoint.safetensors" : "%s", path);
+    snprintf(dir, n, "%s", path);
+    char *slash = is_dir ? NULL : strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else if (!is_dir) /* the tokenizer sits beside the file */
+        snprintf(dir, n, ".");
+}
+
 zs_status zs_model_open(const char *path, zs_model_file *out)
 {
     *out = (zs_model_file){0};
-    struct stat st;
     char ckpt[4200], dir[4200];
-    bool is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-    snprintf(ckpt, sizeof ckpt, is_dir ? "%s/checkpoint.safetensors" : "%s", path);
-    snprintf(dir, sizeof dir, "%s", path);
-    if (!is_dir) { /* the tokenizer sits beside the file */
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        else
-            strcpy(dir, ".");
-    }
+    zsi_ckpt_paths(path, ckpt, dir, sizeof ckpt);
     zs_tensor_set probe;
     zs_status s = zs_safetensors_load(ckpt, &probe);
     if (s != ZS_OK)

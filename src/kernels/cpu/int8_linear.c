@@ -9,7 +9,7 @@
  * columns; a block runs tiles of up to TR = 4 rows of x by TC = 4 rows of W
  * (one W row when M < SEQ_M = 16) through the int32 dot kernel, scales the
  * sums into floats, adds the row's outlier terms and runs the shared
- * epilogue (zsi_linear_epilogue) on the block's columns.
+ * epilogue (zsk_linear_epilogue) on the block's columns.
  *
  * The VNNI tile keeps TR x TC zmm accumulators of vpdpbusd(qx + 128, w);
  * on the first row tile of a block it also sums each W row (vpdpbusd of
@@ -369,7 +369,7 @@ static void finish_rows(const work *w, int64_t m, int R, int64_t n0, int64_t nb,
             }
             acc[r][i] = acc[r][i] + o;
         }
-        zsi_linear_epilogue(acc[r], nb, w->bias ? w->bias + n0 : NULL,
+        zsk_linear_epilogue(acc[r], nb, w->bias ? w->bias + n0 : NULL,
                             w->res ? w->res + mr * w->ldr + n0 : NULL, w->act,
                             w->y + mr * w->ldy + n0);
     }
@@ -503,7 +503,7 @@ zs_status zsk_i8_linear(const int8_t *Wq, const float *w_scale, int64_t N, int64
     if (!(w.threshold > 0))
         w.threshold = 0;
 #ifdef ZSK_I8_VNNI
-    w.vnni = !zsi_linear_portable() && zsk_i8_has_vnni();
+    w.vnni = !zsk_linear_portable() && zsk_i8_has_vnni();
 #endif
     /* workspace: u (64-aligned rows), sx, cnt, then oidx, oval */
     size_t nu = (size_t)(M * w.Kp), no = w.threshold > 0 ? (size_t)(M * K) : 0;

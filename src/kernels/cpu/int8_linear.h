@@ -16,7 +16,7 @@
  *            + sum_{k in O, increasing} x'[k] * ((float)Wq[n, k] * w_scale[n])
  *            (the outlier sum as an fmaf chain from 0)
  *   y[m,n] = act(acc[n] + bias[n]) + residual[m, n]   (packed_linear.h's
- *            epilogue, zsi_linear_epilogue)
+ *            epilogue, zsk_linear_epilogue)
  * dot32 is exact int32 arithmetic (K <= 131072 keeps it in range), so its
  * order does not matter; every float operation above is fixed.
  * bitsandbytes picks the outlier columns over the whole batch (a column is

@@ -8,7 +8,7 @@
  * when there are fewer than 4 panels per thread. Within an item, tiles of
  * up to TILE_R = 6 rows x 64 columns (24 zmm accumulators; per k 4 panel
  * loads, 6 broadcasts, 24 FMAs) run the whole k range, then the shared
- * epilogue (zsi_linear_epilogue) writes the 64 columns of each row. At
+ * epilogue (zsk_linear_epilogue) writes the 64 columns of each row. At
  * M = 1 a thread runs the two halves of its panel range side by side (two
  * sequential weight streams; one stream with a 1 KB software prefetch was
  * the slowest variant measured). The portable path keeps the accumulators
@@ -51,7 +51,7 @@ bool zsk_linear_force_portable(bool on)
     return old;
 }
 
-bool zsi_linear_portable(void) { return force_portable; }
+bool zsk_linear_portable(void) { return force_portable; }
 
 /* ---- epilogue ------------------------------------------------------------ */
 
@@ -89,7 +89,7 @@ ZSI_VINLINE void gelu16(zsi_v16f *v)
     *v = x / (1.0f + z);
 }
 
-ZSK_CLONES void zsi_linear_epilogue(const float *acc, int64_t n, const float *bias,
+ZSK_CLONES void zsk_linear_epilogue(const float *acc, int64_t n, const float *bias,
                                     const float *res, zsk_act act, float *y)
 {
     for (int64_t j = 0; j < n; j += 16) {
@@ -279,7 +279,7 @@ static void finish(const lin_job *j, int64_t p, int64_t m, const float *acc)
 {
     int64_t n0 = p * ZSK_PANEL, N = j->W->N;
     int64_t nc = N - n0 < ZSK_PANEL ? N - n0 : ZSK_PANEL;
-    zsi_linear_epilogue(acc, nc, j->bias ? j->bias + n0 : NULL,
+    zsk_linear_epilogue(acc, nc, j->bias ? j->bias + n0 : NULL,
                         j->res ? j->res + m * j->ldr + n0 : NULL, j->act,
                         j->y + m * j->ldy + n0);
 }
@@ -320,7 +320,7 @@ static void lin_items(void *ctx, int64_t i0, int64_t i1)
             else
                 tile_c(R, xm, j->ldx, j->W->data + p * K * ZSK_PANEL, K, acc);
             for (int r = 0; r < R; r++)
-                zsi_linear_epilogue(acc + r * ZSK_PANEL, nc, j->bias ? j->bias + n0 : NULL,
+                zsk_linear_epilogue(acc + r * ZSK_PANEL, nc, j->bias ? j->bias + n0 : NULL,
                                     j->res ? j->res + (m + r) * j->ldr + n0 : NULL,
                                     j->act, j->y + (m + r) * j->ldy + n0);
         }

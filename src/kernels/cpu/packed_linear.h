@@ -84,9 +84,9 @@ bool zsk_linear_force_portable(bool on);
  * function as 0.5 v (1 + tanh u)) with vmath.h's exp; its error is below
  * 1e-6 * max(1, |v|) (test_packed_linear). bias, res may be NULL; res may
  * be y; acc may be y. */
-void zsi_linear_epilogue(const float *acc, int64_t n, const float *bias,
+void zsk_linear_epilogue(const float *acc, int64_t n, const float *bias,
                          const float *res, zsk_act act, float *y);
 /* The value of the zsk_linear_force_portable knob. */
-bool zsi_linear_portable(void);
+bool zsk_linear_portable(void);
 
 #endif
