@@ -243,21 +243,21 @@ static void check_gelu(void)
     float *v = malloc(n * sizeof *v), *g = malloc(n * sizeof *g);
     for (int i = 0; i < n; i++)
         v[i] = -12.0f + 24.0f * (float)i / (n - 1);
-    zsi_linear_epilogue(v, n, NULL, NULL, ZSK_ACT_GELU_TANH, g);
+    zsk_linear_epilogue(v, n, NULL, NULL, ZSK_ACT_GELU_TANH, g);
     double worst = 0;
     for (int i = 0; i < n; i++)
         worst = fmax(worst, fabs(g[i] - gelu_d(v[i])) / fmax(1, fabs(v[i])));
     printf("gelu: max |err| / max(1, |v|) = %.3g on [-12, 12]\n", worst);
     ZT_CHECK(worst < 1e-6, "gelu error %.3g", worst);
     float ex[6] = {INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 0.0f}, ge[6];
-    zsi_linear_epilogue(ex, 6, NULL, NULL, ZSK_ACT_GELU_TANH, ge);
+    zsk_linear_epilogue(ex, 6, NULL, NULL, ZSK_ACT_GELU_TANH, ge);
     ZT_CHECK(ge[0] == INFINITY && ge[1] != ge[1] && ge[2] != ge[2] && ge[3] == 1e30f &&
                  ge[4] == 0.0f && ge[5] == 0.0f,
              "gelu extremes: %g %g %g %g %g %g", ge[0], ge[1], ge[2], ge[3], ge[4], ge[5]);
     /* a lane's result does not depend on its position or the count */
     for (int c = 1; c <= 33; c += 4) {
         float part[33];
-        zsi_linear_epilogue(v + 1000 + c, 33 - c % 7, NULL, NULL, ZSK_ACT_GELU_TANH, part);
+        zsk_linear_epilogue(v + 1000 + c, 33 - c % 7, NULL, NULL, ZSK_ACT_GELU_TANH, part);
         ZT_CHECK(memcmp(part, g + 1000 + c, (size_t)(33 - c % 7) * sizeof *part) == 0,
                  "epilogue depends on position (offset %d)", c);
     }
