@@ -39,6 +39,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/qpacked.h"
 #include "kernels/cpu/quant.h"
 #include "zs/analyze.h"
 #include "zs/zs.h"
@@ -54,9 +55,14 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-typedef enum kind { F32_PACKED, F32_SGEMM, I8, Q8_0, Q4_0, Q4_1, NKINDS } kind;
+typedef enum kind { F32_PACKED, F32_SGEMM, I8, Q8_0, Q4_0, Q4_1, QT8_0, QT4_0, QT4_1,
+                    NKINDS } kind;
 static const char *KNAME[NKINDS] = {"f32 packed", "f32 zsk_sgemm", "int8 W8A8",
-                                    "q8_0 qmatmul", "q4_0 qmatmul", "q4_1 qmatmul"};
+                                    "q8_0 qmatmul", "q4_0 qmatmul", "q4_1 qmatmul",
+                                    "q8_0 tiles", "q4_0 tiles", "q4_1 tiles"};
+
+/* The block format of a quantized kind. */
+static zsk_qfmt qfmt(kind k) { return (zsk_qfmt)(k >= QT8_0 ? k - QT8_0 : k - Q8_0); }
 
 typedef struct shape {
     const char *name;
@@ -76,6 +82,7 @@ typedef struct weights {
     int ncopies;
     double bytes; /* of one copy */
     zsk_packed_f32 packed[MAX_COPIES];
+    zsk_qpacked tiles[MAX_COPIES];
     void *raw[MAX_COPIES];    /* f32, int8 or quantized blocks */
     float *scale[MAX_COPIES]; /* int8 row scales */
 } weights;
@@ -92,8 +99,11 @@ static double weight_bytes(kind k, int64_t N, int64_t K)
     case F32_PACKED: return 4.0 * (double)((N + 63) / 64 * 64) * (double)K;
     case F32_SGEMM: return 4.0 * (double)N * (double)K;
     case I8: return (double)N * (double)K + 4.0 * (double)N;
-    default: return (double)N * (double)(K / ZSK_QBLOCK) *
-                    (double)zsk_qblock_bytes((zsk_qfmt)(k - Q8_0));
+    case QT8_0: case QT4_0: case QT4_1: { /* as qpacked.h lays the tiles out */
+        int64_t nb = K / ZSK_QBLOCK, qb = k == QT8_0 ? 512 : 256, ns = k == QT4_1 ? 2 : 1;
+        return (double)((N + 15) / 16) * (double)((nb * (qb + ns * 32) + 63) / 64 * 64);
+    }
+    default: return (double)N * (double)(K / ZSK_QBLOCK) * (double)zsk_qblock_bytes(qfmt(k));
     }
 }
 
@@ -131,13 +141,22 @@ static weights *make_weights(kind k, const float *W, int64_t N, int64_t K, bool 
                 die("int8 weights");
             }
             break;
+        case QT8_0: case QT4_0: case QT4_1:
+            if (c == 0) { /* the row blocks, kept in raw[0] for the other copies */
+                w->raw[0] = malloc((size_t)(weight_bytes(Q8_0 + qfmt(k), N, K)));
+                if (!w->raw[0] || zsk_quantize(qfmt(k), W, N * K, w->raw[0]) < 0)
+                    die("quantize");
+            }
+            if (zsk_qpack(qfmt(k), w->raw[0], N, K, &w->tiles[c]) < 0)
+                die("qpack");
+            break;
         default:
             w->raw[c] = malloc((size_t)w->bytes);
             if (!w->raw[c])
                 die("malloc");
             if (c > 0)
                 memcpy(w->raw[c], w->raw[0], (size_t)w->bytes);
-            else if (zsk_quantize((zsk_qfmt)(k - Q8_0), W, N * K, w->raw[c]) < 0)
+            else if (zsk_quantize(qfmt(k), W, N * K, w->raw[c]) < 0)
                 die("quantize");
         }
     }
@@ -148,6 +167,7 @@ static void free_weights(weights *w)
 {
     for (int c = 0; c < w->ncopies; c++) {
         zsk_packed_free(&w->packed[c]);
+        zsk_qpacked_free(&w->tiles[c]);
         free(w->raw[c]);
         free(w->scale[c]);
     }
@@ -169,8 +189,12 @@ static void call(const weights *w, int c, const float *x, int64_t M, float *y)
         st = zsk_i8_linear(w->raw[c], w->scale[c], w->N, w->K, x, M, w->K, NULL, NULL, NULL,
                            0, ZSK_ACT_NONE, y, w->N);
         break;
+    case QT8_0: case QT4_0: case QT4_1:
+        st = zsk_qpacked_linear(&w->tiles[c], x, M, w->K, NULL, NULL, 0, ZSK_ACT_NONE, y,
+                                w->N);
+        break;
     default:
-        st = zsk_qmatmul((zsk_qfmt)(w->k - Q8_0), w->raw[c], x, y, M, w->N, w->K);
+        st = zsk_qmatmul(qfmt(w->k), w->raw[c], x, y, M, w->N, w->K);
     }
     if (st < 0)
         die(KNAME[w->k]);
@@ -355,15 +379,15 @@ int main(int argc, char **argv)
            "peak %.0f GFLOP/s\n", zs_num_threads(), o.reps,
            zs_cpu()->avx512f ? "AVX-512" : "no AVX-512", zsk_quant_has_vnni() ? "yes" : "no",
            triad, peak);
-    static const kind dec[] = {F32_PACKED, F32_SGEMM, I8, Q8_0, Q4_0, Q4_1};
+    static const kind dec[] = {F32_PACKED, F32_SGEMM, I8, Q8_0, Q4_0, Q4_1, QT8_0, QT4_0, QT4_1};
     int nd = (int)(sizeof dec / sizeof *dec);
     double set[NKINDS];
     decode_rows(&o, dec, nd, &triad, peak, set); /* prints after measuring */
     printf("(M = 1 fractions: of the best triad, %.1f GB/s, of the one before and one per "
            "round)\n\n", triad);
-    static const kind pre[] = {F32_PACKED, I8};
+    static const kind pre[] = {F32_PACKED, I8, Q8_0, QT8_0, QT4_0};
     header();
-    prefill_rows(&o, pre, 2, triad, peak);
+    prefill_rows(&o, pre, (int)(sizeof pre / sizeof *pre), triad, peak);
     double triad1 = zs_measure_triad_gbs(o.threads, TRIAD_BYTES, 10);
     double peak1 = zs_measure_peak_gflops(o.threads, 0.5);
     printf("\nafter: triad %.1f GB/s, peak %.0f GFLOP/s. M=1 sets against max(triad) = "

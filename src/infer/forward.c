@@ -74,10 +74,7 @@ static zs_status embedding_row(const zs_llm *m, int32_t id, void *dst)
         memcpy(dst, (const char *)m->wte + (size_t)id * (size_t)C * es, (size_t)C * es);
         return ZS_OK;
     }
-    const zsi_linear *h = &m->head; /* quantized: the row's blocks */
-    zsk_qfmt f = h->fmt == ZSI_W_Q8_0 ? ZSK_Q8_0 : h->fmt == ZSI_W_Q4_0 ? ZSK_Q4_0 : ZSK_Q4_1;
-    int64_t row = C / ZSK_QBLOCK * zsk_qblock_bytes(f);
-    return zsk_dequantize(f, (const char *)h->w + id * row, C, dst);
+    return zsk_qpacked_row(&m->head.tiles, id, dst); /* quantized: the head's row */
 }
 
 static zs_status embed(const zs_llm *m, const zsi_batch *b, void *x)

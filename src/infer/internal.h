@@ -12,7 +12,7 @@
 
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/qpacked.h"
 #include "zs/infer.h"
 #include "zs/kv_pool.h"
 
@@ -20,7 +20,7 @@
 typedef enum zsi_wfmt {
     ZSI_W_F32,  /* packed panels (zsk_packed_f32) */
     ZSI_W_F64,  /* plain [N, K] doubles (a float64 model) */
-    ZSI_W_Q8_0, /* N rows of K / 32 blocks (kernels/cpu/quant.h) */
+    ZSI_W_Q8_0, /* 16-row tiles of 32-blocks (kernels/cpu/qpacked.h) */
     ZSI_W_Q4_0,
     ZSI_W_Q4_1,
     ZSI_W_I8,   /* int8 [N, K] + one f32 scale per row (zsk_i8_linear):
@@ -31,8 +31,9 @@ typedef struct zsi_linear {
     zsi_wfmt fmt;
     int64_t N, K;
     zsk_packed_f32 packed; /* F32 */
-    void *w;               /* F64: double [N, K]; Q*: blocks; I8: int8 [N, K] */
-    int64_t w_bytes;       /* bytes of w (or of packed's N x K floats) */
+    zsk_qpacked tiles;     /* Q8_0, Q4_0, Q4_1 */
+    void *w;               /* F64: double [N, K]; I8: int8 [N, K] */
+    int64_t w_bytes;       /* bytes of w, packed or tiles */
     float *scale;          /* I8: [N] */
     float *smooth;         /* I8: [K] multipliers of x (SmoothQuant 1/s), or NULL */
     float threshold;       /* I8: LLM.int8() outlier threshold, 0 = none */
@@ -80,6 +81,11 @@ zs_status zsi_llm_slopes(zs_llm *m);
 zs_status zsi_linear_build(zsi_linear *l, zsi_wfmt fmt, zs_dtype src_dt, const void *W,
                            int64_t N, int64_t K, const void *bias, zs_dtype dt);
 void zsi_linear_free(zsi_linear *l);
+/* The block format of a ZSI_W_Q* format. */
+zsk_qfmt zsi_qfmt(zsi_wfmt f);
+/* l->tiles (and w_bytes) from quant.h's row blocks of l's block format,
+ * borrowed: N = l->N rows of l->K / 32 blocks. */
+zs_status zsi_linear_tiles(zsi_linear *l, const void *blocks);
 /* y [M, ldy] = act(x W^T + bias) + residual (residual may be y itself).
  * Row m of y depends on row m of x only (batch invariance). */
 zs_status zsi_linear_run(const zsi_linear *l, zs_dtype dt, const void *x, int64_t M,

@@ -4,8 +4,9 @@
  * batch of rows, freeing it.
  *
  * Batch invariance holds in every format: the f32 kernel accumulates each
- * output in one fma chain over k, the f64 loop likewise, Q8_0/Q4_* and
- * int8 quantize activations per row and sum blocks in a fixed order.
+ * output in one fma chain over k, the f64 loop likewise, the block formats
+ * (qpacked.h) and int8 quantize activations per row and sum blocks in a
+ * fixed order.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@ static zs_status oom(void)
     return zs_set_error_code(ZS_ERR_NOMEM, "llm: out of memory");
 }
 
-static zsk_qfmt qfmt_of(zsi_wfmt f)
+zsk_qfmt zsi_qfmt(zsi_wfmt f)
 {
     return f == ZSI_W_Q8_0 ? ZSK_Q8_0 : f == ZSI_W_Q4_0 ? ZSK_Q4_0 : ZSK_Q4_1;
 }
@@ -48,16 +49,14 @@ static zs_status build_weights(zsi_linear *l, const float *w)
         return zsk_pack_f32(w, N, K, &l->packed);
     }
     if (is_q(l->fmt)) {
-        int64_t row = K / ZSK_QBLOCK * zsk_qblock_bytes(qfmt_of(l->fmt));
-        l->w_bytes = N * row;
-        if (!(l->w = malloc((size_t)l->w_bytes)))
+        void *blocks = malloc((size_t)(N * K / ZSK_QBLOCK * zsk_qblock_bytes(zsi_qfmt(l->fmt))));
+        if (!blocks)
             return oom();
-        for (int64_t n = 0; n < N; n++) {
-            zs_status s = zsk_quantize(qfmt_of(l->fmt), w + n * K, K, (char *)l->w + n * row);
-            if (s != ZS_OK)
-                return s;
-        }
-        return ZS_OK;
+        zs_status s = zsk_quantize(zsi_qfmt(l->fmt), w, N * K, blocks);
+        if (s == ZS_OK)
+            s = zsi_linear_tiles(l, blocks);
+        free(blocks);
+        return s;
     }
     l->w_bytes = N * K;
     l->w = malloc((size_t)(N * K));
@@ -95,9 +94,17 @@ zs_status zsi_linear_build(zsi_linear *l, zsi_wfmt fmt, zs_dtype src_dt, const v
     return s;
 }
 
+zs_status zsi_linear_tiles(zsi_linear *l, const void *blocks)
+{
+    zs_status s = zsk_qpack(zsi_qfmt(l->fmt), blocks, l->N, l->K, &l->tiles);
+    l->w_bytes = zsk_qpacked_bytes(&l->tiles);
+    return s;
+}
+
 void zsi_linear_free(zsi_linear *l)
 {
     zsk_packed_free(&l->packed);
+    zsk_qpacked_free(&l->tiles);
     free(l->w);
     free(l->scale);
     free(l->smooth);
@@ -141,25 +148,6 @@ static void f64_cols(void *ctx, int64_t n0, int64_t n1)
         }
 }
 
-/* The block formats: x W^T into y (into a scratch row block when y is
- * also the residual), then the kernels' shared epilogue per row. */
-static zs_status run_q(const zsi_linear *l, const float *x, int64_t M, int64_t ldx,
-                       const float *r, int64_t ldr, zsk_act act, float *y, int64_t ldy)
-{
-    if (ldx != l->K || ldy != l->N)
-        return zs_set_error("llm: quantized linear needs contiguous rows");
-    float *acc = y;
-    if (r == y && !(acc = malloc((size_t)(M * l->N) * sizeof *acc)))
-        return oom();
-    zs_status s = zsk_qmatmul(qfmt_of(l->fmt), l->w, x, acc, M, l->N, l->K);
-    for (int64_t m = 0; s == ZS_OK && m < M; m++)
-        zsk_linear_epilogue(acc + m * l->N, l->N, l->bias, r ? r + m * ldr : NULL, act,
-                            y + m * ldy);
-    if (acc != y)
-        free(acc);
-    return s;
-}
-
 zs_status zsi_linear_run(const zsi_linear *l, zs_dtype dt, const void *x, int64_t M,
                          int64_t ldx, const void *residual, int64_t ldr, zsk_act act,
                          void *y, int64_t ldy)
@@ -181,6 +169,6 @@ zs_status zsi_linear_run(const zsi_linear *l, zs_dtype dt, const void *x, int64_
                              residual, ldr, act, y, ldy);
     }
     default:
-        return run_q(l, x, M, ldx, residual, ldr, act, y, ldy);
+        return zsk_qpacked_linear(&l->tiles, x, M, ldx, l->bias, residual, ldr, act, y, ldy);
     }
 }

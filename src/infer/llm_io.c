@@ -85,8 +85,14 @@ static void put_linear(out_set *o, const char *name, const zsi_linear *l)
             snprintf(n, sizeof n, "%s.smooth", name);
             put_vec(o, n, l->smooth, l->K);
         }
-    } else {
-        put(o, name, ZS_U8, 2, (int64_t[]){l->N, l->w_bytes / l->N}, l->w);
+    } else { /* the tiles back to quant.h's row blocks */
+        int64_t row = l->K / ZSK_QBLOCK * zsk_qblock_bytes(zsi_qfmt(l->fmt));
+        void *blocks = malloc((size_t)(l->N * row));
+        if (!blocks || zsk_qunpack(&l->tiles, blocks) < 0)
+            o->ok = false;
+        else
+            put(o, name, ZS_U8, 2, (int64_t[]){l->N, row}, blocks);
+        free(blocks);
     }
 }
 
@@ -240,8 +246,7 @@ static zsi_wfmt parse_fmt(const char *s)
 /* Every f16 scale (and Q4_1 offset) of n blocks is finite. */
 static bool scales_finite(zsi_wfmt f, const uint8_t *w, int64_t n)
 {
-    int64_t bb = f == ZSI_W_Q8_0 ? ZSK_Q8_0_BYTES : f == ZSI_W_Q4_0 ? ZSK_Q4_0_BYTES
-                                                                    : ZSK_Q4_1_BYTES;
+    int64_t bb = zsk_qblock_bytes(zsi_qfmt(f));
     for (int64_t b = 0; b < n; b++) {
         uint16_t h[2];
         memcpy(h, w + b * bb, f == ZSI_W_Q4_1 ? 4 : 2);
@@ -273,17 +278,19 @@ static zs_status read_linear(const in_set *in, const char *name, int64_t N, int6
         if (t && zs_tensor_set_get(&in->set, key) && !(l->smooth = vec(in, key, K)))
             return ZS_ERR_FORMAT;
     } else {
-        zsk_qfmt q = fmt == ZSI_W_Q8_0 ? ZSK_Q8_0 : fmt == ZSI_W_Q4_0 ? ZSK_Q4_0 : ZSK_Q4_1;
-        l->w_bytes = N * (K / ZSK_QBLOCK * zsk_qblock_bytes(q));
-        t = need(in, name, ZS_U8, N, l->w_bytes / N);
+        t = need(in, name, ZS_U8, N, K / ZSK_QBLOCK * zsk_qblock_bytes(zsi_qfmt(fmt)));
         if (t && !scales_finite(fmt, zs_data(t), N * K / ZSK_QBLOCK))
             return zs_set_error_code(ZS_ERR_FORMAT, "%s: %s holds a non-finite block "
                                      "scale (corrupted?)", in->path, name);
     }
     if (!t)
         return ZS_ERR_FORMAT;
-    if (!(l->w = copy_of(t)))
+    zs_status s = fmt == ZSI_W_I8 ? ((l->w = copy_of(t)) ? ZS_OK : ZS_ERR_NOMEM)
+                                  : zsi_linear_tiles(l, zs_data(t));
+    if (s == ZS_ERR_NOMEM)
         return zs_set_error_code(ZS_ERR_NOMEM, "llm: out of memory");
+    if (s < 0)
+        return s;
     snprintf(key, sizeof key, "%.*s.bias", (int)(strlen(name) - 7), name);
     if (bias && !(l->bias = vec(in, key, N)))
         return ZS_ERR_FORMAT;

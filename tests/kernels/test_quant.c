@@ -144,6 +144,43 @@ static void check_act(int64_t n, uint64_t seed)
     free(xq);
 }
 
+/* (1b) The activation quantizer's paths agree bit for bit (the VNNI build
+ * has an AVX-512 version): random blocks, exact ties of v / d at k + 0.5,
+ * NaN, infinities, -0, denormals and huge values. */
+static void check_act_paths(void)
+{
+    int64_t n = 32 * 64;
+    float *x = malloc(n * sizeof *x);
+    zsk_block_q8x *a = malloc(n / 32 * sizeof *a), *b = malloc(n / 32 * sizeof *b);
+    fill(x, n, 123);
+    for (int i = 0; i < 32; i++) /* block 3: amax 127, so d = 1 and v / d = v */
+        x[3 * 32 + i] = i == 0 ? 127.0f : (float)(i - 16) + 0.5f;
+    for (int i = 0; i < 32; i++) /* block 4: ties after a non-trivial scale */
+        x[4 * 32 + i] = i == 0 ? 12.7f : 0.1f * ((float)(i - 16) + 0.5f);
+    x[5 * 32 + 3] = NAN;
+    x[6 * 32 + 4] = INFINITY;
+    x[7 * 32 + 5] = -INFINITY;
+    x[8 * 32 + 6] = -0.0f;
+    for (int i = 0; i < 32; i++)
+        x[9 * 32 + i] = i % 2 ? 1e-40f : -1e-41f; /* denormals */
+    x[10 * 32 + 1] = 3e38f;
+    x[11 * 32 + 2] = NAN, x[11 * 32 + 9] = INFINITY;
+    bool old = zsk_quant_force_portable(true);
+    ZT_CHECK(zsk_quantize_q8x(x, n, a) == ZS_OK, "portable q8x");
+    zsk_quant_force_portable(false);
+    ZT_CHECK(zsk_quantize_q8x(x, n, b) == ZS_OK, "default q8x");
+    zsk_quant_force_portable(old);
+    for (int64_t k = 0; k < n / 32; k++)
+        ZT_CHECK(memcmp(&a[k], &b[k], sizeof a[k]) == 0,
+                 "q8x block %lld: portable and vector paths differ (d %g / %g, s %d / %d)",
+                 (long long)k, a[k].d, b[k].d, a[k].s, b[k].s);
+    ZT_CHECK(a[3].d == 1.0f && a[3].q[1] == -15 && a[3].q[17] == 2 && a[3].q[16] == 1,
+             "ties round away from zero: %d %d %d", a[3].q[1], a[3].q[17], a[3].q[16]);
+    free(x);
+    free(a);
+    free(b);
+}
+
 /* ---- (2) ---------------------------------------------------------------- */
 
 static void check_qmatmul(zsk_qfmt fmt, int64_t M, int64_t N, int64_t K,
@@ -277,6 +314,7 @@ int main(void)
         for (int64_t n = 32; n <= 32 * 40; n += 32 * 13)
             check_roundtrip((zsk_qfmt)f, n, 100 + n);
     check_act(32 * 40, 3);
+    check_act_paths();
     zt_section("quantize / dequantize");
 
     bool vnni = zsk_quant_has_vnni();

@@ -444,47 +444,19 @@ static void block_cols(void *ctx, int64_t b0, int64_t b1)
 
 /* ---- entry ------------------------------------------------------------------------ */
 
-static bool overlap(const void *a, int64_t abytes, const void *b, int64_t bbytes)
-{
-    uintptr_t alo = (uintptr_t)a, blo = (uintptr_t)b;
-    return alo < blo + (uintptr_t)bbytes && blo < alo + (uintptr_t)abytes;
-}
-
-/* Byte extent of an [M, n] float matrix with row stride ld. */
-static int64_t extent(int64_t M, int64_t n, int64_t ld)
-{
-    return ((M - 1) * ld + n) * (int64_t)sizeof(float);
-}
-
 static zs_status check_args(const int8_t *Wq, const float *w_scale, int64_t N, int64_t K,
                             const float *x, int64_t M, int64_t ldx, const float *residual,
                             int64_t ldr, zsk_act act, float *y, int64_t ldy)
 {
-    if (N < 0 || K < 0 || M < 0)
-        return zs_set_error("i8_linear: negative size M = %lld, N = %lld, K = %lld",
-                            (long long)M, (long long)N, (long long)K);
     if (K > ZSK_I8_MAX_K)
         return zs_set_error("i8_linear: K = %lld above %d (int32 dot could overflow)",
                             (long long)K, ZSK_I8_MAX_K);
-    if (act != ZSK_ACT_NONE && act != ZSK_ACT_GELU_TANH)
-        return zs_set_error("i8_linear: unknown activation %d", (int)act);
-    if (M == 0 || N == 0)
-        return ZS_OK;
-    if (!y || !w_scale || (K > 0 && (!Wq || !x)))
-        return zs_set_error("i8_linear: NULL %s", !y ? "y" : !w_scale ? "w_scale"
-                                                       : !Wq      ? "Wq"
-                                                                  : "x");
-    if ((K > 0 && ldx < K) || ldy < N || (residual && ldr < N))
-        return zs_set_error("i8_linear: row stride too small (ldx = %lld for K = %lld, "
-                            "ldy = %lld, ldr = %lld for N = %lld)",
-                            (long long)ldx, (long long)K, (long long)ldy, (long long)ldr,
-                            (long long)N);
-    int64_t ey = extent(M, N, ldy);
-    if (residual && !(residual == y && ldr == ldy) &&
-        overlap(residual, extent(M, N, ldr), y, ey))
-        return zs_set_error("i8_linear: residual overlaps y without being y");
-    if (K > 0 && overlap(x, extent(M, K, ldx), y, ey))
-        return zs_set_error("i8_linear: x overlaps y");
+    zs_status st = zsk_linear_check("i8_linear", N, K, x, M, ldx, residual, ldr, act, y,
+                                    ldy);
+    if (st < 0)
+        return st;
+    if (M > 0 && N > 0 && (!w_scale || (K > 0 && !Wq)))
+        return zs_set_error("i8_linear: NULL %s", !w_scale ? "w_scale" : "Wq");
     return ZS_OK;
 }
 

@@ -344,6 +344,32 @@ static bool overlap(const float *a, int64_t lda, int64_t na, const float *b,
     return alo < bhi && blo < ahi;
 }
 
+zs_status zsk_linear_check(const char *who, int64_t N, int64_t K, const float *x, int64_t M,
+                           int64_t ldx, const float *residual, int64_t ldr, zsk_act act,
+                           const float *y, int64_t ldy)
+{
+    if (N < 0 || K < 0 || M < 0)
+        return zs_set_error("%s: negative size M = %lld, N = %lld, K = %lld", who,
+                            (long long)M, (long long)N, (long long)K);
+    if (act != ZSK_ACT_NONE && act != ZSK_ACT_GELU_TANH)
+        return zs_set_error("%s: unknown activation %d", who, (int)act);
+    if (M == 0 || N == 0)
+        return ZS_OK;
+    if ((K > 0 && !x) || !y)
+        return zs_set_error("%s: NULL %s", who, !y ? "y" : "x");
+    if ((K > 0 && ldx < K) || ldy < N || (residual && ldr < N))
+        return zs_set_error("%s: row stride too small (ldx = %lld for K = %lld, ldy = "
+                            "%lld, ldr = %lld for N = %lld)",
+                            who, (long long)ldx, (long long)K, (long long)ldy,
+                            (long long)ldr, (long long)N);
+    if (residual && !(residual == y && ldr == ldy) &&
+        overlap(residual, ldr, N, y, ldy, N, M))
+        return zs_set_error("%s: residual overlaps y without being y", who);
+    if (K > 0 && overlap(x, ldx, K, y, ldy, N, M))
+        return zs_set_error("%s: x overlaps y", who);
+    return ZS_OK;
+}
+
 zs_status zsk_packed_linear_f32(const zsk_packed_f32 *W, const float *x, int64_t M,
                                 int64_t ldx, const float *bias, const float *residual,
                                 int64_t ldr, zsk_act act, float *y, int64_t ldy)
@@ -351,27 +377,12 @@ zs_status zsk_packed_linear_f32(const zsk_packed_f32 *W, const float *x, int64_t
     if (!W)
         return zs_set_error("packed_linear: NULL weights");
     int64_t N = W->N, K = W->K;
-    if (N < 0 || K < 0 || M < 0)
-        return zs_set_error("packed_linear: negative size M = %lld, N = %lld, K = %lld",
-                            (long long)M, (long long)N, (long long)K);
-    if (act != ZSK_ACT_NONE && act != ZSK_ACT_GELU_TANH)
-        return zs_set_error("packed_linear: unknown activation %d", (int)act);
-    if (M == 0 || N == 0)
-        return ZS_OK;
+    zs_status st = zsk_linear_check("packed_linear", N, K, x, M, ldx, residual, ldr, act,
+                                    y, ldy);
+    if (st < 0 || M == 0 || N == 0)
+        return st;
     if (K > 0 && (!W->data || W->panels != (N + ZSK_PANEL - 1) / ZSK_PANEL))
         return zs_set_error("packed_linear: weights not packed (zsk_pack_f32)");
-    if ((K > 0 && !x) || !y)
-        return zs_set_error("packed_linear: NULL %s", !y ? "y" : "x");
-    if ((K > 0 && ldx < K) || ldy < N || (residual && ldr < N))
-        return zs_set_error("packed_linear: row stride too small (ldx = %lld for K = "
-                            "%lld, ldy = %lld, ldr = %lld for N = %lld)",
-                            (long long)ldx, (long long)K, (long long)ldy,
-                            (long long)ldr, (long long)N);
-    if (residual && !(residual == y && ldr == ldy) &&
-        overlap(residual, ldr, N, y, ldy, N, M))
-        return zs_set_error("packed_linear: residual overlaps y without being y");
-    if (K > 0 && overlap(x, ldx, K, y, ldy, N, M))
-        return zs_set_error("packed_linear: x overlaps y");
 
     int nt = zs_num_threads();
     int64_t panels = W->panels, rb = M;

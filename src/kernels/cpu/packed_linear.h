@@ -86,6 +86,13 @@ bool zsk_linear_force_portable(bool on);
  * be y; acc may be y. */
 void zsk_linear_epilogue(const float *acc, int64_t n, const float *bias,
                          const float *res, zsk_act act, float *y);
+/* The argument checks every linear kernel shares (who names the kernel in
+ * the message): sizes non-negative, a known act, x (when K > 0) and y
+ * non-NULL, strides ldx >= K, ldy >= N, ldr >= N, residual either y itself
+ * or disjoint from y, x disjoint from y. ZS_OK or ZS_ERR_ARG. */
+zs_status zsk_linear_check(const char *who, int64_t N, int64_t K, const float *x, int64_t M,
+                           int64_t ldx, const float *residual, int64_t ldr, zsk_act act,
+                           const float *y, int64_t ldy);
 /* The value of the zsk_linear_force_portable knob. */
 bool zsk_linear_portable(void);
 

@@ -43,12 +43,22 @@ static uint16_t scale_f16(float d)
     return h;
 }
 
-/* round(v) clamped to [lo, hi] without converting an out-of-range float
- * (inf, NaN from non-finite inputs: NaN gives lo) to int. */
-static int clampi(float v, int lo, int hi)
+/* round(v) (halves away from zero, as roundf) clamped to [lo, hi], as a
+ * float: NaN gives lo. truncf, selects and max/min-shaped compares instead
+ * of roundf and branches, so that loops over it vectorize (v - t is exact;
+ * "a > b ? a : b" is what maxps computes, NaN included). */
+static inline float round_clamp(float v, float lo, float hi)
 {
-    v = roundf(v);
-    return v >= (float)hi ? hi : v > (float)lo ? (int)v : lo;
+    float t = truncf(v), f = v - t;
+    t += (f >= 0.5f ? 1.0f : 0.0f) - (f <= -0.5f ? 1.0f : 0.0f);
+    t = t > lo ? t : lo;
+    return t < hi ? t : hi;
+}
+
+/* round_clamp as an int (never out of range). */
+static inline int clampi(float v, int lo, int hi)
+{
+    return (int)round_clamp(v, (float)lo, (float)hi);
 }
 
 /* Whole blocks only; pointers needed when n > 0. */
@@ -222,26 +232,78 @@ zs_status zsk_dequantize(zsk_qfmt fmt, const void *in, int64_t n, float *out)
     return zs_set_error("dequantize: unknown format %d", (int)fmt);
 }
 
+/* The blocks of zsk_quantize_q8x, portable. */
+static void q8x_blocks_c(const float *x, int64_t nb, zsk_block_q8x *out)
+{
+    for (int64_t b = 0; b < nb; b++) {
+        const float *v = x + b * ZSK_QBLOCK;
+        zsk_block_q8x *o = out + b;
+        float amax = 0;
+        for (int i = 0; i < ZSK_QBLOCK; i++) /* NaN skipped, as fmaxf */
+            amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+        o->d = amax / 127.0f;
+        float id = o->d > 0 ? 1.0f / o->d : 0.0f;
+        int32_t s = 0;
+        for (int i = 0; i < ZSK_QBLOCK; i++) {
+            int q = clampi(v[i] * id, -127, 127);
+            o->q[i] = (int8_t)q;
+            s += q;
+        }
+        o->s = s;
+    }
+}
+
+#ifdef ZSK_QUANT_VNNI
+/* 16 values of round_clamp(v * id, -127, 127) as int32, the same
+ * operations lane-wise (maxps / minps are "a > b ? a : b" / "a < b ? a :
+ * b"; adding 0 is skipped, which only turns -0 into +0 before the int). */
+VNNI static __m512i q8x_lanes(__m512 v, __m512 id)
+{
+    __m512 x = _mm512_mul_ps(v, id);
+    __m512 t = _mm512_roundscale_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, t), one = _mm512_set1_ps(1.0f);
+    t = _mm512_mask_add_ps(t, _mm512_cmp_ps_mask(f, _mm512_set1_ps(0.5f), _CMP_GE_OQ), t, one);
+    t = _mm512_mask_sub_ps(t, _mm512_cmp_ps_mask(f, _mm512_set1_ps(-0.5f), _CMP_LE_OQ), t,
+                           one);
+    t = _mm512_max_ps(t, _mm512_set1_ps(-127.0f));
+    t = _mm512_min_ps(t, _mm512_set1_ps(127.0f));
+    return _mm512_cvttps_epi32(t);
+}
+
+/* The blocks of zsk_quantize_q8x, AVX-512: the portable loop's values. */
+VNNI static void q8x_blocks_avx512(const float *x, int64_t nb, zsk_block_q8x *out)
+{
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 v0 = _mm512_loadu_ps(x + b * ZSK_QBLOCK);
+        __m512 v1 = _mm512_loadu_ps(x + b * ZSK_QBLOCK + 16);
+        /* maxps(a, m) keeps m where a is NaN: NaN skipped, as fmaxf. */
+        __m512 m = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps());
+        m = _mm512_max_ps(_mm512_abs_ps(v1), m);
+        zsk_block_q8x *o = out + b;
+        o->d = _mm512_reduce_max_ps(m) / 127.0f;
+        __m512 id = _mm512_set1_ps(o->d > 0 ? 1.0f / o->d : 0.0f);
+        __m512i q0 = q8x_lanes(v0, id), q1 = q8x_lanes(v1, id);
+        _mm_storeu_si128((__m128i *)o->q, _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(o->q + 16), _mm512_cvtepi32_epi8(q1));
+        o->s = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+}
+#endif
+
+static bool force_portable = false;
+
 zs_status zsk_quantize_q8x(const float *x, int64_t n, zsk_block_q8x *out)
 {
     zs_status st = check_n("quantize_q8x", n, x, out);
     if (st < 0)
         return st;
-    for (int64_t b = 0; b < n / ZSK_QBLOCK; b++) {
-        const float *v = x + b * ZSK_QBLOCK;
-        zsk_block_q8x *o = out + b;
-        float amax = 0;
-        for (int i = 0; i < ZSK_QBLOCK; i++)
-            amax = fmaxf(amax, fabsf(v[i]));
-        o->d = amax / 127.0f;
-        float id = o->d > 0 ? 1.0f / o->d : 0.0f;
-        int32_t s = 0;
-        for (int i = 0; i < ZSK_QBLOCK; i++) {
-            o->q[i] = (int8_t)clampi(v[i] * id, -127, 127);
-            s += o->q[i];
-        }
-        o->s = s;
+#ifdef ZSK_QUANT_VNNI
+    if (!force_portable && zsk_quant_has_vnni()) {
+        q8x_blocks_avx512(x, n / ZSK_QBLOCK, out);
+        return ZS_OK;
     }
+#endif
+    q8x_blocks_c(x, n / ZSK_QBLOCK, out);
     return ZS_OK;
 }
 
@@ -409,8 +471,6 @@ VNNI static float dot_q4_1_vnni(const void *w, const zsk_block_q8x *x, int64_t n
 #endif
 
 /* ---- dispatch ---------------------------------------------------------- */
-
-static bool force_portable = false;
 
 bool zsk_quant_force_portable(bool on)
 {

@@ -1,0 +1,457 @@
+/*
+ * kernels/cpu/qpacked.c - quantized weights in 16-row tiles and the linear
+ * layer on them (layout, arithmetic and contract in qpacked.h).
+ *
+ * Work items are tiles, split into contiguous ranges by the pool. Within
+ * an item, activation rows pass over the tile MR at a time: per block the
+ * tile's 8 weight vectors (Q4: 4 loads, each split into its two nibbles)
+ * are loaded once and dotted with the MR rows' broadcast bytes, two int32
+ * chains per row (the vpdpbusd latency, not the ports, bounds one chain).
+ * At M = 1 a thread runs the two halves of its tile range side by side:
+ * two sequential weight streams, which reached more of the memory
+ * bandwidth than one for packed_linear.c as well.
+ */
+#include "kernels/cpu/qpacked.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define ZSK_QPACKED_VNNI 1
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define VNNI_INLINE static inline __attribute__((always_inline, \
+    target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#endif
+
+#define MR 4               /* activation rows per pass over a tile block */
+#define STREAMS 4          /* tiles side by side at M = 1 (weight streams) */
+#define ITEM_MACS 65536    /* fewer products per work item run on one thread */
+
+/* ---- layout ------------------------------------------------------------------ */
+
+/* Data bytes of one tile block (16 rows x 32 weights). */
+static int64_t qbytes(zsk_qfmt f) { return f == ZSK_Q8_0 ? 512 : 256; }
+
+/* f16 arrays per tile: d, and m for Q4_1. */
+static int64_t nscales(zsk_qfmt f) { return f == ZSK_Q4_1 ? 2 : 1; }
+
+/* Offset in a tile of block b's 16 scales d (which = 0) or minimums m (1). */
+static int64_t scale_off(zsk_qfmt f, int64_t nb, int64_t b, int which)
+{
+    return nb * qbytes(f) + (which * nb + b) * ZSK_QTILE * 2;
+}
+
+static int64_t tile_size(zsk_qfmt f, int64_t nb)
+{
+    int64_t raw = nb * (qbytes(f) + nscales(f) * ZSK_QTILE * 2);
+    return (raw + 63) / 64 * 64;
+}
+
+/* Pointers into row n's block b of quant.h's layout: its d, its m (Q4_1)
+ * and its 32 (Q8_0) or 16 (Q4) quantized bytes. */
+typedef struct row_block {
+    uint8_t *d, *m, *q;
+} row_block;
+
+static row_block row_block_at(zsk_qfmt f, const void *blocks, int64_t nb, int64_t n,
+                              int64_t b)
+{
+    uint8_t *p = (uint8_t *)blocks + (n * nb + b) * zsk_qblock_bytes(f);
+    if (f == ZSK_Q4_1)
+        return (row_block){p, p + 2, p + 4};
+    return (row_block){p, NULL, p + 2};
+}
+
+/* Copies between row (n, b) of quant.h's blocks and tile row r; to_tile
+ * picks the direction. The tile's bytes: Q8_0 64 g + 4 r + j <-> q[4 g + j]
+ * + 128, Q4 64 g + 4 r + j <-> qs[4 g + j]. */
+static void move_row(zsk_qfmt f, uint8_t *tile, int64_t nb, int64_t b, int r,
+                     row_block rb, bool to_tile)
+{
+    uint8_t *t = tile + b * qbytes(f) + 4 * r;
+    int groups = f == ZSK_Q8_0 ? 8 : 4;
+    uint8_t bias = f == ZSK_Q8_0 ? 128 : 0;
+    for (int g = 0; g < groups; g++)
+        for (int j = 0; j < 4; j++) {
+            if (to_tile)
+                t[64 * g + j] = (uint8_t)(rb.q[4 * g + j] + bias);
+            else
+                rb.q[4 * g + j] = (uint8_t)(t[64 * g + j] - bias);
+        }
+    for (int which = 0; which < nscales(f); which++) {
+        uint8_t *s = tile + scale_off(f, nb, b, which) + 2 * r;
+        uint8_t *o = which ? rb.m : rb.d;
+        memcpy(to_tile ? s : o, to_tile ? o : s, 2);
+    }
+}
+
+zs_status zsk_qpack(zsk_qfmt fmt, const void *blocks, int64_t N, int64_t K,
+                    zsk_qpacked *out)
+{
+    if (!out)
+        return zs_set_error("qpack: NULL output struct");
+    *out = (zsk_qpacked){0};
+    if (zsk_qblock_bytes(fmt) == 0)
+        return zs_set_error("qpack: unknown format %d", (int)fmt);
+    if (N < 0 || K < 0 || K % ZSK_QBLOCK != 0)
+        return zs_set_error("qpack: bad size N = %lld, K = %lld (K must be a "
+                            "non-negative multiple of %d)",
+                            (long long)N, (long long)K, ZSK_QBLOCK);
+    int64_t nb = K / ZSK_QBLOCK, tiles = (N + ZSK_QTILE - 1) / ZSK_QTILE;
+    int64_t tb = tile_size(fmt, nb);
+    if (N == 0 || K == 0) {
+        *out = (zsk_qpacked){fmt, N, K, tiles, tb, NULL};
+        return ZS_OK;
+    }
+    if (!blocks)
+        return zs_set_error("qpack: NULL blocks");
+    if (tiles > (int64_t)(SIZE_MAX / 2) / tb)
+        return zs_set_error("qpack: N = %lld x K = %lld is too large", (long long)N,
+                            (long long)K);
+    uint8_t *data = zs_alloc((size_t)(tiles * tb));
+    if (!data)
+        return zs_set_error_code(ZS_ERR_NOMEM, "qpack: out of memory (%lld bytes)",
+                                 (long long)(tiles * tb));
+    /* Padding rows: code 0 (Q8_0: -128, Q4: 0) with scale 0 -> weight 0. */
+    memset(data, 0, (size_t)(tiles * tb));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < nb; b++)
+            move_row(fmt, data + n / ZSK_QTILE * tb, nb, b, (int)(n % ZSK_QTILE),
+                     row_block_at(fmt, blocks, nb, n, b), true);
+    *out = (zsk_qpacked){fmt, N, K, tiles, tb, data};
+    return ZS_OK;
+}
+
+static zs_status check_packed(const char *who, const zsk_qpacked *p)
+{
+    if (!p || zsk_qblock_bytes(p->fmt) == 0 || p->N < 0 || p->K < 0 ||
+        p->K % ZSK_QBLOCK != 0 || p->tiles != (p->N + ZSK_QTILE - 1) / ZSK_QTILE ||
+        (p->N > 0 && p->K > 0 && !p->data))
+        return zs_set_error("%s: weights not packed (zsk_qpack)", who);
+    return ZS_OK;
+}
+
+zs_status zsk_qunpack(const zsk_qpacked *p, void *blocks)
+{
+    zs_status s = check_packed("qunpack", p);
+    if (s < 0)
+        return s;
+    if (p->N == 0 || p->K == 0)
+        return ZS_OK;
+    if (!blocks)
+        return zs_set_error("qunpack: NULL blocks");
+    int64_t nb = p->K / ZSK_QBLOCK;
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t b = 0; b < nb; b++)
+            move_row(p->fmt, p->data + n / ZSK_QTILE * p->tile_bytes, nb, b,
+                     (int)(n % ZSK_QTILE), row_block_at(p->fmt, blocks, nb, n, b), false);
+    return ZS_OK;
+}
+
+zs_status zsk_qpacked_row(const zsk_qpacked *p, int64_t n, float *dst)
+{
+    zs_status s = check_packed("qpacked_row", p);
+    if (s < 0)
+        return s;
+    if (n < 0 || n >= p->N)
+        return zs_set_error("qpacked_row: row %lld outside [0, %lld)", (long long)n,
+                            (long long)p->N);
+    if (p->K == 0)
+        return ZS_OK;
+    if (!dst)
+        return zs_set_error("qpacked_row: NULL dst");
+    int64_t nb = p->K / ZSK_QBLOCK;
+    uint8_t blk[ZSK_Q4_1_BYTES > ZSK_Q8_0_BYTES ? ZSK_Q4_1_BYTES : ZSK_Q8_0_BYTES];
+    for (int64_t b = 0; b < nb; b++) {
+        move_row(p->fmt, p->data + n / ZSK_QTILE * p->tile_bytes, nb, b,
+                 (int)(n % ZSK_QTILE), row_block_at(p->fmt, blk, 1, 0, 0), false);
+        zsk_dequantize(p->fmt, blk, ZSK_QBLOCK, dst + b * ZSK_QBLOCK);
+    }
+    return ZS_OK;
+}
+
+int64_t zsk_qpacked_bytes(const zsk_qpacked *p)
+{
+    return p && p->data ? p->tiles * p->tile_bytes : 0;
+}
+
+void zsk_qpacked_free(zsk_qpacked *p)
+{
+    if (!p)
+        return;
+    zs_free(p->data);
+    *p = (zsk_qpacked){0};
+}
+
+/* ---- tile kernels: acc[i * 16 + r] for R activation rows of xq ------------------ */
+
+/* The unsigned weight codes' offset c of qpacked.h's arithmetic. */
+static int32_t code_offset(zsk_qfmt f) { return f == ZSK_Q8_0 ? 128 : f == ZSK_Q4_0 ? 8 : 0; }
+
+/* Weight code of tile row r, k = 4 g + j of block data q. */
+static inline int32_t code_at(zsk_qfmt f, const uint8_t *q, int r, int g, int j)
+{
+    if (f == ZSK_Q8_0)
+        return q[64 * g + 4 * r + j];
+    uint8_t v = q[64 * (g & 3) + 4 * r + j];
+    return g < 4 ? v & 15 : v >> 4;
+}
+
+/* Portable: the same integer sums and the same fmaf per block and row. */
+ZSK_CLONES static void tile_c(zsk_qfmt f, const uint8_t *tile, int64_t nb,
+                              const zsk_block_q8x *xq, int R, float *acc)
+{
+    int32_t c = code_offset(f);
+    for (int i = 0; i < R * ZSK_QTILE; i++)
+        acc[i] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = tile + b * qbytes(f);
+        const uint16_t *d = (const uint16_t *)(tile + scale_off(f, nb, b, 0));
+        const uint16_t *m = (const uint16_t *)(tile + scale_off(f, nb, b, 1));
+        for (int i = 0; i < R; i++) {
+            const zsk_block_q8x *xb = xq + i * nb + b;
+            for (int r = 0; r < ZSK_QTILE; r++) {
+                int32_t s = 0;
+                for (int g = 0; g < 8; g++)
+                    for (int j = 0; j < 4; j++)
+                        s += code_at(f, q, r, g, j) * xb->q[4 * g + j];
+                s -= c * xb->s;
+                float *a = &acc[i * ZSK_QTILE + r];
+                *a = fmaf((float)s, zs_f16_to_f32(d[r]) * xb->d, *a);
+                if (f == ZSK_Q4_1)
+                    *a = fmaf(zs_f16_to_f32(m[r]), xb->d * (float)xb->s, *a);
+            }
+        }
+    }
+}
+
+#ifdef ZSK_QPACKED_VNNI
+/* Bytes 4 g .. 4 g + 3 of q broadcast to every 32-bit lane. */
+VNNI_INLINE __m512i bcast4(const int8_t *q, int g)
+{
+    int32_t v;
+    memcpy(&v, q + 4 * g, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* The 8 weight-code vectors (one per group of 4 k) of a tile block. */
+VNNI_INLINE void load_codes(zsk_qfmt f, const uint8_t *q, __m512i w[8])
+{
+    if (f == ZSK_Q8_0) {
+        for (int g = 0; g < 8; g++)
+            w[g] = _mm512_load_si512((const void *)(q + 64 * g));
+        return;
+    }
+    __m512i lo = _mm512_set1_epi8(15);
+    for (int g = 0; g < 4; g++) {
+        __m512i v = _mm512_load_si512((const void *)(q + 64 * g));
+        w[g] = _mm512_and_si512(v, lo);
+        w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+    }
+}
+
+/* One activation block against the loaded codes: the exact int32 sums s of
+ * the 16 rows, minus c * s_x. */
+VNNI_INLINE __m512i block_sums(const __m512i w[8], const zsk_block_q8x *xb, int32_t c)
+{
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (int g = 0; g < 8; g += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, w[g], bcast4(xb->q, g));
+        s1 = _mm512_dpbusd_epi32(s1, w[g + 1], bcast4(xb->q, g + 1));
+    }
+    return _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(c * xb->s));
+}
+
+/* acc <- the file comment's fma(s, d * d_x) (and Q4_1's minimum term). */
+VNNI_INLINE __m512 block_acc(zsk_qfmt f, __m512 acc, __m512i s, __m512 d, __m512 m,
+                             const zsk_block_q8x *xb)
+{
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(xb->d)),
+                          acc);
+    if (f == ZSK_Q4_1)
+        acc = _mm512_fmadd_ps(m, _mm512_set1_ps(xb->d * (float)xb->s), acc);
+    return acc;
+}
+
+VNNI_INLINE __m512 load_scales(const uint8_t *tile, zsk_qfmt f, int64_t nb, int64_t b,
+                               int which)
+{
+    return _mm512_cvtph_ps(
+        _mm256_load_si256((const __m256i *)(tile + scale_off(f, nb, b, which))));
+}
+
+VNNI_INLINE void tile_vnni_r(zsk_qfmt f, int R, const uint8_t *tile, int64_t nb,
+                             const zsk_block_q8x *xq, float *acc)
+{
+    int32_t c = code_offset(f);
+    __m512 a[MR];
+    for (int i = 0; i < R; i++)
+        a[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i w[8];
+        load_codes(f, tile + b * qbytes(f), w);
+        __m512 d = load_scales(tile, f, nb, b, 0);
+        __m512 m = f == ZSK_Q4_1 ? load_scales(tile, f, nb, b, 1) : d;
+        for (int i = 0; i < R; i++) {
+            const zsk_block_q8x *xb = xq + i * nb + b;
+            a[i] = block_acc(f, a[i], block_sums(w, xb, c), d, m, xb);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        _mm512_storeu_ps(acc + i * ZSK_QTILE, a[i]);
+}
+
+/* The rows count and format as constants, so each loop unrolls. */
+#define TILE_CASES(F)                                                              \
+    switch (R) {                                                                   \
+    case 1: tile_vnni_r(F, 1, tile, nb, xq, acc); return;                          \
+    case 2: tile_vnni_r(F, 2, tile, nb, xq, acc); return;                          \
+    case 3: tile_vnni_r(F, 3, tile, nb, xq, acc); return;                          \
+    default: tile_vnni_r(F, MR, tile, nb, xq, acc); return;                        \
+    }
+
+VNNI static void tile_vnni(zsk_qfmt f, const uint8_t *tile, int64_t nb,
+                           const zsk_block_q8x *xq, int R, float *acc)
+{
+    switch (f) {
+    case ZSK_Q8_0: TILE_CASES(ZSK_Q8_0)
+    case ZSK_Q4_0: TILE_CASES(ZSK_Q4_0)
+    case ZSK_Q4_1: TILE_CASES(ZSK_Q4_1)
+    }
+}
+
+/* M = 1 on STREAMS tiles at once (one weight stream each): acc
+ * [STREAMS * 16]. */
+VNNI_INLINE void gemv_vnni_f(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
+                             const zsk_block_q8x *xq, float *acc)
+{
+    int32_t c = code_offset(f);
+    __m512 a[STREAMS];
+    for (int i = 0; i < STREAMS; i++)
+        a[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const zsk_block_q8x *xb = xq + b;
+        for (int i = 0; i < STREAMS; i++) {
+            __m512i w[8];
+            load_codes(f, t[i] + b * qbytes(f), w);
+            __m512 d = load_scales(t[i], f, nb, b, 0);
+            __m512 m = f == ZSK_Q4_1 ? load_scales(t[i], f, nb, b, 1) : d;
+            a[i] = block_acc(f, a[i], block_sums(w, xb, c), d, m, xb);
+        }
+    }
+    for (int i = 0; i < STREAMS; i++)
+        _mm512_storeu_ps(acc + i * ZSK_QTILE, a[i]);
+}
+
+VNNI static void gemv_vnni(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
+                           const zsk_block_q8x *xq, float *acc)
+{
+    switch (f) {
+    case ZSK_Q8_0: gemv_vnni_f(ZSK_Q8_0, t, nb, xq, acc); return;
+    case ZSK_Q4_0: gemv_vnni_f(ZSK_Q4_0, t, nb, xq, acc); return;
+    case ZSK_Q4_1: gemv_vnni_f(ZSK_Q4_1, t, nb, xq, acc); return;
+    }
+}
+#endif
+
+/* ---- driver -------------------------------------------------------------------- */
+
+typedef struct qlin_job {
+    const zsk_qpacked *p;
+    const float *x, *bias, *res;
+    float *y;
+    zsk_block_q8x *xq; /* [M, nb] */
+    int64_t M, nb, ldx, ldr, ldy;
+    zsk_act act;
+    bool vnni;
+} qlin_job;
+
+static void quantize_rows(void *ctx, int64_t m0, int64_t m1)
+{
+    const qlin_job *j = ctx;
+    for (int64_t m = m0; m < m1; m++)
+        zsk_quantize_q8x(j->x + m * j->ldx, j->p->K, j->xq + m * j->nb);
+}
+
+/* Epilogue of tile t's outputs for row m from acc [16]. */
+static void finish(const qlin_job *j, int64_t t, int64_t m, const float *acc)
+{
+    int64_t n0 = t * ZSK_QTILE, N = j->p->N;
+    int64_t nc = N - n0 < ZSK_QTILE ? N - n0 : ZSK_QTILE;
+    zsk_linear_epilogue(acc, nc, j->bias ? j->bias + n0 : NULL,
+                        j->res ? j->res + m * j->ldr + n0 : NULL, j->act,
+                        j->y + m * j->ldy + n0);
+}
+
+static void run_tiles(void *ctx, int64_t t0, int64_t t1)
+{
+    const qlin_job *j = ctx;
+    const uint8_t *data = j->p->data;
+    int64_t tb = j->p->tile_bytes;
+    _Alignas(64) float acc[(MR > STREAMS ? MR : STREAMS) * ZSK_QTILE];
+    if (j->nb == 0) { /* K = 0: no data, every dot is 0 */
+        memset(acc, 0, sizeof acc);
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t m = 0; m < j->M; m++)
+                finish(j, t, m, acc);
+        return;
+    }
+#ifdef ZSK_QPACKED_VNNI
+    if (j->vnni && j->M == 1 && t1 - t0 >= STREAMS) {
+        int64_t h = (t1 - t0) / STREAMS;
+        for (int64_t t = 0; t < h; t++) {
+            const uint8_t *tp[STREAMS];
+            for (int i = 0; i < STREAMS; i++)
+                tp[i] = data + (t0 + i * h + t) * tb;
+            gemv_vnni(j->p->fmt, tp, j->nb, j->xq, acc);
+            for (int i = 0; i < STREAMS; i++)
+                finish(j, t0 + i * h + t, 0, acc + i * ZSK_QTILE);
+        }
+        t0 += STREAMS * h;
+    }
+#endif
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t m = 0; m < j->M; m += MR) {
+            int R = (int)(j->M - m < MR ? j->M - m : MR);
+            const zsk_block_q8x *xq = j->xq + m * j->nb;
+#ifdef ZSK_QPACKED_VNNI
+            if (j->vnni)
+                tile_vnni(j->p->fmt, data + t * tb, j->nb, xq, R, acc);
+            else
+#endif
+                tile_c(j->p->fmt, data + t * tb, j->nb, xq, R, acc);
+            for (int r = 0; r < R; r++)
+                finish(j, t, m + r, acc + r * ZSK_QTILE);
+        }
+}
+
+zs_status zsk_qpacked_linear(const zsk_qpacked *p, const float *x, int64_t M,
+                             int64_t ldx, const float *bias, const float *residual,
+                             int64_t ldr, zsk_act act, float *y, int64_t ldy)
+{
+    zs_status s = check_packed("qpacked_linear", p);
+    if (s == ZS_OK)
+        s = zsk_linear_check("qpacked_linear", p->N, p->K, x, M, ldx, residual, ldr, act,
+                             y, ldy);
+    if (s < 0 || M == 0 || p->N == 0)
+        return s;
+    int64_t nb = p->K / ZSK_QBLOCK;
+    size_t xbytes = (size_t)(M * nb) * sizeof(zsk_block_q8x);
+    qlin_job j = {p, x, bias, residual, y, zs_alloc(xbytes ? xbytes : 1), M, nb, ldx,
+                  ldr, ldy, act, false};
+    if (!j.xq)
+        return zs_set_error_code(ZS_ERR_NOMEM, "qpacked_linear: out of memory (%zu bytes)",
+                                 xbytes);
+#ifdef ZSK_QPACKED_VNNI
+    j.vnni = !zsk_linear_portable() && zsk_quant_has_vnni();
+#endif
+    if (nb > 0)
+        zs_parallel_for(M, 1 + 16384 / p->K, quantize_rows, &j);
+    zs_parallel_for(p->tiles, 1 + ITEM_MACS / (M * ZSK_QTILE * (p->K + 1)), run_tiles, &j);
+    zs_free(j.xq);
+    return ZS_OK;
+}
