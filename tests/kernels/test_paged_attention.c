@@ -3,12 +3,15 @@
  * (kernels/cpu/paged_attention.h) against a float64 reference, for random
  * batches of lengths 1..300 in pools of block size 1, 16 and 32 whose
  * blocks are handed out in a shuffled order; batch invariance (a sequence
- * alone gives the bits it gives in a batch) and thread-count invariance.
+ * alone gives the bits it gives in a batch) and thread-count invariance;
+ * D = 16 and 64 take the AVX-512 path (when the CPU has it) and again the
+ * portable one (zsk_linear_force_portable), D = 40 the portable one.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
 #include "testutil.h"
 #include "zs/kv_pool.h"
@@ -132,5 +135,10 @@ int main(void)
     run_case(16, 40);
     run_case(32, 64);
     zt_section("paged decode attention");
+    bool old = zsk_linear_force_portable(true); /* the portable path for D % 16 == 0 */
+    run_case(16, 64);
+    run_case(1, 32);
+    zsk_linear_force_portable(old);
+    zt_section("paged decode attention, portable path");
     return zt_done();
 }

@@ -70,8 +70,9 @@ zs_status zsk_packed_linear_f32(const zsk_packed_f32 *W, const float *x, int64_t
                                 int64_t ldx, const float *bias, const float *residual,
                                 int64_t ldr, zsk_act act, float *y, int64_t ldy);
 
-/* Test knob: when on, the linear kernels of this header and int8_linear.h
- * take their portable C paths whatever the CPU supports. Returns the
+/* Test knob: when on, the inference kernels (this header, int8_linear.h,
+ * qpacked.h, paged_attention.h) take their portable C paths whatever the
+ * CPU supports. Returns the
  * previous value. Not thread-safe (kernels' test knobs, zs/core.h). */
 bool zsk_linear_force_portable(bool on);
 

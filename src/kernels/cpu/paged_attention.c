@@ -6,7 +6,14 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define ZSK_PAGED_AVX512 1
+#define AVX512 __attribute__((target("avx512f")))
+#endif
 
 #define CHUNK 256 /* positions per work item */
 
@@ -18,6 +25,7 @@ typedef struct job {
     const zsk_paged_attn *a;
     const item *items;
     float *part;          /* per item: max, sum, then D weighted values */
+    bool avx512;          /* the zmm tile functions (D a multiple of 16) */
 } job;
 
 ZSK_CLONES static float dot(const float *restrict x, const float *restrict y, int64_t n)
@@ -54,6 +62,64 @@ ZSK_CLONES static void scale(float *restrict y, float c, int64_t n)
         y[i] *= c;
 }
 
+/* Scores of positions t .. t + n - 1 (q . k * scale), and acc = c * acc +
+ * sum_k w[k] v_k over the same positions: portable, through the clones. */
+static void scores_c(const zsk_paged_attn *a, const item *it, const float *q, int64_t t,
+                     int n, float *sc)
+{
+    for (int k = 0; k < n; k++)
+        sc[k] = dot(q, row(a, it->s, t + k, a->k_off, it->h), a->D) * a->scale;
+}
+
+static void values_c(const zsk_paged_attn *a, const item *it, int64_t t, int n,
+                     const float *w, float c, float *acc)
+{
+    scale(acc, c, a->D);
+    for (int k = 0; k < n; k++)
+        axpy(acc, w[k], row(a, it->s, t + k, a->v_off, it->h), a->D);
+}
+
+#ifdef ZSK_PAGED_AVX512
+/* The same with zmm registers when D is a multiple of 16: one fma chain
+ * per score, and per 16 lanes of acc one chain over the tile's positions
+ * (acc stays in a register across them). */
+AVX512 static void scores_avx512(const zsk_paged_attn *a, const item *it, const float *q,
+                                 int64_t t, int n, float *sc)
+{
+    for (int k = 0; k < n; k++) {
+        const float *kr = row(a, it->s, t + k, a->k_off, it->h);
+        /* this position's value row and the next tile's key row: their
+         * lines are in flight while the scores are computed */
+        const float *vr = row(a, it->s, t + k, a->v_off, it->h);
+        const float *kn = t + k + TILE < it->t1 ? row(a, it->s, t + k + TILE, a->k_off, it->h)
+                                                : NULL;
+        for (int64_t d = 0; d < a->D; d += 16) {
+            _mm_prefetch((const char *)(vr + d), _MM_HINT_T0);
+            if (kn)
+                _mm_prefetch((const char *)(kn + d), _MM_HINT_T0);
+        }
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kr));
+        for (int64_t d = 16; d < a->D; d += 16)
+            v = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kr + d), v);
+        sc[k] = _mm512_reduce_add_ps(v) * a->scale;
+    }
+}
+
+AVX512 static void values_avx512(const zsk_paged_attn *a, const item *it, int64_t t, int n,
+                                 const float *w, float c, float *acc)
+{
+    const float *vr[TILE];
+    for (int k = 0; k < n; k++)
+        vr[k] = row(a, it->s, t + k, a->v_off, it->h);
+    for (int64_t d = 0; d < a->D; d += 16) {
+        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(acc + d), _mm512_set1_ps(c));
+        for (int k = 0; k < n; k++)
+            x = _mm512_fmadd_ps(_mm512_set1_ps(w[k]), _mm512_loadu_ps(vr[k] + d), x);
+        _mm512_storeu_ps(acc + d, x);
+    }
+}
+#endif
+
 /* One chunk: the online softmax over its positions, TILE at a time (tiles
  * start at multiples of TILE, so a position's arithmetic depends on its
  * sequence only). */
@@ -73,8 +139,13 @@ static void chunk_body(void *ctx, int64_t lo, int64_t hi)
         for (int64_t t = it->t0; t < it->t1; t += TILE) {
             int n = it->t1 - t < TILE ? (int)(it->t1 - t) : TILE;
             float m2 = m;
+#ifdef ZSK_PAGED_AVX512
+            if (j->avx512)
+                scores_avx512(a, it, q, t, n, sc);
+            else
+#endif
+                scores_c(a, it, q, t, n, sc);
             for (int k = 0; k < n; k++) {
-                sc[k] = dot(q, row(a, it->s, t + k, a->k_off, it->h), D) * a->scale;
                 if (slope != 0)
                     sc[k] -= slope * (float)(last - t - k);
                 m2 = sc[k] > m2 ? sc[k] : m2;
@@ -83,9 +154,12 @@ static void chunk_body(void *ctx, int64_t lo, int64_t hi)
             for (int k = 0; k < n; k++)
                 add += (sc[k] = expf(sc[k] - m2));
             sum = sum * c + add;
-            scale(acc, c, D);
-            for (int k = 0; k < n; k++)
-                axpy(acc, sc[k], row(a, it->s, t + k, a->v_off, it->h), D);
+#ifdef ZSK_PAGED_AVX512
+            if (j->avx512)
+                values_avx512(a, it, t, n, sc, c, acc);
+            else
+#endif
+                values_c(a, it, t, n, sc, c, acc);
             m = m2;
         }
         p[0] = m;
@@ -135,7 +209,10 @@ zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
         for (int64_t h = 0; h < a->H; h++)
             for (int64_t t = 0; t < a->len[s]; t += CHUNK)
                 items[w++] = (item){s, h, t, t + CHUNK < a->len[s] ? t + CHUNK : a->len[s]};
-    job j = {a, items, part};
+    job j = {a, items, part, false};
+#ifdef ZSK_PAGED_AVX512
+    j.avx512 = a->D % 16 == 0 && zs_cpu()->avx512f && !zsk_linear_portable();
+#endif
     zs_parallel_for(n, 1, chunk_body, &j);
     w = 0;
     for (int64_t s = 0; s < a->n_seqs; s++)

@@ -17,6 +17,12 @@
  * (sequence, head) are merged in order afterwards. The result of a
  * sequence therefore depends on its own length only: not on the other
  * sequences of the batch, nor on the number of threads (batch invariance).
+ *
+ * Paths: AVX-512 tile functions (one fma chain per score, the value sum of
+ * a tile of 16 positions in registers) when D is a multiple of 16 and the
+ * CPU has AVX-512F, else portable loops through the clones; the two differ
+ * in rounding. zsk_linear_force_portable (packed_linear.h) forces the
+ * portable path, for tests.
  */
 #ifndef ZS_KERNELS_CPU_PAGED_ATTENTION_H
 #define ZS_KERNELS_CPU_PAGED_ATTENTION_H
