@@ -238,7 +238,9 @@ VNNI_INLINE __m512i bcast4(const int8_t *q, int g)
     return _mm512_set1_epi32(v);
 }
 
-/* The 8 weight-code vectors (one per group of 4 k) of a tile block. */
+/* The 8 weight-code vectors (one per group of 4 k) of a tile block. Q4:
+ * groups 4 .. 7 are the high nibbles left in place (16 x the code: a mask
+ * and no shift; block_sums divides their sum by 16). */
 VNNI_INLINE void load_codes(zsk_qfmt f, const uint8_t *q, __m512i w[8])
 {
     if (f == ZSK_Q8_0) {
@@ -246,24 +248,34 @@ VNNI_INLINE void load_codes(zsk_qfmt f, const uint8_t *q, __m512i w[8])
             w[g] = _mm512_load_si512((const void *)(q + 64 * g));
         return;
     }
-    __m512i lo = _mm512_set1_epi8(15);
+    __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0);
     for (int g = 0; g < 4; g++) {
         __m512i v = _mm512_load_si512((const void *)(q + 64 * g));
         w[g] = _mm512_and_si512(v, lo);
-        w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+        w[g + 4] = _mm512_and_si512(v, hi);
     }
 }
 
 /* One activation block against the loaded codes: the exact int32 sums s of
- * the 16 rows, minus c * s_x. */
-VNNI_INLINE __m512i block_sums(const __m512i w[8], const zsk_block_q8x *xb, int32_t c)
+ * the 16 rows, minus c * s_x (off = -c * s_x in every lane, the first
+ * chain's start). Q4: the high nibbles' chain holds 16 x its sum, a
+ * multiple of 16, so the shift divides exactly (|16 x sum| < 2^19). */
+VNNI_INLINE __m512i block_sums(zsk_qfmt f, const __m512i w[8], const zsk_block_q8x *xb,
+                               __m512i off)
 {
-    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-    for (int g = 0; g < 8; g += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, w[g], bcast4(xb->q, g));
-        s1 = _mm512_dpbusd_epi32(s1, w[g + 1], bcast4(xb->q, g + 1));
+    __m512i s0 = off, s1 = _mm512_setzero_si512();
+    if (f == ZSK_Q8_0) {
+        for (int g = 0; g < 8; g += 2) {
+            s0 = _mm512_dpbusd_epi32(s0, w[g], bcast4(xb->q, g));
+            s1 = _mm512_dpbusd_epi32(s1, w[g + 1], bcast4(xb->q, g + 1));
+        }
+        return _mm512_add_epi32(s0, s1);
     }
-    return _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(c * xb->s));
+    for (int g = 0; g < 4; g++) {
+        s0 = _mm512_dpbusd_epi32(s0, w[g], bcast4(xb->q, g));
+        s1 = _mm512_dpbusd_epi32(s1, w[g + 4], bcast4(xb->q, g + 4));
+    }
+    return _mm512_add_epi32(s0, _mm512_srai_epi32(s1, 4));
 }
 
 /* acc <- the file comment's fma(s, d * d_x) (and Q4_1's minimum term). */
@@ -298,7 +310,8 @@ VNNI_INLINE void tile_vnni_r(zsk_qfmt f, int R, const uint8_t *tile, int64_t nb,
         __m512 m = f == ZSK_Q4_1 ? load_scales(tile, f, nb, b, 1) : d;
         for (int i = 0; i < R; i++) {
             const zsk_block_q8x *xb = xq + i * nb + b;
-            a[i] = block_acc(f, a[i], block_sums(w, xb, c), d, m, xb);
+            __m512i off = _mm512_set1_epi32(-c * xb->s);
+            a[i] = block_acc(f, a[i], block_sums(f, w, xb, off), d, m, xb);
         }
     }
     for (int i = 0; i < R; i++)
@@ -324,10 +337,10 @@ VNNI static void tile_vnni(zsk_qfmt f, const uint8_t *tile, int64_t nb,
     }
 }
 
-/* M = 1 on STREAMS tiles at once (one weight stream each): acc
- * [STREAMS * 16]. */
+/* M = 1 on STREAMS tiles at once (one weight stream each): tile i's 16
+ * sums to out[i]. */
 VNNI_INLINE void gemv_vnni_f(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
-                             const zsk_block_q8x *xq, float *acc)
+                             const zsk_block_q8x *xq, float *const *out)
 {
     int32_t c = code_offset(f);
     __m512 a[STREAMS];
@@ -335,25 +348,26 @@ VNNI_INLINE void gemv_vnni_f(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
         a[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const zsk_block_q8x *xb = xq + b;
+        __m512i off = _mm512_set1_epi32(-c * xb->s);
         for (int i = 0; i < STREAMS; i++) {
             __m512i w[8];
             load_codes(f, t[i] + b * qbytes(f), w);
             __m512 d = load_scales(t[i], f, nb, b, 0);
             __m512 m = f == ZSK_Q4_1 ? load_scales(t[i], f, nb, b, 1) : d;
-            a[i] = block_acc(f, a[i], block_sums(w, xb, c), d, m, xb);
+            a[i] = block_acc(f, a[i], block_sums(f, w, xb, off), d, m, xb);
         }
     }
     for (int i = 0; i < STREAMS; i++)
-        _mm512_storeu_ps(acc + i * ZSK_QTILE, a[i]);
+        _mm512_storeu_ps(out[i], a[i]);
 }
 
 VNNI static void gemv_vnni(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
-                           const zsk_block_q8x *xq, float *acc)
+                           const zsk_block_q8x *xq, float *const *out)
 {
     switch (f) {
-    case ZSK_Q8_0: gemv_vnni_f(ZSK_Q8_0, t, nb, xq, acc); return;
-    case ZSK_Q4_0: gemv_vnni_f(ZSK_Q4_0, t, nb, xq, acc); return;
-    case ZSK_Q4_1: gemv_vnni_f(ZSK_Q4_1, t, nb, xq, acc); return;
+    case ZSK_Q8_0: gemv_vnni_f(ZSK_Q8_0, t, nb, xq, out); return;
+    case ZSK_Q4_0: gemv_vnni_f(ZSK_Q4_0, t, nb, xq, out); return;
+    case ZSK_Q4_1: gemv_vnni_f(ZSK_Q4_1, t, nb, xq, out); return;
     }
 }
 #endif
@@ -365,6 +379,7 @@ typedef struct qlin_job {
     const float *x, *bias, *res;
     float *y;
     zsk_block_q8x *xq; /* [M, nb] */
+    float *raw;        /* M = 1: [tiles * 16] sums before the epilogue */
     int64_t M, nb, ldx, ldr, ldy;
     zsk_act act;
     bool vnni;
@@ -387,12 +402,51 @@ static void finish(const qlin_job *j, int64_t t, int64_t m, const float *acc)
                         j->y + m * j->ldy + n0);
 }
 
+/* One tile's sums for R rows of xq into acc [R * 16]. */
+static void tile_sums(const qlin_job *j, int64_t t, const zsk_block_q8x *xq, int R,
+                      float *acc)
+{
+    const uint8_t *tile = j->p->data + t * j->p->tile_bytes;
+#ifdef ZSK_QPACKED_VNNI
+    if (j->vnni) {
+        tile_vnni(j->p->fmt, tile, j->nb, xq, R, acc);
+        return;
+    }
+#endif
+    tile_c(j->p->fmt, tile, j->nb, xq, R, acc);
+}
+
+/* M = 1: the sums of tiles [t0, t1) into raw (STREAMS tiles side by side
+ * on the VNNI path), then one epilogue over their outputs. */
+static void gemv_tiles(const qlin_job *j, int64_t t0, int64_t t1)
+{
+    int64_t first = t0, N = j->p->N;
+#ifdef ZSK_QPACKED_VNNI
+    if (j->vnni && t1 - t0 >= STREAMS) {
+        int64_t h = (t1 - t0) / STREAMS;
+        for (int64_t t = 0; t < h; t++) {
+            const uint8_t *tp[STREAMS];
+            float *out[STREAMS];
+            for (int i = 0; i < STREAMS; i++) {
+                tp[i] = j->p->data + (t0 + i * h + t) * j->p->tile_bytes;
+                out[i] = j->raw + (t0 + i * h + t) * ZSK_QTILE;
+            }
+            gemv_vnni(j->p->fmt, tp, j->nb, j->xq, out);
+        }
+        t0 += STREAMS * h;
+    }
+#endif
+    for (int64_t t = t0; t < t1; t++)
+        tile_sums(j, t, j->xq, 1, j->raw + t * ZSK_QTILE);
+    int64_t n0 = first * ZSK_QTILE, n1 = t1 * ZSK_QTILE < N ? t1 * ZSK_QTILE : N;
+    zsk_linear_epilogue(j->raw + n0, n1 - n0, j->bias ? j->bias + n0 : NULL,
+                        j->res ? j->res + n0 : NULL, j->act, j->y + n0);
+}
+
 static void run_tiles(void *ctx, int64_t t0, int64_t t1)
 {
     const qlin_job *j = ctx;
-    const uint8_t *data = j->p->data;
-    int64_t tb = j->p->tile_bytes;
-    _Alignas(64) float acc[(MR > STREAMS ? MR : STREAMS) * ZSK_QTILE];
+    _Alignas(64) float acc[MR * ZSK_QTILE];
     if (j->nb == 0) { /* K = 0: no data, every dot is 0 */
         memset(acc, 0, sizeof acc);
         for (int64_t t = t0; t < t1; t++)
@@ -400,30 +454,14 @@ static void run_tiles(void *ctx, int64_t t0, int64_t t1)
                 finish(j, t, m, acc);
         return;
     }
-#ifdef ZSK_QPACKED_VNNI
-    if (j->vnni && j->M == 1 && t1 - t0 >= STREAMS) {
-        int64_t h = (t1 - t0) / STREAMS;
-        for (int64_t t = 0; t < h; t++) {
-            const uint8_t *tp[STREAMS];
-            for (int i = 0; i < STREAMS; i++)
-                tp[i] = data + (t0 + i * h + t) * tb;
-            gemv_vnni(j->p->fmt, tp, j->nb, j->xq, acc);
-            for (int i = 0; i < STREAMS; i++)
-                finish(j, t0 + i * h + t, 0, acc + i * ZSK_QTILE);
-        }
-        t0 += STREAMS * h;
+    if (j->M == 1) {
+        gemv_tiles(j, t0, t1);
+        return;
     }
-#endif
     for (int64_t t = t0; t < t1; t++)
         for (int64_t m = 0; m < j->M; m += MR) {
             int R = (int)(j->M - m < MR ? j->M - m : MR);
-            const zsk_block_q8x *xq = j->xq + m * j->nb;
-#ifdef ZSK_QPACKED_VNNI
-            if (j->vnni)
-                tile_vnni(j->p->fmt, data + t * tb, j->nb, xq, R, acc);
-            else
-#endif
-                tile_c(j->p->fmt, data + t * tb, j->nb, xq, R, acc);
+            tile_sums(j, t, j->xq + m * j->nb, R, acc);
             for (int r = 0; r < R; r++)
                 finish(j, t, m + r, acc + r * ZSK_QTILE);
         }
@@ -440,18 +478,22 @@ zs_status zsk_qpacked_linear(const zsk_qpacked *p, const float *x, int64_t M,
     if (s < 0 || M == 0 || p->N == 0)
         return s;
     int64_t nb = p->K / ZSK_QBLOCK;
+    /* workspace: the quantized rows, then (M = 1) the raw sums */
     size_t xbytes = (size_t)(M * nb) * sizeof(zsk_block_q8x);
-    qlin_job j = {p, x, bias, residual, y, zs_alloc(xbytes ? xbytes : 1), M, nb, ldx,
-                  ldr, ldy, act, false};
-    if (!j.xq)
+    xbytes = (xbytes + 63) / 64 * 64;
+    size_t bytes = xbytes + (M == 1 ? (size_t)(p->tiles * ZSK_QTILE) * sizeof(float) : 0);
+    char *ws = zs_alloc(bytes ? bytes : 1);
+    if (!ws)
         return zs_set_error_code(ZS_ERR_NOMEM, "qpacked_linear: out of memory (%zu bytes)",
-                                 xbytes);
+                                 bytes);
+    qlin_job j = {p, x, bias, residual, y, (zsk_block_q8x *)ws, (float *)(ws + xbytes), M,
+                  nb, ldx, ldr, ldy, act, false};
 #ifdef ZSK_QPACKED_VNNI
     j.vnni = !zsk_linear_portable() && zsk_quant_has_vnni();
 #endif
     if (nb > 0)
         zs_parallel_for(M, 1 + 16384 / p->K, quantize_rows, &j);
     zs_parallel_for(p->tiles, 1 + ITEM_MACS / (M * ZSK_QTILE * (p->K + 1)), run_tiles, &j);
-    zs_free(j.xq);
+    zs_free(ws);
     return ZS_OK;
 }
