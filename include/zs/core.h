@@ -178,6 +178,11 @@ typedef struct zs_alloc_stats {
 void *zs_alloc(size_t nbytes);
 void zs_free(void *p);
 void zs_alloc_get_stats(zs_alloc_stats *st);
+/* Asks the OS for huge pages under [p, p + n) (Linux transparent huge
+ * pages, the 2 MiB pages wholly inside; a hint, nothing on other systems).
+ * zs_alloc does it for blocks of 4 MiB and more; for large buffers from
+ * elsewhere that are streamed through (a KV cache), before first touch. */
+void zs_advise_huge(void *p, size_t n);
 void zs_alloc_reset_peak(void);
 /* Returns cached blocks to the system. */
 void zs_alloc_trim(void);

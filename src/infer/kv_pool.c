@@ -70,6 +70,8 @@ zs_kv_pool *zs_kv_pool_new(const zs_kv_pool_config *cfg)
         *p = (zs_kv_pool){.c = c, .token_bytes = (size_t)tb, .block_bytes = (size_t)bb,
                           .cap = cap, .lru_head = -1, .lru_tail = -1};
         p->mem = malloc((size_t)total);
+        if (p->mem)
+            zs_advise_huge(p->mem, (size_t)total);
         p->ref = calloc((size_t)nb, sizeof *p->ref);
         p->filled = calloc((size_t)nb, sizeof *p->filled);
         p->hash = calloc((size_t)nb, sizeof *p->hash);

@@ -1,6 +1,16 @@
 /*
  * paged_attention.c - decode attention through block tables
  * (kernels/cpu/paged_attention.h).
+ *
+ * A work item is a chunk of CHUNK positions of one sequence, all heads:
+ * per tile of 16 positions it reads the tile's key rows and then its value
+ * rows whole (H * D contiguous floats each, 48 KB per 16-slot block at
+ * GPT-2's width), so memory is read in long sequential runs. With one
+ * head per item (every thread striding over all positions H * D floats
+ * apart) GPT-2 decode (q4_0, 128 + 64 tokens) spent 0.64 ms per token in
+ * attention, 19 GB/s of cache; with this order 0.57 ms. Each (item, head) keeps
+ * its own running max, sum and weighted value sum in part; merge()
+ * combines a (sequence, head)'s chunks in order.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -8,6 +18,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/vmath.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -15,18 +26,24 @@
 #define AVX512 __attribute__((target("avx512f")))
 #endif
 
-#define CHUNK 256 /* positions per work item */
+#define CHUNK 32 /* positions per work item (a multiple of TILE) */
+#define TILE 16  /* positions scored together: one max and one rescale each */
 
 typedef struct item {
-    int64_t s, h, t0, t1; /* sequence, head, positions [t0, t1) */
+    int64_t s, t0, t1; /* sequence, positions [t0, t1) */
 } item;
 
 typedef struct job {
     const zsk_paged_attn *a;
     const item *items;
-    float *part;          /* per item: max, sum, then D weighted values */
-    bool avx512;          /* the zmm tile functions (D a multiple of 16) */
+    float *part;          /* per item and head: max, sum, then D weighted values */
+    bool avx512;          /* the zmm tile function (D a multiple of 16) */
 } job;
+
+/* One head's running state within an item: max, sum, acc [D]. */
+typedef struct head_state {
+    float *m, *sum, *acc;
+} head_state;
 
 ZSK_CLONES static float dot(const float *restrict x, const float *restrict y, int64_t n)
 {
@@ -40,16 +57,6 @@ ZSK_CLONES static float dot(const float *restrict x, const float *restrict y, in
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-
-static const float *row(const zsk_paged_attn *a, int64_t s, int64_t t, int64_t off,
-                        int64_t h)
-{
-    int64_t b = a->tables[s][t / a->bs];
-    return a->base + b * a->block_stride + off + ((t % a->bs) * a->H + h) * a->D;
-}
-
-#define TILE 16 /* positions scored together: one max and one rescale each */
-
 ZSK_CLONES static void axpy(float *restrict y, float w, const float *restrict x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -62,123 +69,140 @@ ZSK_CLONES static void scale(float *restrict y, float c, int64_t n)
         y[i] *= c;
 }
 
-/* Scores of positions t .. t + n - 1 (q . k * scale), and acc = c * acc +
- * sum_k w[k] v_k over the same positions: portable, through the clones. */
-static void scores_c(const zsk_paged_attn *a, const item *it, const float *q, int64_t t,
-                     int n, float *sc)
+/* The rows (all heads) of positions t .. t + n - 1 of sequence s, keys
+ * (off = k_off) or values: one division for the tile, then slots counted
+ * up. */
+static void tile_rows(const zsk_paged_attn *a, int64_t s, int64_t t, int n, int64_t off,
+                      const float **r)
 {
-    for (int k = 0; k < n; k++)
-        sc[k] = dot(q, row(a, it->s, t + k, a->k_off, it->h), a->D) * a->scale;
-}
-
-static void values_c(const zsk_paged_attn *a, const item *it, int64_t t, int n,
-                     const float *w, float c, float *acc)
-{
-    scale(acc, c, a->D);
-    for (int k = 0; k < n; k++)
-        axpy(acc, w[k], row(a, it->s, t + k, a->v_off, it->h), a->D);
-}
-
-#ifdef ZSK_PAGED_AVX512
-/* The same with zmm registers when D is a multiple of 16: one fma chain
- * per score, and per 16 lanes of acc one chain over the tile's positions
- * (acc stays in a register across them). */
-AVX512 static void scores_avx512(const zsk_paged_attn *a, const item *it, const float *q,
-                                 int64_t t, int n, float *sc)
-{
+    const int32_t *table = a->tables[s];
+    int64_t bi = t / a->bs, slot = t % a->bs;
     for (int k = 0; k < n; k++) {
-        const float *kr = row(a, it->s, t + k, a->k_off, it->h);
-        /* this position's value row and the next tile's key row: their
-         * lines are in flight while the scores are computed */
-        const float *vr = row(a, it->s, t + k, a->v_off, it->h);
-        const float *kn = t + k + TILE < it->t1 ? row(a, it->s, t + k + TILE, a->k_off, it->h)
-                                                : NULL;
-        for (int64_t d = 0; d < a->D; d += 16) {
-            _mm_prefetch((const char *)(vr + d), _MM_HINT_T0);
-            if (kn)
-                _mm_prefetch((const char *)(kn + d), _MM_HINT_T0);
-        }
-        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kr));
-        for (int64_t d = 16; d < a->D; d += 16)
-            v = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kr + d), v);
-        sc[k] = _mm512_reduce_add_ps(v) * a->scale;
+        r[k] = a->base + table[bi] * a->block_stride + off + slot * a->H * a->D;
+        if (++slot == a->bs)
+            slot = 0, bi++;
     }
 }
 
-AVX512 static void values_avx512(const zsk_paged_attn *a, const item *it, int64_t t, int n,
-                                 const float *w, float c, float *acc)
+/* The online softmax step of one head over one tile, portable: kr, vr the
+ * tile's rows at this head, dist the ALiBi distance of the tile's first
+ * position (last - t). */
+static void tile_c(const zsk_paged_attn *a, const float *q, const float *const *kr,
+                   const float *const *vr, int n, float slope, int64_t dist, head_state h)
 {
-    const float *vr[TILE];
+    float sc[TILE], m2 = *h.m;
+    for (int k = 0; k < n; k++) {
+        sc[k] = dot(q, kr[k], a->D) * a->scale;
+        if (slope != 0)
+            sc[k] -= slope * (float)(dist - k);
+        m2 = sc[k] > m2 ? sc[k] : m2;
+    }
+    float c = expf(*h.m - m2), add = 0;
     for (int k = 0; k < n; k++)
-        vr[k] = row(a, it->s, t + k, a->v_off, it->h);
-    for (int64_t d = 0; d < a->D; d += 16) {
-        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(acc + d), _mm512_set1_ps(c));
+        add += (sc[k] = expf(sc[k] - m2));
+    *h.sum = *h.sum * c + add;
+    *h.m = m2;
+    scale(h.acc, c, a->D);
+    for (int k = 0; k < n; k++)
+        axpy(h.acc, sc[k], vr[k], a->D);
+}
+
+#ifdef ZSK_PAGED_AVX512
+/* The same with zmm registers (D a multiple of 16): the n scores as one
+ * vector (ALiBi, max and exp on 16 lanes), then per 16 lanes of acc one
+ * fma chain over the positions. */
+AVX512 static void tile_avx512(const zsk_paged_attn *a, const float *q,
+                               const float *const *kr, const float *const *vr, int n,
+                               float slope, int64_t dist, head_state h)
+{
+    int64_t D = a->D;
+    float sc[TILE];
+    for (int k = 0; k < n; k++) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kr[k]));
+        for (int64_t d = 16; d < D; d += 16)
+            v = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kr[k] + d), v);
+        sc[k] = _mm512_reduce_add_ps(v);
+    }
+    __mmask16 live = (__mmask16)((1u << n) - 1);
+    __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, sc), _mm512_set1_ps(a->scale));
+    if (slope != 0) { /* - slope * (dist - k) */
+        __m512 dk = _mm512_sub_ps(_mm512_set1_ps((float)dist),
+                                  _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                 13, 14, 15));
+        s = _mm512_fnmadd_ps(_mm512_set1_ps(slope), dk, s);
+    }
+    s = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY), s);
+    float m2 = _mm512_reduce_max_ps(s);
+    m2 = m2 > *h.m ? m2 : *h.m;
+    __m512 e = _mm512_maskz_mov_ps(live, zsi_exp_m512(_mm512_sub_ps(s, _mm512_set1_ps(m2))));
+    float c = zsi_exp_f32(*h.m - m2);
+    *h.sum = *h.sum * c + _mm512_reduce_add_ps(e);
+    *h.m = m2;
+    _mm512_storeu_ps(sc, e);
+    for (int64_t d = 0; d < D; d += 16) {
+        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(h.acc + d), _mm512_set1_ps(c));
         for (int k = 0; k < n; k++)
-            x = _mm512_fmadd_ps(_mm512_set1_ps(w[k]), _mm512_loadu_ps(vr[k] + d), x);
-        _mm512_storeu_ps(acc + d, x);
+            x = _mm512_fmadd_ps(_mm512_set1_ps(sc[k]), _mm512_loadu_ps(vr[k] + d), x);
+        _mm512_storeu_ps(h.acc + d, x);
     }
 }
 #endif
 
-/* One chunk: the online softmax over its positions, TILE at a time (tiles
- * start at multiples of TILE, so a position's arithmetic depends on its
- * sequence only). */
+/* One chunk, all heads: the online softmax over its positions, TILE at a
+ * time (tiles start at multiples of TILE, so a position's arithmetic
+ * depends on its sequence only). */
 static void chunk_body(void *ctx, int64_t lo, int64_t hi)
 {
     const job *j = ctx;
     const zsk_paged_attn *a = j->a;
-    int64_t D = a->D;
+    int64_t D = a->D, H = a->H;
     for (int64_t w = lo; w < hi; w++) {
         const item *it = &j->items[w];
-        const float *q = a->q + (it->s * a->H + it->h) * D;
-        float *p = j->part + w * (D + 2), *acc = p + 2, m = -INFINITY, sum = 0;
-        float slope = a->slopes ? a->slopes[it->h] : 0, sc[TILE];
+        float *part = j->part + w * H * (D + 2);
+        for (int64_t h = 0; h < H; h++) {
+            part[h * (D + 2)] = -INFINITY;
+            for (int64_t d = 1; d < D + 2; d++)
+                part[h * (D + 2) + d] = 0;
+        }
         int64_t last = a->len[it->s] - 1;
-        for (int64_t d = 0; d < D; d++)
-            acc[d] = 0;
         for (int64_t t = it->t0; t < it->t1; t += TILE) {
             int n = it->t1 - t < TILE ? (int)(it->t1 - t) : TILE;
-            float m2 = m;
+            const float *kr[TILE], *vr[TILE], *kh[TILE], *vh[TILE];
+            tile_rows(a, it->s, t, n, a->k_off, kr);
+            tile_rows(a, it->s, t, n, a->v_off, vr);
+            for (int64_t h = 0; h < H; h++) {
+                float *p = part + h * (D + 2);
+                head_state st = {p, p + 1, p + 2};
+                const float *q = a->q + (it->s * H + h) * D;
+                float slope = a->slopes ? a->slopes[h] : 0;
+                for (int k = 0; k < n; k++)
+                    kh[k] = kr[k] + h * D, vh[k] = vr[k] + h * D;
 #ifdef ZSK_PAGED_AVX512
-            if (j->avx512)
-                scores_avx512(a, it, q, t, n, sc);
-            else
+                if (j->avx512) {
+                    tile_avx512(a, q, kh, vh, n, slope, last - t, st);
+                    continue;
+                }
 #endif
-                scores_c(a, it, q, t, n, sc);
-            for (int k = 0; k < n; k++) {
-                if (slope != 0)
-                    sc[k] -= slope * (float)(last - t - k);
-                m2 = sc[k] > m2 ? sc[k] : m2;
+                tile_c(a, q, kh, vh, n, slope, last - t, st);
             }
-            float c = expf(m - m2), add = 0;
-            for (int k = 0; k < n; k++)
-                add += (sc[k] = expf(sc[k] - m2));
-            sum = sum * c + add;
-#ifdef ZSK_PAGED_AVX512
-            if (j->avx512)
-                values_avx512(a, it, t, n, sc, c, acc);
-            else
-#endif
-                values_c(a, it, t, n, sc, c, acc);
-            m = m2;
         }
-        p[0] = m;
-        p[1] = sum;
     }
 }
 
-/* The chunks of one (sequence, head), merged in order into o. */
-static void merge(const zsk_paged_attn *a, const float *part, int64_t n, float *o)
+/* The chunks of one (sequence, head), merged in order into o: part holds
+ * the first chunk's state of this head, stride apart from chunk to chunk. */
+static void merge(const zsk_paged_attn *a, const float *part, int64_t n, int64_t stride,
+                  float *o)
 {
     int64_t D = a->D;
     float m = -INFINITY;
     for (int64_t c = 0; c < n; c++)
-        m = part[c * (D + 2)] > m ? part[c * (D + 2)] : m;
+        m = part[c * stride] > m ? part[c * stride] : m;
     double sum = 0;
     for (int64_t d = 0; d < D; d++)
         o[d] = 0;
     for (int64_t c = 0; c < n; c++) {
-        const float *p = part + c * (D + 2);
+        const float *p = part + c * stride;
         float w = expf(p[0] - m);
         sum += (double)(p[1] * w);
         for (int64_t d = 0; d < D; d++)
@@ -190,15 +214,15 @@ static void merge(const zsk_paged_attn *a, const float *part, int64_t n, float *
 
 zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
 {
-    int64_t n = 0;
+    int64_t n = 0, H = a->H, D = a->D;
     for (int64_t s = 0; s < a->n_seqs; s++) {
         if (a->len[s] < 1)
             return zs_set_error("paged attention: sequence %lld has no cached position",
                                 (long long)s);
-        n += a->H * ((a->len[s] + CHUNK - 1) / CHUNK);
+        n += (a->len[s] + CHUNK - 1) / CHUNK;
     }
     item *items = malloc((size_t)(n ? n : 1) * sizeof *items);
-    float *part = malloc((size_t)(n ? n : 1) * (size_t)(a->D + 2) * sizeof *part);
+    float *part = malloc((size_t)(n ? n : 1) * (size_t)(H * (D + 2)) * sizeof *part);
     if (!items || !part) {
         free(items);
         free(part);
@@ -206,21 +230,20 @@ zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
     }
     int64_t w = 0;
     for (int64_t s = 0; s < a->n_seqs; s++)
-        for (int64_t h = 0; h < a->H; h++)
-            for (int64_t t = 0; t < a->len[s]; t += CHUNK)
-                items[w++] = (item){s, h, t, t + CHUNK < a->len[s] ? t + CHUNK : a->len[s]};
+        for (int64_t t = 0; t < a->len[s]; t += CHUNK)
+            items[w++] = (item){s, t, t + CHUNK < a->len[s] ? t + CHUNK : a->len[s]};
     job j = {a, items, part, false};
 #ifdef ZSK_PAGED_AVX512
     j.avx512 = a->D % 16 == 0 && zs_cpu()->avx512f && !zsk_linear_portable();
 #endif
     zs_parallel_for(n, 1, chunk_body, &j);
     w = 0;
-    for (int64_t s = 0; s < a->n_seqs; s++)
-        for (int64_t h = 0; h < a->H; h++) {
-            int64_t c = (a->len[s] + CHUNK - 1) / CHUNK;
-            merge(a, part + w * (a->D + 2), c, o + (s * a->H + h) * a->D);
-            w += c;
-        }
+    for (int64_t s = 0; s < a->n_seqs; s++) {
+        int64_t c = (a->len[s] + CHUNK - 1) / CHUNK;
+        for (int64_t h = 0; h < H; h++)
+            merge(a, part + (w * H + h) * (D + 2), c, H * (D + 2), o + (s * H + h) * D);
+        w += c;
+    }
     free(items);
     free(part);
     return ZS_OK;

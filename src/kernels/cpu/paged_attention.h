@@ -11,12 +11,13 @@
  * (t % bs) * H * D, its value row at ... + v_off + ... (offsets in
  * elements: they pick the layer inside a block).
  *
- * Work items are (sequence, head, chunk of CHUNK positions), spread over
- * the pool, so one long sequence still uses every core; each chunk keeps
- * its own running max, sum and weighted value sum, and the chunks of a
- * (sequence, head) are merged in order afterwards. The result of a
- * sequence therefore depends on its own length only: not on the other
- * sequences of the batch, nor on the number of threads (batch invariance).
+ * Work items are (sequence, chunk of 32 positions), all heads, spread over
+ * the pool, so one sequence of 64 positions or more already uses two cores;
+ * each (chunk, head) keeps its own running max, sum and weighted value sum,
+ * and the chunks of a (sequence, head) are merged in order afterwards. The
+ * result of a sequence therefore depends on its own length only: not on the
+ * other sequences of the batch, nor on the number of threads (batch
+ * invariance).
  *
  * Paths: AVX-512 tile functions (one fma chain per score, the value sum of
  * a tile of 16 positions in registers) when D is a multiple of 16 and the
