@@ -11,18 +11,18 @@
  * (t % bs) * H * D, its value row at ... + v_off + ... (offsets in
  * elements: they pick the layer inside a block).
  *
- * Work items are (sequence, chunk of 32 positions), all heads, spread over
- * the pool, so one sequence of 64 positions or more already uses two cores;
+ * Work items are (sequence, chunk of 16 positions), all heads, spread over
+ * the pool, so one sequence of 32 positions or more already uses two cores;
  * each (chunk, head) keeps its own running max, sum and weighted value sum,
  * and the chunks of a (sequence, head) are merged in order afterwards. The
  * result of a sequence therefore depends on its own length only: not on the
  * other sequences of the batch, nor on the number of threads (batch
  * invariance).
  *
- * Paths: AVX-512 tile functions (one fma chain per score, the value sum of
- * a tile of 16 positions in registers) when D is a multiple of 16 and the
- * CPU has AVX-512F, else portable loops through the clones; the two differ
- * in rounding. zsk_linear_force_portable (packed_linear.h) forces the
+ * Paths: AVX-512 (when D is a multiple of 16, H <= 128 and the CPU has
+ * AVX-512F: a tile's rows read in address order, 16 scores per head as one
+ * vector) or portable loops through the clones; the two differ in
+ * rounding. zsk_linear_force_portable (packed_linear.h) forces the
  * portable path, for tests.
  */
 #ifndef ZS_KERNELS_CPU_PAGED_ATTENTION_H
