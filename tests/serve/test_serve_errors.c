@@ -283,19 +283,19 @@ static void test_429_and_disconnect(const zs_server_config *base)
     ZT_CHECK(zt_get_metric(port, "zs_kv_blocks_used") > 0, "blocks in use");
     zt_sse_close(&a);
     zt_sse_close(&b);
-    ZT_CHECK(metric_becomes(port, "zs_requests_in_flight", 0, 2), "both aborted");
-    ZT_CHECK(metric_becomes(port, "zs_running_sequences", 0, 1), "running 0");
-    ZT_CHECK(metric_becomes(port, "zs_kv_blocks_used", 0, 1), "KV blocks used back to 0");
+    ZT_CHECK(metric_becomes(port, "zs_requests_in_flight", 0, 10), "both aborted");
+    ZT_CHECK(metric_becomes(port, "zs_running_sequences", 0, 10), "running 0");
+    ZT_CHECK(metric_becomes(port, "zs_kv_blocks_used", 0, 10), "KV blocks used back to 0");
     /* a whole answer whose client leaves while waiting */
     int fd = zt_connect(port, 10);
     char h[256];
     int hl = snprintf(h, sizeof h, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
                       "Content-Length: %zu\r\n\r\n%s", strlen(long_whole), long_whole);
     zt_send_all(fd, h, (size_t)hl);
-    ZT_CHECK(metric_becomes(port, "zs_running_sequences", 1, 2), "the whole answer runs");
+    ZT_CHECK(metric_becomes(port, "zs_running_sequences", 1, 10), "the whole answer runs");
     close(fd);
-    ZT_CHECK(metric_becomes(port, "zs_requests_in_flight", 0, 2), "aborted when it left");
-    ZT_CHECK(metric_becomes(port, "zs_kv_blocks_used", 0, 1), "its blocks freed");
+    ZT_CHECK(metric_becomes(port, "zs_requests_in_flight", 0, 10), "aborted when it left");
+    ZT_CHECK(metric_becomes(port, "zs_kv_blocks_used", 0, 10), "its blocks freed");
     double gen = zt_get_metric(port, "zs_generation_tokens_total");
     ZT_CHECK(gen >= 1 && gen < 2500, "%g tokens generated of the 3000 asked", gen);
     zs_server_free(s);
@@ -309,7 +309,7 @@ static void test_504(const zs_server_config *base)
     zs_server *s = start_on(slow, c);
     int port = s ? zs_server_port(s) : 0;
     expect(port, "/v1/completions", long_whole, 504, "timeout");
-    ZT_CHECK(metric_becomes(port, "zs_kv_blocks_used", 0, 1), "its blocks freed");
+    ZT_CHECK(metric_becomes(port, "zs_kv_blocks_used", 0, 10), "its blocks freed");
     zs_server_free(s);
     zt_section("504 past the request timeout");
 }
@@ -390,9 +390,9 @@ static void test_stop(const zs_server_config *base)
     waiter a = {port, long_stream, 0, NULL}, b = {port, long_whole, 0, NULL};
     pthread_t ta, tb;
     pthread_create(&ta, NULL, stream_reader, &a);
-    ZT_CHECK(metric_becomes(port, "zs_running_sequences", 1, 2), "the stream runs");
+    ZT_CHECK(metric_becomes(port, "zs_running_sequences", 1, 10), "the stream runs");
     pthread_create(&tb, NULL, whole_reader, &b);
-    ZT_CHECK(metric_becomes(port, "zs_waiting_sequences", 1, 2), "the whole answer waits");
+    ZT_CHECK(metric_becomes(port, "zs_waiting_sequences", 1, 10), "the whole answer waits");
     double t0 = zt_now();
     zs_server_stop(s, 0.2);
     double dt = zt_now() - t0;
