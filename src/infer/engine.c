@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "infer/internal.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/unary.h"
 
 enum { WAITING, RUNNING, DONE };
@@ -570,10 +571,7 @@ static double log_sum_exp(zs_engine *e, const float *row)
     for (int64_t i = 0; i < V; i++)
         e->tmp[i] = row[i] - mx;
     zsk_unary_f32_contig(ZSK_EXP, e->tmp, e->tmp, V, 0, 0, true);
-    double sum = 0;
-    for (int64_t i = 0; i < V; i++)
-        sum += e->tmp[i];
-    return (double)mx + log(sum);
+    return (double)mx + log(zsk_sum_f32(e->tmp, V)); /* 16 lanes, not one chain */
 }
 
 /* The k largest logits' ids, largest first (ties: lower id), and their

@@ -4,8 +4,13 @@
  * draws), top-k / top-p / min-p drop exactly the tokens they should, the
  * penalties move the logits as CTRL and OpenAI define them, a seed and
  * step give the same token every time, and bad parameters are refused.
+ * A large vocabulary with ties (the partial sorts' paths: top-k selection,
+ * top-p prefixes that must grow, a min-p set past the first prefix): every
+ * draw lies in the set a full float64 sort keeps, and the likeliest kept
+ * token comes up as often as its renormalised probability says.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "testutil.h"
 
@@ -110,9 +115,81 @@ static void test_penalties(void)
     zt_section("penalties and errors");
 }
 
+#define BIGV 3000
+
+static int by_desc(const void *a, const void *b)
+{
+    const double *x = a, *y = b; /* {logit, id} */
+    if (x[0] != y[0])
+        return x[0] < y[0] ? 1 : -1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* The ids the sampler may return for s (full sort, float64) into keep[],
+ * and the renormalised probability of the likeliest. */
+static double reference_keep(const float *l, const zs_sampler *s, bool *keep)
+{
+    static double c[BIGV][2], p[BIGV];
+    for (int i = 0; i < BIGV; i++)
+        c[i][0] = l[i], c[i][1] = i, keep[i] = false;
+    qsort(c, BIGV, sizeof c[0], by_desc);
+    int n = s->top_k > 0 && s->top_k < BIGV ? s->top_k : BIGV;
+    double total = 0;
+    for (int i = 0; i < n; i++)
+        total += (p[i] = exp((c[i][0] - c[0][0]) / s->temperature));
+    int keep_n = n;
+    double acc = 0;
+    for (int i = 0; s->top_p < 1 && i < n; i++)
+        if ((acc += p[i] / total) >= s->top_p) {
+            keep_n = i + 1;
+            break;
+        }
+    while (s->min_p > 0 && keep_n > 1 && p[keep_n - 1] < s->min_p * p[0])
+        keep_n--;
+    double kept = 0;
+    for (int i = 0; i < keep_n; i++)
+        keep[(int)c[i][1]] = true, kept += p[i];
+    return p[0] / kept;
+}
+
+static void test_large_vocab(void)
+{
+    static float l[BIGV];
+    static bool keep[BIGV];
+    zt_irand_seed(11);
+    for (int i = 0; i < BIGV; i++) /* steps of 0.01: many ties */
+        l[i] = (float)zt_irand(-400, 400) / 100.0f;
+    l[1234] = 4.5f;
+    const zs_sampler cases[] = {
+        {.temperature = 0.7, .top_k = 50, .top_p = 1, .seed = 1},
+        {.temperature = 0.7, .top_p = 0.9, .seed = 2},
+        {.temperature = 1.3, .top_p = 0.999, .seed = 3}, /* grows past 256 */
+        {.temperature = 0.7, .top_p = 1, .min_p = 0.05, .seed = 4},
+        {.temperature = 1, .top_p = 1, .min_p = 0.0001, .seed = 5}, /* > 256 kept */
+        {.temperature = 0.7, .top_k = 200, .top_p = 0.5, .min_p = 0.01, .seed = 6},
+        {.temperature = 2, .top_p = 1, .seed = 7}, /* untruncated */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        double p1 = reference_keep(l, &cases[k], keep);
+        int n = 4000, outside = 0, top = 0;
+        for (int i = 0; i < n; i++) {
+            int64_t id = zs_sample(l, BIGV, &cases[k], (uint64_t)i);
+            outside += id < 0 || id >= BIGV || !keep[id];
+            top += id == 1234;
+        }
+        double sd = sqrt(p1 * (1 - p1) / n);
+        ZT_CHECK(outside == 0, "case %zu: %d draws outside the kept set", k, outside);
+        ZT_CHECK(fabs((double)top / n - p1) < 5 * sd + 1e-9,
+                 "case %zu: the likeliest drawn %.4f of the time, expected %.4f", k,
+                 (double)top / n, p1);
+    }
+}
+
 int main(void)
 {
     test_filters();
     test_penalties();
+    test_large_vocab();
+    zt_section("large vocabulary, partial sorts");
     return zt_done();
 }
