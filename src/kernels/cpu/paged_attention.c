@@ -13,7 +13,9 @@
  * (sequence, head) per item 51 us per layer (19 GB/s), chunks of all heads
  * read head by head 38 us, address order 30 us (33 GB/s, near the weight
  * streams' rate). Software prefetching the next tile, either order, was
- * slower. Each (item, head) keeps its own running max, sum and weighted
+ * slower. Scratch (items, their states) comes from zs_alloc: a prefill
+ * step's states reach tens of MB, which malloc would map and fault in
+ * afresh on every call. Each (item, head) keeps its own running max, sum and weighted
  * value sum in part; merge() combines a (sequence, head)'s chunks in
  * order.
  */
@@ -234,6 +236,24 @@ static void merge(const zsk_paged_attn *a, const float *part, int64_t n, int64_t
         o[d] = (float)(o[d] / sum);
 }
 
+typedef struct merge_job {
+    const zsk_paged_attn *a;
+    const float *part;
+    const int64_t *first; /* [n_seqs + 1] each sequence's first item */
+    float *o;
+} merge_job;
+
+/* Sequences [s0, s1): every head's chunks merged into o. */
+static void merge_seqs(void *ctx, int64_t s0, int64_t s1)
+{
+    const merge_job *m = ctx;
+    int64_t H = m->a->H, D = m->a->D;
+    for (int64_t s = s0; s < s1; s++)
+        for (int64_t h = 0; h < H; h++)
+            merge(m->a, m->part + (m->first[s] * H + h) * (D + 2),
+                  m->first[s + 1] - m->first[s], H * (D + 2), m->o + (s * H + h) * D);
+}
+
 zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
 {
     int64_t n = 0, H = a->H, D = a->D;
@@ -243,11 +263,11 @@ zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
                                 (long long)s);
         n += (a->len[s] + CHUNK - 1) / CHUNK;
     }
-    item *items = malloc((size_t)(n ? n : 1) * sizeof *items);
-    float *part = malloc((size_t)(n ? n : 1) * (size_t)(H * (D + 2)) * sizeof *part);
+    item *items = zs_alloc((size_t)(n ? n : 1) * sizeof *items);
+    float *part = zs_alloc((size_t)(n ? n : 1) * (size_t)(H * (D + 2)) * sizeof *part);
     if (!items || !part) {
-        free(items);
-        free(part);
+        zs_free(items);
+        zs_free(part);
         return zs_set_error_code(ZS_ERR_NOMEM, "paged attention: out of memory");
     }
     int64_t w = 0;
@@ -260,15 +280,23 @@ zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
                !zsk_linear_portable();
 #endif
     zs_parallel_for(n, 1, chunk_body, &j);
-    w = 0;
-    for (int64_t s = 0; s < a->n_seqs; s++) {
-        int64_t c = (a->len[s] + CHUNK - 1) / CHUNK;
-        for (int64_t h = 0; h < H; h++)
-            merge(a, part + (w * H + h) * (D + 2), c, H * (D + 2), o + (s * H + h) * D);
-        w += c;
+    /* first[s]: sequence s's first item; the merges run over the pool too
+     * (a prefill step has one sequence row per token) */
+    int64_t *first = zs_alloc((size_t)(a->n_seqs + 1) * sizeof *first);
+    if (!first) {
+        zs_free(items);
+        zs_free(part);
+        return zs_set_error_code(ZS_ERR_NOMEM, "paged attention: out of memory");
     }
-    free(items);
-    free(part);
+    first[0] = 0;
+    for (int64_t s = 0; s < a->n_seqs; s++)
+        first[s + 1] = first[s] + (a->len[s] + CHUNK - 1) / CHUNK;
+    merge_job mj = {a, part, first, o};
+    zs_parallel_for(a->n_seqs, 1 + 64 / (first[a->n_seqs] / (a->n_seqs ? a->n_seqs : 1) + 1),
+                    merge_seqs, &mj);
+    zs_free(first);
+    zs_free(items);
+    zs_free(part);
     return ZS_OK;
 }
 
