@@ -4,12 +4,22 @@
  *
  * Work items are tiles, split into contiguous ranges by the pool. Within
  * an item, activation rows pass over the tile MR at a time: per block the
- * tile's 8 weight vectors (Q4: 4 loads, each split into its two nibbles)
+ * tile's 8 weight vectors (Q4: 4 loads, each masked into its two nibbles)
  * are loaded once and dotted with the MR rows' broadcast bytes, two int32
  * chains per row (the vpdpbusd latency, not the ports, bounds one chain).
- * At M = 1 a thread runs the two halves of its tile range side by side:
- * two sequential weight streams, which reached more of the memory
- * bandwidth than one for packed_linear.c as well.
+ * At M = 1 a thread runs four quarters of its tile range side by side
+ * (four sequential weight streams: on GPT-2's lm_head, 2 threads, q4_0 went
+ * from 26 GB/s with two streams to 33 with four; eight were slower;
+ * software prefetch at any distance gained nothing), writes the raw sums
+ * and runs the epilogue once over its range.
+ *
+ * Measured (2 threads unless noted, the 2-core Zen 4 VM):
+ *   hot in L2, 1 thread, M = 1: 1.4 cycles per Q8_0 block of 32 weights,
+ *   0.9 per Q4_0 (zsk_qmatmul's per-row dots: 4.2 and 5.0);
+ *   bench/infer_gemm, M = 1 over GPT-2's five shapes from DRAM: Q8_0 84%,
+ *   Q4_0 79%, Q4_1 71% of the triad (zsk_qmatmul 81 / 67 / 65%);
+ *   M = 64: 570-625 GFLOP/s-equivalent, 4.4-5.3x zsk_sgemm and 4-5x
+ *   zsk_qmatmul.
  */
 #include "kernels/cpu/qpacked.h"
 
