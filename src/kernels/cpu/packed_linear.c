@@ -279,9 +279,15 @@ static void finish(const lin_job *j, int64_t p, int64_t m, const float *acc)
 {
     int64_t n0 = p * ZSK_PANEL, N = j->W->N;
     int64_t nc = N - n0 < ZSK_PANEL ? N - n0 : ZSK_PANEL;
-    zsk_linear_epilogue(acc, nc, j->bias ? j->bias + n0 : NULL,
-                        j->res ? j->res + m * j->ldr + n0 : NULL, j->act,
-                        j->y + m * j->ldy + n0);
+    zsk_linear_epilogue_at(acc, n0, nc, m, j->bias, j->res, j->ldr, j->act, j->y, j->ldy);
+}
+
+void zsk_linear_epilogue_at(const float *acc, int64_t n0, int64_t nc, int64_t m,
+                            const float *bias, const float *res, int64_t ldr, zsk_act act,
+                            float *y, int64_t ldy)
+{
+    zsk_linear_epilogue(acc, nc, bias ? bias + n0 : NULL, res ? res + m * ldr + n0 : NULL,
+                        act, y + m * ldy + n0);
 }
 
 static void lin_items(void *ctx, int64_t i0, int64_t i1)
@@ -320,9 +326,8 @@ static void lin_items(void *ctx, int64_t i0, int64_t i1)
             else
                 tile_c(R, xm, j->ldx, j->W->data + p * K * ZSK_PANEL, K, acc);
             for (int r = 0; r < R; r++)
-                zsk_linear_epilogue(acc + r * ZSK_PANEL, nc, j->bias ? j->bias + n0 : NULL,
-                                    j->res ? j->res + (m + r) * j->ldr + n0 : NULL,
-                                    j->act, j->y + (m + r) * j->ldy + n0);
+                zsk_linear_epilogue_at(acc + r * ZSK_PANEL, n0, nc, m + r, j->bias, j->res,
+                                       j->ldr, j->act, j->y, j->ldy);
         }
     }
 }

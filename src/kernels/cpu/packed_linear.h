@@ -94,6 +94,11 @@ void zsk_linear_epilogue(const float *acc, int64_t n, const float *bias,
 zs_status zsk_linear_check(const char *who, int64_t N, int64_t K, const float *x, int64_t M,
                            int64_t ldx, const float *residual, int64_t ldr, zsk_act act,
                            const float *y, int64_t ldy);
+/* zsk_linear_epilogue of row m's columns [n0, n0 + nc): y + m ldy + n0,
+ * residual + m ldr + n0 (NULL: none), bias + n0 (NULL: none). */
+void zsk_linear_epilogue_at(const float *acc, int64_t n0, int64_t nc, int64_t m,
+                            const float *bias, const float *res, int64_t ldr, zsk_act act,
+                            float *y, int64_t ldy);
 /* The value of the zsk_linear_force_portable knob. */
 bool zsk_linear_portable(void);
 

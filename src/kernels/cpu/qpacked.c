@@ -407,9 +407,7 @@ static void finish(const qlin_job *j, int64_t t, int64_t m, const float *acc)
 {
     int64_t n0 = t * ZSK_QTILE, N = j->p->N;
     int64_t nc = N - n0 < ZSK_QTILE ? N - n0 : ZSK_QTILE;
-    zsk_linear_epilogue(acc, nc, j->bias ? j->bias + n0 : NULL,
-                        j->res ? j->res + m * j->ldr + n0 : NULL, j->act,
-                        j->y + m * j->ldy + n0);
+    zsk_linear_epilogue_at(acc, n0, nc, m, j->bias, j->res, j->ldr, j->act, j->y, j->ldy);
 }
 
 /* One tile's sums for R rows of xq into acc [R * 16]. */
@@ -449,8 +447,8 @@ static void gemv_tiles(const qlin_job *j, int64_t t0, int64_t t1)
     for (int64_t t = t0; t < t1; t++)
         tile_sums(j, t, j->xq, 1, j->raw + t * ZSK_QTILE);
     int64_t n0 = first * ZSK_QTILE, n1 = t1 * ZSK_QTILE < N ? t1 * ZSK_QTILE : N;
-    zsk_linear_epilogue(j->raw + n0, n1 - n0, j->bias ? j->bias + n0 : NULL,
-                        j->res ? j->res + n0 : NULL, j->act, j->y + n0);
+    zsk_linear_epilogue_at(j->raw + n0, n0, n1 - n0, 0, j->bias, j->res, j->ldr, j->act,
+                           j->y, j->ldy);
 }
 
 static void run_tiles(void *ctx, int64_t t0, int64_t t1)

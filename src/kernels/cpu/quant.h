@@ -25,7 +25,9 @@
  * (vpdpbusd on 32-byte blocks, signed weights by the abs/sign trick: |w| as
  * unsigned times x with w's sign) when the CPU has AVX512F/BW/VL/VNNI, else
  * plain C int32 loops; both give the same block sums, the f32 summation
- * order differs.
+ * order differs. This is the layout of checkpoints and the reference
+ * product; the inference engine repacks the blocks into 16-row tiles
+ * (qpacked.h), 2-5x faster.
  *
  * Errors: every function checks its sizes (n or K a non-negative multiple
  * of 32, M, N >= 0, pointers non-NULL when there is data) and returns
