@@ -49,16 +49,27 @@ static int64_t qbytes(zsk_qfmt f) { return f == ZSK_Q8_0 ? 512 : 256; }
 /* f16 arrays per tile: d, and m for Q4_1. */
 static int64_t nscales(zsk_qfmt f) { return f == ZSK_Q4_1 ? 2 : 1; }
 
-/* Offset in a tile of block b's 16 scales d (which = 0) or minimums m (1). */
-static int64_t scale_off(zsk_qfmt f, int64_t nb, int64_t b, int which)
+/* A tile is ceil(nb / 2) groups of two blocks, each group their scales
+ * (64 bytes: 2 x 16 f16 d, then for Q4_1 64 bytes of m) and then their
+ * data (2 x QB), so one tile is one sequential stream with every vector
+ * 64-byte aligned. */
+static int64_t group_bytes(zsk_qfmt f) { return 64 * nscales(f) + 2 * qbytes(f); }
+
+/* Offset in a tile of block b's data. */
+static int64_t data_off(zsk_qfmt f, int64_t b)
 {
-    return nb * qbytes(f) + (which * nb + b) * ZSK_QTILE * 2;
+    return b / 2 * group_bytes(f) + 64 * nscales(f) + b % 2 * qbytes(f);
+}
+
+/* Offset in a tile of block b's 16 scales d (which = 0) or minimums m (1). */
+static int64_t scale_off(zsk_qfmt f, int64_t b, int which)
+{
+    return b / 2 * group_bytes(f) + which * 64 + b % 2 * ZSK_QTILE * 2;
 }
 
 static int64_t tile_size(zsk_qfmt f, int64_t nb)
 {
-    int64_t raw = nb * (qbytes(f) + nscales(f) * ZSK_QTILE * 2);
-    return (raw + 63) / 64 * 64;
+    return (nb + 1) / 2 * group_bytes(f);
 }
 
 /* Pointers into row n's block b of quant.h's layout: its d, its m (Q4_1)
@@ -82,7 +93,7 @@ static row_block row_block_at(zsk_qfmt f, const void *blocks, int64_t nb, int64_
 static void move_row(zsk_qfmt f, uint8_t *tile, int64_t nb, int64_t b, int r,
                      row_block rb, bool to_tile)
 {
-    uint8_t *t = tile + b * qbytes(f) + 4 * r;
+    uint8_t *t = tile + data_off(f, b) + 4 * r;
     int groups = f == ZSK_Q8_0 ? 8 : 4;
     uint8_t bias = f == ZSK_Q8_0 ? 128 : 0;
     for (int g = 0; g < groups; g++)
@@ -93,7 +104,7 @@ static void move_row(zsk_qfmt f, uint8_t *tile, int64_t nb, int64_t b, int r,
                 rb.q[4 * g + j] = (uint8_t)(t[64 * g + j] - bias);
         }
     for (int which = 0; which < nscales(f); which++) {
-        uint8_t *s = tile + scale_off(f, nb, b, which) + 2 * r;
+        uint8_t *s = tile + scale_off(f, b, which) + 2 * r;
         uint8_t *o = which ? rb.m : rb.d;
         memcpy(to_tile ? s : o, to_tile ? o : s, 2);
     }
@@ -219,9 +230,9 @@ ZSK_CLONES static void tile_c(zsk_qfmt f, const uint8_t *tile, int64_t nb,
     for (int i = 0; i < R * ZSK_QTILE; i++)
         acc[i] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *q = tile + b * qbytes(f);
-        const uint16_t *d = (const uint16_t *)(tile + scale_off(f, nb, b, 0));
-        const uint16_t *m = (const uint16_t *)(tile + scale_off(f, nb, b, 1));
+        const uint8_t *q = tile + data_off(f, b);
+        const uint16_t *d = (const uint16_t *)(tile + scale_off(f, b, 0));
+        const uint16_t *m = (const uint16_t *)(tile + scale_off(f, b, 1));
         for (int i = 0; i < R; i++) {
             const zsk_block_q8x *xb = xq + i * nb + b;
             for (int r = 0; r < ZSK_QTILE; r++) {
@@ -299,11 +310,11 @@ VNNI_INLINE __m512 block_acc(zsk_qfmt f, __m512 acc, __m512i s, __m512 d, __m512
     return acc;
 }
 
-VNNI_INLINE __m512 load_scales(const uint8_t *tile, zsk_qfmt f, int64_t nb, int64_t b,
+VNNI_INLINE __m512 load_scales(const uint8_t *tile, zsk_qfmt f, int64_t b,
                                int which)
 {
     return _mm512_cvtph_ps(
-        _mm256_load_si256((const __m256i *)(tile + scale_off(f, nb, b, which))));
+        _mm256_load_si256((const __m256i *)(tile + scale_off(f, b, which))));
 }
 
 VNNI_INLINE void tile_vnni_r(zsk_qfmt f, int R, const uint8_t *tile, int64_t nb,
@@ -315,9 +326,9 @@ VNNI_INLINE void tile_vnni_r(zsk_qfmt f, int R, const uint8_t *tile, int64_t nb,
         a[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512i w[8];
-        load_codes(f, tile + b * qbytes(f), w);
-        __m512 d = load_scales(tile, f, nb, b, 0);
-        __m512 m = f == ZSK_Q4_1 ? load_scales(tile, f, nb, b, 1) : d;
+        load_codes(f, tile + data_off(f, b), w);
+        __m512 d = load_scales(tile, f, b, 0);
+        __m512 m = f == ZSK_Q4_1 ? load_scales(tile, f, b, 1) : d;
         for (int i = 0; i < R; i++) {
             const zsk_block_q8x *xb = xq + i * nb + b;
             __m512i off = _mm512_set1_epi32(-c * xb->s);
@@ -361,9 +372,9 @@ VNNI_INLINE void gemv_vnni_f(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
         __m512i off = _mm512_set1_epi32(-c * xb->s);
         for (int i = 0; i < STREAMS; i++) {
             __m512i w[8];
-            load_codes(f, t[i] + b * qbytes(f), w);
-            __m512 d = load_scales(t[i], f, nb, b, 0);
-            __m512 m = f == ZSK_Q4_1 ? load_scales(t[i], f, nb, b, 1) : d;
+            load_codes(f, t[i] + data_off(f, b), w);
+            __m512 d = load_scales(t[i], f, b, 0);
+            __m512 m = f == ZSK_Q4_1 ? load_scales(t[i], f, b, 1) : d;
             a[i] = block_acc(f, a[i], block_sums(f, w, xb, off), d, m, xb);
         }
     }

@@ -14,16 +14,19 @@
  *
  * Layout: W [N, K] (K a multiple of 32) becomes ceil(N / 16) tiles of
  * tile_bytes each (a multiple of 64, 64-byte aligned); tile t holds rows
- * 16t .. 16t + 15 (rows past N are zero with scale 0). Per tile, with
- * nb = K / 32 blocks and r the row in the tile:
- *   data, nb blocks of QB bytes (QB = 512 for Q8_0, 256 for Q4_*):
+ * 16t .. 16t + 15 (rows past N are zero with scale 0). With nb = K / 32
+ * blocks and r the row in the tile, a tile is ceil(nb / 2) groups of two
+ * blocks (b = 2 g, 2 g + 1; a missing last block is zero), each group:
+ *   64 bytes: the 2 x 16 f16 scales d (block 2g's 16 rows, then 2g + 1's),
+ *   Q4_1 only: 64 bytes of minimums m, the same way,
+ *   then the 2 blocks' data, QB bytes each (QB = 512 for Q8_0, 256 for Q4_*):
  *     Q8_0: byte 64 g + 4 r + j = q[r][32 b + 4 g + j] + 128   (g < 8, j < 4)
  *           (unsigned, so vpdpbusd takes the weights as its u8 operand)
  *     Q4_*: byte 64 g + 4 r + j = qs[r][4 g + j] of quant.h's block: the
  *           low nibble is k = 4 g + j (group g), the high one k = 16 + 4 g
  *           + j (group g + 4); nibbles are unsigned 0 .. 15
- *   then nb x 16 f16 scales d (block b's 16 rows together), then for Q4_1
- *   nb x 16 f16 minimums m.
+ * so that a tile is read as one sequential stream (scales kept in a
+ * separate region made two streams per tile).
  *
  * Arithmetic, per output (row n, activation row i), blocks b in order:
  *   s   = sum_k u[n, k] q_x[i, k] - c s_x[i, b]   (int32, exact: |s| < 2^21)
