@@ -11,13 +11,18 @@
  * (four sequential weight streams: on GPT-2's lm_head, 2 threads, q4_0 went
  * from 26 GB/s with two streams to 33 with four; eight were slower;
  * software prefetch at any distance gained nothing), writes the raw sums
- * and runs the epilogue once over its range.
+ * and runs the epilogue once over its range. Each tile is one stream: with
+ * the scales in a region of their own (two streams per tile, eight per
+ * thread) the same lm_head ran at 27-29 GB/s, interleaved at 35, the f32
+ * kernel's rate in the same run.
  *
  * Measured (2 threads unless noted, the 2-core Zen 4 VM):
  *   hot in L2, 1 thread, M = 1: 1.4 cycles per Q8_0 block of 32 weights,
  *   0.9 per Q4_0 (zsk_qmatmul's per-row dots: 4.2 and 5.0);
- *   bench/infer_gemm, M = 1 over GPT-2's five shapes from DRAM: Q8_0 84%,
- *   Q4_0 79%, Q4_1 71% of the triad (zsk_qmatmul 81 / 67 / 65%);
+ *   bench/infer_gemm --quick, M = 1 over GPT-2's five shapes from DRAM, one
+ *   run: Q8_0 34.2, Q4_0 36.1, Q4_1 36.0 GB/s of weights, f32 packed 34.0,
+ *   zsk_qmatmul 33.4 / 25.3 / 24.3 (the triad moved from 70 to 41 GB/s
+ *   within the run: the machine's memory speed is not steady);
  *   M = 64: 570-625 GFLOP/s-equivalent, 4.4-5.3x zsk_sgemm and 4-5x
  *   zsk_qmatmul.
  */
