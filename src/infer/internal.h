@@ -38,11 +38,15 @@ typedef struct zsi_linear {
     float *smooth;         /* I8: [K] multipliers of x (SmoothQuant 1/s), or NULL */
     float threshold;       /* I8: LLM.int8() outlier threshold, 0 = none */
     void *bias;            /* [N] in the compute dtype, or NULL */
+    bool in_arena;         /* the weights (packed, tiles or w) lie in the
+                            * layer's arena, which owns them */
 } zsi_linear;
 
 typedef struct zsi_layer {
     void *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* [C], compute dtype */
     zsi_linear qkv, proj, fc, fc2;       /* c_attn, attn.c_proj, c_fc, mlp.c_proj */
+    void *arena;                         /* the four linears' weights, one
+                                          * zs_alloc block (zsi_layer_gather) */
 } zsi_layer;
 
 /* Per-layer activation statistics for SmoothQuant: max |x| of every input
@@ -93,6 +97,10 @@ zs_status zsi_linear_run(const zsi_linear *l, zs_dtype dt, const void *x, int64_
                          void *y, int64_t ldy);
 /* The weight bytes one pass over l reads. */
 int64_t zsi_linear_bytes(const zsi_linear *l);
+/* Moves the weights of y's four linears into one block, y->arena, in the
+ * order the forward pass reads them (see linear.c); y keeps its linears
+ * on failure. */
+zs_status zsi_layer_gather(zsi_layer *y);
 
 /* A flat batch for zsi_forward: n token rows, each of one sequence. */
 typedef struct zsi_batch {

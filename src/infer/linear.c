@@ -103,6 +103,8 @@ zs_status zsi_linear_tiles(zsi_linear *l, const void *blocks)
 
 void zsi_linear_free(zsi_linear *l)
 {
+    if (l->in_arena) /* the layer's arena holds them */
+        l->packed.data = NULL, l->tiles.data = NULL, l->w = NULL;
     zsk_packed_free(&l->packed);
     zsk_qpacked_free(&l->tiles);
     free(l->w);
@@ -115,6 +117,75 @@ void zsi_linear_free(zsi_linear *l)
 int64_t zsi_linear_bytes(const zsi_linear *l)
 {
     return l->w_bytes + (l->scale ? l->N * 4 : 0);
+}
+
+/* ---- a layer's weights in one block -------------------------------------- */
+
+/* Why: at batch 1 every token streams all weights from memory, a layer's
+ * four matrices one after the other. Separately allocated, a quantized
+ * layer's matrices (0.6-2.5 MB for GPT-2 in Q8_0) sit below zs_alloc's
+ * huge-page threshold, so every 4 KiB of the stream is a TLB miss and a
+ * page walk; gathered in one block (7.5 MB) they lie on 2 MiB pages.
+ * Measured on GPT-2 (bench/infer's decode, both layouts interleaved in one
+ * process, two runs): Q8_0 197.5 -> 206.7 and 216.4 -> 224.3 tok/s, Q4_0
+ * 304.3 -> 323.0 and 333.4 -> 341.4 (+4-6%). Peak memory while gathering:
+ * the model plus one layer. */
+
+/* l's weight data (the pointer of its format) and where it came from. */
+static void *weight_data(const zsi_linear *l, bool *zs_owned)
+{
+    *zs_owned = l->fmt == ZSI_W_F32 || is_q(l->fmt);
+    return l->fmt == ZSI_W_F32 ? (void *)l->packed.data
+           : is_q(l->fmt)      ? (void *)l->tiles.data
+                               : l->w;
+}
+
+static void set_weight_data(zsi_linear *l, void *p)
+{
+    if (l->fmt == ZSI_W_F32)
+        l->packed.data = p;
+    else if (is_q(l->fmt))
+        l->tiles.data = p;
+    else
+        l->w = p;
+}
+
+/* Bytes of l's weight data: F32 panels are padded to 64 columns. */
+static size_t weight_bytes(const zsi_linear *l)
+{
+    if (l->fmt == ZSI_W_F32)
+        return (size_t)(l->packed.panels * l->K) * ZSK_PANEL * sizeof(float);
+    return (size_t)l->w_bytes;
+}
+
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+zs_status zsi_layer_gather(zsi_layer *y)
+{
+    zsi_linear *ls[4] = {&y->qkv, &y->proj, &y->fc, &y->fc2}; /* forward order */
+    size_t total = 0;
+    for (int i = 0; i < 4; i++)
+        total += round64(weight_bytes(ls[i]));
+    char *a = zs_alloc(total ? total : 1);
+    if (!a)
+        return oom();
+    zs_advise_huge(a, total); /* zs_alloc advises from 4 MiB on */
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        bool zs_owned;
+        void *old = weight_data(ls[i], &zs_owned);
+        if (old)
+            memcpy(a + off, old, weight_bytes(ls[i]));
+        if (zs_owned)
+            zs_free(old);
+        else
+            free(old);
+        set_weight_data(ls[i], old ? a + off : NULL);
+        ls[i]->in_arena = true;
+        off += round64(weight_bytes(ls[i]));
+    }
+    y->arena = a;
+    return ZS_OK;
 }
 
 /* GPT-2's tanh GeLU of one value. */

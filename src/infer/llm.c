@@ -63,6 +63,7 @@ void zs_llm_free(zs_llm *m)
         free(y->ln1_w), free(y->ln1_b), free(y->ln2_w), free(y->ln2_b);
         zsi_linear_free(&y->qkv), zsi_linear_free(&y->proj);
         zsi_linear_free(&y->fc), zsi_linear_free(&y->fc2);
+        zs_free(y->arena);
     }
     free(m->layers);
     zsi_linear_free(&m->head);
@@ -183,7 +184,8 @@ static zs_status build_layer(zs_llm *m, const params *p, int64_t l, const zsi_ca
     zs_status s = build_linear(m, p, l, "attn.c_attn", 0, 3 * C, C, cal, &y->qkv);
     s = s ? s : build_linear(m, p, l, "attn.c_proj", 1, C, C, cal, &y->proj);
     s = s ? s : build_linear(m, p, l, "mlp.c_fc", 2, 4 * C, C, cal, &y->fc);
-    return s ? s : build_linear(m, p, l, "mlp.c_proj", 3, C, 4 * C, cal, &y->fc2);
+    s = s ? s : build_linear(m, p, l, "mlp.c_proj", 3, C, 4 * C, cal, &y->fc2);
+    return s ? s : zsi_layer_gather(y);
 }
 
 /* Embeddings, final norm, logits head and ALiBi slopes. */

@@ -325,7 +325,7 @@ static zs_status read_layer(const in_set *in, zs_llm *m, int64_t i)
         if (s != ZS_OK)
             return s;
     }
-    return ZS_OK;
+    return zsi_layer_gather(y);
 }
 
 /* Embeddings, final norm and head. */
