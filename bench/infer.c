@@ -19,11 +19,17 @@
  *    between consecutive tokens over all timed runs (the speed without
  *    the stalls: neighbours on the shared machine take memory bandwidth
  *    in bursts). Roofline tok/s = triad bytes/s (zs_measure_triad_gbs,
- *    measured in this run before and after the decodes, the better of
- *    the two) / bytes read per token, bytes per token =
- *    zs_llm_weight_bytes + the f32 KV cache read at the mean context of
- *    the decode steps (prompt + new / 2 positions): 2 * layers * ctx *
- *    width * 4. PyTorch (bench/gpt_torch.py --generate: the same model,
+ *    measured in this run before and after the decodes and at the start
+ *    of every round, the best of all) / bytes read per token, bytes per
+ *    token = zs_llm_weight_bytes + the f32 KV cache read at the mean
+ *    context of the decode steps (prompt + new / 2 positions): 2 * layers
+ *    * ctx * width * 4. "of roof" is the fastest run against that best
+ *    triad; "paired" is the median over rounds of each run's bytes/s
+ *    against the triad of its own round, measured just before it: the
+ *    machine's memory speed drifts by a quarter and more within one run
+ *    (triads of 37 and 45 GB/s before and after the same decodes were
+ *    seen), so a run is best compared with the bandwidth of its moment.
+ *    PyTorch (bench/gpt_torch.py --generate: the same model,
  *    a KV cache, batch 1) decodes new - 1 tokens in its best run's time
  *    less that run's prefill.
  *
@@ -396,6 +402,8 @@ typedef struct dec_side {
     double weight_bytes, bytes_per_token, best_s, tok_s;
     double *gaps;         /* reps * (new - 1) token gaps of the timed runs */
     double median_tok_s;  /* 1 / their median */
+    double *paired;       /* [reps] each timed run's bytes/s over its round's triad */
+    double paired_median; /* their median */
 } dec_side;
 
 static zs_status dec_side_init(dec_side *d, zs_module *m, zs_quant q, const config *c)
@@ -404,7 +412,8 @@ static zs_status dec_side_init(dec_side *d, zs_module *m, zs_quant q, const conf
                            .no_prefix_cache = true};
     *d = (dec_side){.best_s = INFINITY};
     d->gaps = malloc((size_t)(c->reps * (c->new_tokens - 1) + 1) * sizeof *d->gaps);
-    if (!d->gaps)
+    d->paired = malloc((size_t)c->reps * sizeof *d->paired);
+    if (!d->gaps || !d->paired)
         return zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
     d->llm = make_llm(m, q);
     d->e = d->llm ? zs_engine_new(d->llm, NULL, &ec) : NULL;
@@ -418,31 +427,46 @@ static zs_status dec_side_init(dec_side *d, zs_module *m, zs_quant q, const conf
 
 static void dec_side_free(dec_side *d)
 {
-    free(d->gaps);
+    free(d->gaps), free(d->paired);
     zs_engine_free(d->e);
     zs_llm_free(d->llm);
 }
 
+/* A short triad in bytes/s (3 arrays of 64 MiB, 2 x the L3; best of 3)
+ * for one round of the decode section. */
+static double round_triad(const config *c)
+{
+    return zs_measure_triad_gbs(c->threads, (size_t)1 << 26, 3) * 1e9;
+}
+
 /* Batch-1 decode of every side: one untimed run each, then c->reps
- * rounds that run each side once (interleaved, so a burst of load on the
- * shared machine hits them alike); the fastest run of each counts, and
- * the median gap between tokens over all its timed runs. */
-static zs_status bench_decode(dec_side *d, int n, const config *c, const int32_t *prompt)
+ * rounds that measure a triad and then run each side once (interleaved,
+ * so a burst of load on the shared machine hits them alike); the fastest
+ * run of each counts, the median gap between tokens over all its timed
+ * runs, and the median over rounds of each run's bytes/s over its round's
+ * triad. *bw_max gets the best triad of the rounds if it is larger. */
+static zs_status bench_decode(dec_side *d, int n, const config *c, const int32_t *prompt,
+                              double *bw_max)
 {
     int64_t g = c->new_tokens - 1;
     double s = 0;
     zs_status st = ZS_OK;
     for (int i = 0; st == ZS_OK && i < n; i++)
         st = decode_once(d[i].e, prompt, c->prompt, c->new_tokens, &s, NULL);
-    for (int64_t r = 0; st == ZS_OK && r < c->reps; r++)
+    for (int64_t r = 0; st == ZS_OK && r < c->reps; r++) {
+        double bw = round_triad(c);
+        *bw_max = fmax(*bw_max, bw);
         for (int i = 0; st == ZS_OK && i < n; i++) {
             st = decode_once(d[i].e, prompt, c->prompt, c->new_tokens, &s,
                              d[i].gaps + r * g);
             d[i].best_s = s < d[i].best_s ? s : d[i].best_s;
+            d[i].paired[r] = (double)g / s * d[i].bytes_per_token / bw;
         }
+    }
     for (int i = 0; st == ZS_OK && i < n; i++) {
         d[i].tok_s = (double)g / d[i].best_s;
         d[i].median_tok_s = 1 / percentile(d[i].gaps, c->reps * g, 0.5);
+        d[i].paired_median = percentile(d[i].paired, c->reps, 0.5);
     }
     return st;
 }
@@ -500,10 +524,10 @@ static void print_decode_row(const char *name, const dec_side *d, double triad,
                              double f32_tok_s)
 {
     double roof = triad / d->bytes_per_token;
-    printf("  %-7s %10.1f %12.2f %10.1f %10.1f %9.1f%% %8.2f %12.1f %8.1f%%\n", name,
-           d->weight_bytes / MiB, d->bytes_per_token / MiB, d->tok_s, roof,
-           100 * d->tok_s / roof, d->tok_s / f32_tok_s, d->median_tok_s,
-           100 * d->median_tok_s / roof);
+    printf("  %-7s %10.1f %12.2f %10.1f %10.1f %9.1f%% %9.1f%% %8.2f %12.1f %8.1f%%\n",
+           name, d->weight_bytes / MiB, d->bytes_per_token / MiB, d->tok_s, roof,
+           100 * d->tok_s / roof, 100 * d->paired_median, d->tok_s / f32_tok_s,
+           d->median_tok_s, 100 * d->median_tok_s / roof);
 }
 
 /* The triad bandwidth in bytes/s: the best of 5 runs. */
@@ -545,10 +569,10 @@ static zs_status section_decode(zs_module *m, const config *c, summary *s)
     zs_status st = ZS_OK;
     for (int i = 0; st == ZS_OK && i < N_DEC; i++)
         st = dec_side_init(&d[i], m, qs[i], c);
-    double bw0 = triad(c);
+    double bw0 = triad(c), bw_rounds = 0;
     if (st == ZS_OK)
-        st = bench_decode(d, N_DEC, c, prompt);
-    double bw1 = triad(c), bw = fmax(bw0, bw1);
+        st = bench_decode(d, N_DEC, c, prompt, &bw_rounds);
+    double bw1 = triad(c), bw = fmax(fmax(bw0, bw1), bw_rounds);
     for (int i = 0; i < N_DEC; i++)
         dec_side_free(&d[i]);
     free(prompt);
@@ -556,14 +580,16 @@ static zs_status section_decode(zs_module *m, const config *c, summary *s)
         return st;
     printf("\ndecode, batch 1: prompt %lld random tokens, %lld new greedy tokens; "
            "tokens 2..%lld over the time from the first token to the last, best of "
-           "%lld runs (interleaved); triad %.1f GB/s (best of %.1f before and %.1f "
-           "after, %d threads); bytes/token = weights + f32 KV at the mean context "
-           "%.0f\n", (long long)c->prompt, (long long)c->new_tokens,
-           (long long)c->new_tokens, (long long)c->reps, bw / 1e9, bw0 / 1e9, bw1 / 1e9,
-           c->threads, (double)c->prompt + (double)c->new_tokens / 2);
-    printf("  %-7s %10s %12s %10s %10s %10s %8s %12s %9s\n", "quant", "weights MiB",
-           "bytes/tok MiB", "tok/s", "roofline", "of roof", "vs f32", "median step",
-           "of roof");
+           "%lld runs (interleaved); triad %.1f GB/s (best of %.1f before, %.1f "
+           "after and %.1f in the rounds, %d threads); bytes/token = weights + f32 KV "
+           "at the mean context %.0f; paired = median over the rounds of a run's "
+           "bytes/s over the triad measured just before it\n", (long long)c->prompt,
+           (long long)c->new_tokens, (long long)c->new_tokens, (long long)c->reps,
+           bw / 1e9, bw0 / 1e9, bw1 / 1e9, bw_rounds / 1e9, c->threads,
+           (double)c->prompt + (double)c->new_tokens / 2);
+    printf("  %-7s %10s %12s %10s %10s %10s %10s %8s %12s %9s\n", "quant", "weights MiB",
+           "bytes/tok MiB", "tok/s", "roofline", "of roof", "paired", "vs f32",
+           "median step", "of roof");
     for (int i = 0; i < N_DEC; i++)
         print_decode_row(names[i], &d[i], bw, d[0].tok_s);
     s->decode_f32 = d[0].tok_s, s->decode_q8 = d[1].tok_s;
