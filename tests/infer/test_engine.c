@@ -11,12 +11,16 @@
  *   - static batching whose padding is preempted for blocks;
  *   - quantized models (q8_0, q4_0, q4_1, LLM.int8(), SmoothQuant) stay
  *     close to f32 and are batch invariant too;
+ *   - every format's layers keep their four weight matrices in one block,
+ *     in forward order; a failed allocation anywhere in building a model
+ *     gives NULL and a message, and a retry the same logits;
  *   - bad requests and configs are refused with a message.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "infer/internal.h"
 #include "testutil.h"
 #include "zs/infer.h"
 #include "zs/io.h"
@@ -479,6 +483,68 @@ static void test_quant(zs_module *g, const zs_llm *f)
     free(tok), free(calib), free(ref), free(lg);
 }
 
+/* Layer l's linears lie in its arena in forward order, 64-byte aligned. */
+static bool gathered(const zs_llm *m, int64_t l)
+{
+    const zsi_layer *y = &m->layers[l];
+    const zsi_linear *ls[4] = {&y->qkv, &y->proj, &y->fc, &y->fc2};
+    const char *prev = y->arena;
+    for (int i = 0; i < 4; i++) {
+        const zsi_linear *x = ls[i];
+        const char *d = x->fmt == ZSI_W_F32 ? (const char *)x->packed.data
+                        : x->fmt == ZSI_W_F64 || x->fmt == ZSI_W_I8
+                            ? (const char *)x->w
+                            : (const char *)x->tiles.data;
+        if (!x->in_arena || !d || d < prev || (uintptr_t)d % 64)
+            return false;
+        prev = d + x->w_bytes;
+    }
+    return y->arena != NULL;
+}
+
+static void test_weight_arena(zs_module *g, zs_module *g64)
+{
+    zt_section("weights: one block per layer; allocation failures while building");
+    int64_t T = 23;
+    int32_t *tok = random_tokens(T), *calib = random_tokens(100);
+    float *ref = malloc((size_t)(T * V) * sizeof *ref), *lg = malloc(sizeof *ref * T * V);
+    const zs_quant qs[] = {ZS_QUANT_NONE, ZS_QUANT_NONE, ZS_QUANT_Q8_0, ZS_QUANT_Q4_1,
+                           ZS_QUANT_INT8, ZS_QUANT_W8A8};
+    for (int i = 0; i < 6; i++) {
+        zs_module *src = i == 1 ? g64 : g;
+        zs_llm_options o = {.quant = qs[i], .calib = calib, .n_calib = 100};
+        zs_llm *m = zs_llm_from_gpt(src, &o);
+        bool ok = m != NULL;
+        for (int64_t l = 0; ok && l < zs_llm_config(m)->layers; l++)
+            ok = gathered(m, l);
+        const char *name = i == 1 ? "f64" : zs_quant_name(qs[i]);
+        ZT_CHECK(ok, "%s: each layer's weights in one block, in forward order", name);
+        zs_llm_logits(m, tok, T, ref);
+        zs_llm_free(m);
+        /* fail the k-th allocation of the build, for every k until it succeeds */
+        int64_t k = 1, refused = 0;
+        bool clear = true;
+        for (;; k++) {
+            zs_alloc_fail_after(k);
+            zs_llm *f = zs_llm_from_gpt(src, &o);
+            zs_alloc_fail_after(0);
+            if (f) {
+                zs_llm_logits(f, tok, T, lg);
+                ZT_CHECK(!memcmp(lg, ref, (size_t)(T * V) * sizeof *lg),
+                         "%s: built after %lld refused allocations, same logits", name,
+                         (long long)refused);
+                zs_llm_free(f);
+                break;
+            }
+            refused++;
+            clear = clear && strstr(zs_last_error(), "out of memory") != NULL;
+        }
+        ZT_CHECK(refused > 0 && clear, "%s: %lld failed allocations each gave NULL and "
+                 "'out of memory'", name, (long long)refused);
+    }
+    free(tok), free(calib), free(ref), free(lg);
+}
+
 /* ---- quantized checkpoints ------------------------------------------------ */
 
 /* Rewrites path with tensor `name` changed by fn (or dropped). */
@@ -582,6 +648,10 @@ int main(void)
     test_errors(m);
     test_quant(g, m);
     test_checkpoints(g);
+    zs_module *g64 = tiny_gpt(ZS_GPT2, 128);
+    ZT_CHECK(zs_module_to_dtype(g64, ZS_F64) == ZS_OK, "to f64");
+    test_weight_arena(g, g64);
+    zs_module_free(g64);
     zs_llm_free(m);
     zs_module_free(g);
     zs_module *b = tiny_gpt(ZS_BLOOM, 128);
