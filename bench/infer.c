@@ -59,7 +59,11 @@
  *    batching must reserve a slot's longest prompt + longest output in
  *    it, so it holds --trace-seqs sequences, while paged blocks go only to
  *    positions in use (the pool peaks at about half its size in the first
- *    run), which leaves room for twice as many. With equal slots the
+ *    run), which leaves room for twice as many. On 2 cores this gained
+ *    nothing clear (1.97x and 2.08x static against 2.02x and 1.85x in the
+ *    same runs): at 32 sequences a step is already bound by reading the
+ *    KV cache (attention ~45% of the cycles), which grows with the
+ *    sequences, so the step time doubles with them. With equal slots the
  *    throughput ratio is bounded by about E[longest of a batch] / E[mean
  *    output] (~1.9 for 32 outputs uniform in 8..512), since a step costs
  *    about the same in both modes. The driver adds each request
