@@ -19,6 +19,7 @@ typedef struct gen_cfg {
     zs_sampler s;
     zs_engine_config e;
     int threads, n;
+    const char *kv; /* --kv-dtype: auto, bf16 or f16 */
 } gen_cfg;
 
 static void usage(FILE *f)
@@ -44,6 +45,8 @@ static void usage(FILE *f)
             "                    q4_1, int8 (LLM.int8()); see zs quantize\n"
             "  --kv-blocks N     KV cache blocks (default: 64 contexts, at most 1 GiB)\n"
             "  --block-size N    tokens per KV block (default 16)\n"
+            "  --kv-dtype T      auto (the model's) | bf16 | f16: keys and values of\n"
+            "                    an f32 model in 16 bits, half the KV memory\n"
             "  --max-batched-tokens N  tokens per engine step (default 512)\n"
             "  --max-num-seqs N  sequences decoding at once (default 64)\n"
             "  --threads N       worker threads\n");
@@ -72,6 +75,7 @@ static int parse(int argc, char **argv, gen_cfg *c)
         FLAG_STR("--quant", &c->quant),
         FLAG_NUM("--kv-blocks", &c->e.kv_blocks, 1, 1e9),
         FLAG_NUM("--block-size", &c->e.block_size, 1, 4096),
+        FLAG_CHOICE("--kv-dtype", &c->kv, "auto|bf16|f16"),
         FLAG_NUM("--max-batched-tokens", &c->e.max_batched_tokens, 1, 1e7),
         FLAG_NUM("--max-num-seqs", &c->e.max_num_seqs, 1, 1e6),
         FLAG_NUM("--threads", &c->threads, 1, 256),
@@ -79,6 +83,8 @@ static int parse(int argc, char **argv, gen_cfg *c)
     int p = flags_parse("zs generate", t, NFLAGS(t), usage, argc, argv);
     if (p != FLAGS_OK)
         return p;
+    if (c->kv && strcmp(c->kv, "auto")) /* a choice: bf16 or f16 */
+        c->e.kv_dtype = (zs_dtype)zs_dtype_parse(c->kv);
     if (!c->ckpt)
         return flags_error("zs generate", "--ckpt DIR is required (see zs "
                               "generate --help)");

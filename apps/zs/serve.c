@@ -22,6 +22,7 @@ typedef struct serve_cfg {
     const char *ckpt, *quant, *log, *model;
     zs_server_config s;
     int threads;
+    const char *kv; /* --kv-dtype: auto, bf16 or f16 */
     double grace;
 } serve_cfg;
 
@@ -38,6 +39,8 @@ static void usage(FILE *f)
             "  --quant Q         quantize a float checkpoint on load: q8_0, q4_0, q4_1, int8\n"
             "  --kv-blocks N     KV cache blocks (default: max-num-seqs contexts, <= 1 GiB)\n"
             "  --block-size N    tokens per KV block (default 16)\n"
+            "  --kv-dtype T      auto (the model's) | bf16 | f16: keys and values of\n"
+            "                    an f32 model in 16 bits, half the KV memory\n"
             "  --max-num-seqs N  sequences decoding at once (default 64)\n"
             "  --max-batched-tokens N  tokens per engine step (default 512)\n"
             "  --max-queue N     requests that may wait beyond max-num-seqs; more get\n"
@@ -65,6 +68,7 @@ static int parse(int argc, char **argv, serve_cfg *c)
         FLAG_STR("--quant", &c->quant),
         FLAG_NUM("--kv-blocks", &e->kv_blocks, 1, 1e9),
         FLAG_NUM("--block-size", &e->block_size, 1, 4096),
+        FLAG_CHOICE("--kv-dtype", &c->kv, "auto|bf16|f16"),
         FLAG_NUM("--max-num-seqs", &e->max_num_seqs, 1, 1e6),
         FLAG_NUM("--max-batched-tokens", &e->max_batched_tokens, 1, 1e7),
         FLAG_NUM("--max-queue", &c->s.max_queue, 1, 1e9),
@@ -78,6 +82,8 @@ static int parse(int argc, char **argv, serve_cfg *c)
     int p = flags_parse("zs serve", t, NFLAGS(t), usage, argc, argv);
     if (p != FLAGS_OK)
         return p;
+    if (c->kv && strcmp(c->kv, "auto")) /* a choice: bf16 or f16 */
+        e->kv_dtype = (zs_dtype)zs_dtype_parse(c->kv);
     if (!c->ckpt)
         return flags_error("zs serve", "--ckpt DIR is required (see zs serve --help)");
     return FLAGS_OK;

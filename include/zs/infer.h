@@ -149,6 +149,12 @@ typedef struct zs_engine_config {
                                   * only when the previous one has finished
                                   * entirely, each member is padded to the
                                   * longest (its slot stays busy) */
+    zs_dtype kv_dtype;           /* keys and values in the pool: ZS_F32 (0)
+                                  * means the model's compute dtype; ZS_BF16
+                                  * or ZS_F16 store an f32 model's in 16 bits
+                                  * (half the memory and the bytes decode
+                                  * reads; rounded to nearest even, attention
+                                  * still computes in f32) */
 } zs_engine_config;
 
 typedef enum zs_finish {

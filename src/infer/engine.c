@@ -162,9 +162,17 @@ static zs_status check_config(const zs_llm *m, zs_engine_config *c)
                             "positive counts", (long long)c->block_size,
                             (long long)c->max_num_seqs, (long long)c->max_batched_tokens,
                             (long long)c->kv_blocks);
+    if (c->kv_dtype == ZS_F32)
+        c->kv_dtype = m->dt;
+    if (c->kv_dtype != m->dt && !(m->dt == ZS_F32 && (c->kv_dtype == ZS_BF16 ||
+                                                      c->kv_dtype == ZS_F16)))
+        return zs_set_error("engine: a KV cache in %s for a model that computes in %s "
+                            "(expected the model's dtype, or bf16 or f16 for f32)",
+                            zs_dtype_name(c->kv_dtype), zs_dtype_name(m->dt));
     int64_t per_ctx = cdiv(ctx, c->block_size);
     if (c->kv_blocks == 0) {
-        int64_t bb = 2 * m->c.layers * c->block_size * m->c.width * (int64_t)zs_dtype_size(m->dt);
+        int64_t bb = 2 * m->c.layers * c->block_size * m->c.width *
+                     (int64_t)zs_dtype_size(c->kv_dtype);
         int64_t cap = ((int64_t)1 << 30) / bb;
         c->kv_blocks = per_ctx * c->max_num_seqs;
         c->kv_blocks = c->kv_blocks < cap ? c->kv_blocks : cap;
@@ -199,7 +207,7 @@ zs_engine *zs_engine_new(const zs_llm *m, const zs_bpe *tokenizer,
     e->next_id = 1;
     e->eot = tokenizer ? zs_bpe_eot(tokenizer) : -1;
     zs_kv_pool_config pc = {m->c.layers, m->c.heads, m->c.width / m->c.heads,
-                            c.block_size, c.kv_blocks, m->dt};
+                            c.block_size, c.kv_blocks, c.kv_dtype};
     e->row = malloc((size_t)m->c.vocab * sizeof *e->row);
     e->tmp = malloc((size_t)m->c.vocab * sizeof *e->tmp);
     if (!(e->pool = zs_kv_pool_new(&pc)) || !e->row || !e->tmp) {

@@ -103,23 +103,39 @@ static zs_status embed(const zs_llm *m, const zsi_batch *b, void *x)
 
 /* ---- attention ----------------------------------------------------------- */
 
-/* Keys and values of every row of layer l from qkv [n, 3C] into the pool,
- * and the queries into w->q [n, C]. */
+/* One K or V row of C floats into the pool's 16-bit dtype kv (rounded to
+ * nearest even, as zs_f32_to_bf16 / zs_f32_to_f16). */
+static void narrow_row(zs_dtype kv, const float *src, int64_t C, uint16_t *dst)
+{
+    for (int64_t c = 0; c < C; c++)
+        dst[c] = kv == ZS_BF16 ? zs_f32_to_bf16(src[c]) : zs_f32_to_f16(src[c]);
+}
+
+/* Keys and values of every row of layer l from qkv [n, 3C] into the pool
+ * (in its dtype: the model's, or 16 bits for an f32 model), and the
+ * queries into w->q [n, C]. */
 static void store_kv(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b, int64_t l,
                      zsi_work *w)
 {
     const zs_kv_pool_config *pc = zs_kv_pool_config_of(pool);
     int64_t C = m->c.width, L = m->c.layers, bs = pc->block_size;
     size_t es = zs_dtype_size(m->dt), row = (size_t)C * es;
+    size_t kv_row = (size_t)C * zs_dtype_size(pc->dtype);
+    bool same = pc->dtype == m->dt;
     char *base = zs_kv_pool_data(pool);
     for (int64_t i = 0; i < b->n; i++) {
         const char *qkv = (const char *)w->big + (size_t)(i * 3) * row;
         int64_t blk = b->tables[i][b->pos[i] / bs], slot = b->pos[i] % bs;
-        char *k = base + ((size_t)(blk * 2 * L + l) * (size_t)bs + (size_t)slot) * row;
-        char *v = k + (size_t)(L * bs) * row;
+        char *k = base + ((size_t)(blk * 2 * L + l) * (size_t)bs + (size_t)slot) * kv_row;
+        char *v = k + (size_t)(L * bs) * kv_row;
         memcpy((char *)w->q + (size_t)i * row, qkv, row);
-        memcpy(k, qkv + row, row);
-        memcpy(v, qkv + 2 * row, row);
+        if (same) {
+            memcpy(k, qkv + row, row);
+            memcpy(v, qkv + 2 * row, row);
+        } else {
+            narrow_row(pc->dtype, (const float *)(qkv + row), C, (uint16_t *)k);
+            narrow_row(pc->dtype, (const float *)(qkv + 2 * row), C, (uint16_t *)v);
+        }
         w->len[i] = b->pos[i] + 1;
     }
 }
@@ -138,7 +154,7 @@ static zs_status attend(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b, i
     }
     zsk_paged_attn a = {b->n, H, D, w->q, zs_kv_pool_data(pool), 2 * L * per, l * per,
                         (L + l) * per, bs, b->tables, w->len,
-                        (float)(1 / sqrt((double)D)), m->slopes};
+                        (float)(1 / sqrt((double)D)), m->slopes, pc->dtype};
     return zsk_paged_attention_f32(&a, w->att);
 }
 

@@ -129,7 +129,8 @@ void zsi_work_free(zsi_work *w);
 /* Runs the batch's rows through the model: writes their K and V into the
  * pool at (table, pos), attends over positions 0 .. pos of each row's
  * sequence, and writes the logits of the out rows to logits [n_out, V]
- * (compute dtype). The pool's dtype is the model's compute dtype. */
+ * (compute dtype). The pool's dtype is the model's compute dtype, or bf16
+ * or f16 for an f32 model (keys and values rounded on the way in). */
 zs_status zsi_forward(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b,
                       zsi_work *w, void *logits);
 

@@ -3,9 +3,10 @@
 # trained here, quantized in every format, generates from the quantized
 # directory; several prompts run batched (--prompts) and a prompt gives the
 # same text alone and among others (batch invariance, greedy and seeded);
-# bad input (unknown type, a CNN or missing checkpoint, w8a8 without
-# calibration text, a corrupted quantized file, bad engine flags) gives one
-# clear message and exit status 2.
+# the same with a bf16 and an f16 KV cache (--kv-dtype); bad input
+# (unknown type, a CNN or missing checkpoint, w8a8 without calibration
+# text, a corrupted quantized file, bad engine flags) gives one clear
+# message and exit status 2.
 set -uo pipefail
 zs="$ZS_BIN"
 tmp=$(mktemp -d)
@@ -37,6 +38,15 @@ echo "and the light" > "$tmp/prompt2"
 "$zs" generate --ckpt "$tmp/full" --prompts "$tmp/prompt2" "${flags[@]}" 2>/dev/null | tail -n +2 >"$tmp/one"
 awk '/^=== prompt 2 ===$/{f=1;next} /^=== prompt 3 ===$/{f=0} f' "$tmp/many" > "$tmp/two"
 check "a prompt alone = the same prompt batched" '[ -s "$tmp/one" ] && cmp -s "$tmp/one" "$tmp/two"'
+for kv in bf16 f16; do
+  "$zs" generate --ckpt "$tmp/full" --prompts "$tmp/prompts" "${flags[@]}" --kv-dtype $kv \
+      >"$tmp/many16" 2>/dev/null
+  "$zs" generate --ckpt "$tmp/full" --prompts "$tmp/prompt2" "${flags[@]}" --kv-dtype $kv \
+      2>/dev/null | tail -n +2 >"$tmp/one16"
+  awk '/^=== prompt 2 ===$/{f=1;next} /^=== prompt 3 ===$/{f=0} f' "$tmp/many16" > "$tmp/two16"
+  check "--kv-dtype $kv: three prompts, one alone = batched" \
+      '[ $(grep -c "=== prompt" "$tmp/many16") -eq 3 ] && [ -s "$tmp/one16" ] && cmp -s "$tmp/one16" "$tmp/two16"'
+done
 
 expect2 "unknown quantization" "$zs" quantize --ckpt "$tmp/full" --out "$tmp/x" --type q5
 expect2 "nothing to quantize" "$zs" quantize --ckpt "$tmp/full" --out "$tmp/x" --type none
@@ -57,4 +67,5 @@ refused "--kv-blocks too few for one context" "cannot hold one sequence" \
 refused "--prompts of nothing" "empty" \
     "$zs" generate --ckpt "$tmp/full" --prompts /dev/null
 refused "--block-size 0" "--block-size" "$zs" generate --ckpt "$tmp/full" --block-size 0
+refused "--kv-dtype f8" "--kv-dtype" "$zs" generate --ckpt "$tmp/full" --kv-dtype f8
 exit $fail

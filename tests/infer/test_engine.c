@@ -11,6 +11,9 @@
  *   - static batching whose padding is preempted for blocks;
  *   - quantized models (q8_0, q4_0, q4_1, LLM.int8(), SmoothQuant) stay
  *     close to f32 and are batch invariant too;
+ *   - a KV cache in bf16 / f16 for an f32 model: logits near the f32
+ *     cache's, half the block bytes, traces batch invariant, bad dtypes
+ *     refused;
  *   - every format's layers keep their four weight matrices in one block,
  *     in forward order; a failed allocation anywhere in building a model
  *     gives NULL and a message, and a retry the same logits;
@@ -155,10 +158,13 @@ static zs_gen_request request_of(const trace_req *t, intptr_t user)
                             .user = (void *)user};
 }
 
+/* The KV cache dtype of the traces' engines (ZS_F32: the model's). */
+static zs_dtype trace_kv = ZS_F32;
+
 /* Runs t alone in a roomy engine. */
 static void run_alone(const zs_llm *m, const trace_req *t, out *o)
 {
-    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){0});
+    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){.kv_dtype = trace_kv});
     rec r = {o};
     zs_gen_request q = request_of(t, 0);
     memset(o, 0, sizeof *o);
@@ -186,7 +192,8 @@ static void test_trace(const zs_llm *m, const char *what, int64_t kv_blocks, int
     memset(batched, 0, sizeof batched);
     zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){.kv_blocks = kv_blocks,
                                                              .max_num_seqs = 8,
-                                                             .max_batched_tokens = budget});
+                                                             .max_batched_tokens = budget,
+                                                             .kv_dtype = trace_kv});
     ZT_CHECK(e != NULL, "engine: %s", zs_last_error());
     rec r = {batched};
     int added = 0;
@@ -545,6 +552,75 @@ static void test_weight_arena(zs_module *g, zs_module *g64)
     free(tok), free(calib), free(ref), free(lg);
 }
 
+/* Greedy logits of one request, step by step, into lg [steps, V]. */
+typedef struct kv_rec {
+    float *lg;
+    int64_t n;
+} kv_rec;
+
+static void on_kv(void *ctx, const zs_token_event *ev)
+{
+    kv_rec *r = ctx;
+    if (ev->token >= 0)
+        memcpy(r->lg + r->n++ * V, ev->logits, V * sizeof(float));
+}
+
+static int64_t kv_run(const zs_llm *m, zs_dtype kv, const int32_t *prompt, int64_t P,
+                      int64_t new_tokens, float *lg, zs_kv_pool_stats *ps)
+{
+    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){.kv_dtype = kv,
+                                                             .max_batched_tokens = 16});
+    kv_rec r = {lg, 0};
+    zs_gen_request q = {.prompt = prompt, .n_prompt = P, .max_tokens = new_tokens,
+                        .ignore_eos = true};
+    if (!e || zs_engine_add(e, &q, NULL) != ZS_OK || zs_engine_run(e, on_kv, &r) != ZS_OK)
+        r.n = -1;
+    zs_engine_stats st;
+    if (e) {
+        zs_engine_get_stats(e, &st);
+        *ps = st.kv;
+    }
+    zs_engine_free(e);
+    return r.n;
+}
+
+/* A KV cache in bf16 or f16 for an f32 model: the logits stay near the f32
+ * cache's (keys and values rounded to 8 or 11 significant bits), the pool's
+ * blocks are half the bytes, traces are batch invariant, and a 16-bit
+ * cache for a float64 model or a cache in int8 is refused. */
+static void test_kv_dtype(const zs_llm *m, const zs_llm *m64)
+{
+    zt_section("KV cache in bf16 / f16: near f32, half the bytes, errors");
+    int64_t P = 37, N = 20;
+    int32_t *prompt = random_tokens(P);
+    float *ref = malloc((size_t)(N * V) * sizeof *ref), *lg = malloc(sizeof *ref * N * V);
+    zs_kv_pool_stats s32, s16;
+    ZT_CHECK(kv_run(m, ZS_F32, prompt, P, N, ref, &s32) == N, "f32 cache: %s",
+             zs_last_error());
+    double scale = 0;
+    for (int64_t i = 0; i < N * V; i++)
+        scale = fmax(scale, fabs(ref[i]));
+    const zs_dtype kvs[2] = {ZS_BF16, ZS_F16};
+    const double tol[2] = {0.02, 0.003}; /* relative to the largest |logit| */
+    for (int i = 0; i < 2; i++) {
+        int64_t n = kv_run(m, kvs[i], prompt, P, N, lg, &s16);
+        double err = 0;
+        for (int64_t j = 0; n == N && j < N * V; j++)
+            err = fmax(err, fabs(lg[j] - ref[j]));
+        ZT_CHECK(n == N && err / scale < tol[i], "%s cache: %lld tokens, logits within "
+                 "%.4f of the f32 cache's (largest %.2f)", zs_dtype_name(kvs[i]),
+                 (long long)n, err, scale);
+        ZT_CHECK(2 * s16.block_bytes == s32.block_bytes, "%s blocks: %lld bytes, f32 %lld",
+                 zs_dtype_name(kvs[i]), (long long)s16.block_bytes,
+                 (long long)s32.block_bytes);
+    }
+    zs_engine *e = zs_engine_new(m64, NULL, &(zs_engine_config){.kv_dtype = ZS_BF16});
+    ZT_EXPECT_ERROR(e == NULL, "bf16 for a model that computes in f64");
+    e = zs_engine_new(m, NULL, &(zs_engine_config){.kv_dtype = ZS_I8});
+    ZT_EXPECT_ERROR(e == NULL, "KV cache in i8");
+    free(prompt), free(ref), free(lg);
+}
+
 /* ---- quantized checkpoints ------------------------------------------------ */
 
 /* Rewrites path with tensor `name` changed by fn (or dropped). */
@@ -651,6 +727,14 @@ int main(void)
     zs_module *g64 = tiny_gpt(ZS_GPT2, 128);
     ZT_CHECK(zs_module_to_dtype(g64, ZS_F64) == ZS_OK, "to f64");
     test_weight_arena(g, g64);
+    zs_llm *m64 = zs_llm_from_gpt(g64, NULL);
+    test_kv_dtype(m, m64);
+    zs_llm_free(m64);
+    trace_kv = ZS_BF16;
+    test_trace(m, "trace, bf16 KV cache, tiny pool: batched = alone", 12, 48);
+    trace_kv = ZS_F16;
+    test_trace(m, "trace, f16 KV cache, roomy pool: batched = alone", 0, 64);
+    trace_kv = ZS_F32;
     zs_module_free(g64);
     zs_llm_free(m);
     zs_module_free(g);

@@ -31,6 +31,7 @@
 #include <immintrin.h>
 #define ZSK_PAGED_AVX512 1
 #define AVX512 __attribute__((target("avx512f")))
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f")))
 #endif
 
 #define CHUNK 16 /* positions per work item (a multiple of TILE): 160
@@ -46,6 +47,8 @@ typedef struct job {
     const zsk_paged_attn *a;
     const item *items;
     float *part;          /* per item and head: max, sum, then D weighted values */
+    float *wide;          /* portable path, 16-bit K/V: per pool thread a tile's
+                           * key and value rows of one head in f32 [TILE, 2, D] */
     bool avx512;          /* the zmm tile function (D a multiple of 16) */
 } job;
 
@@ -78,19 +81,31 @@ ZSK_CLONES static void scale(float *restrict y, float c, int64_t n)
         y[i] *= c;
 }
 
+static size_t kv_size(zs_dtype kv) { return kv == ZS_F32 ? 4 : 2; }
+
 /* The rows (all heads) of positions t .. t + n - 1 of sequence s, keys
  * (off = k_off) or values: one division for the tile, then slots counted
  * up. */
 static void tile_rows(const zsk_paged_attn *a, int64_t s, int64_t t, int n, int64_t off,
-                      const float **r)
+                      const void **r)
 {
     const int32_t *table = a->tables[s];
     int64_t bi = t / a->bs, slot = t % a->bs;
+    size_t es = kv_size(a->kv);
     for (int k = 0; k < n; k++) {
-        r[k] = a->base + table[bi] * a->block_stride + off + slot * a->H * a->D;
+        r[k] = (const char *)a->base +
+               (size_t)(table[bi] * a->block_stride + off + slot * a->H * a->D) * es;
         if (++slot == a->bs)
             slot = 0, bi++;
     }
+}
+
+/* Elements [e0, e0 + n) of a 16-bit row widened into dst (portable path). */
+static void widen(zs_dtype kv, const void *row, int64_t e0, int64_t n, float *dst)
+{
+    const uint16_t *u = (const uint16_t *)row + e0;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = kv == ZS_BF16 ? zs_bf16_to_f32(u[i]) : zs_f16_to_f32(u[i]);
 }
 
 /* The online softmax step of one head over one tile, portable: kr, vr the
@@ -122,18 +137,30 @@ static void tile_c(const zsk_paged_attn *a, const float *q, const float *const *
  * softmax step per head on 16 lanes, then the value rows position by
  * position into every head's acc (in L1: part). part: H states of D + 2
  * floats (max, sum, acc). */
-AVX512 static void tile_heads_avx512(const zsk_paged_attn *a, const float *q,
-                                     const float *const *kr, const float *const *vr, int n,
-                                     int64_t dist, float *part)
+/* 16 elements of a K or V row from element i, widened to f32. */
+AVX512_INLINE __m512 load_kv(zs_dtype kv, const void *row, int64_t i)
+{
+    if (kv == ZS_F32)
+        return _mm512_loadu_ps((const float *)row + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i));
+    if (kv == ZS_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AVX512_INLINE void tile_heads_kv(zs_dtype kv, const zsk_paged_attn *a, const float *q,
+                                 const void *const *kr, const void *const *vr, int n,
+                                 int64_t dist, float *part)
 {
     int64_t D = a->D, H = a->H, S = D + 2;
     float sc[MAX_HEADS * TILE];
     for (int k = 0; k < n; k++)
         for (int64_t h = 0; h < H; h++) {
-            const float *qh = q + h * D, *kh = kr[k] + h * D;
-            __m512 v = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_loadu_ps(kh));
+            const float *qh = q + h * D;
+            __m512 v = _mm512_mul_ps(_mm512_loadu_ps(qh), load_kv(kv, kr[k], h * D));
             for (int64_t d = 16; d < D; d += 16)
-                v = _mm512_fmadd_ps(_mm512_loadu_ps(qh + d), _mm512_loadu_ps(kh + d), v);
+                v = _mm512_fmadd_ps(_mm512_loadu_ps(qh + d), load_kv(kv, kr[k], h * D + d),
+                                    v);
             sc[h * TILE + k] = _mm512_reduce_add_ps(v);
         }
     __mmask16 live = (__mmask16)((1u << n) - 1);
@@ -163,12 +190,23 @@ AVX512 static void tile_heads_avx512(const zsk_paged_attn *a, const float *q,
     for (int k = 0; k < n; k++)
         for (int64_t h = 0; h < H; h++) {
             float *acc = part + h * S + 2;
-            const float *vh = vr[k] + h * D;
             __m512 w = _mm512_set1_ps(sc[h * TILE + k]);
             for (int64_t d = 0; d < D; d += 16)
-                _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(w, _mm512_loadu_ps(vh + d),
+                _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(w, load_kv(kv, vr[k], h * D + d),
                                                           _mm512_loadu_ps(acc + d)));
         }
+}
+
+/* The tile function with the element type a constant in each copy. */
+AVX512 static void tile_heads_avx512(const zsk_paged_attn *a, const float *q,
+                                     const void *const *kr, const void *const *vr, int n,
+                                     int64_t dist, float *part)
+{
+    switch (a->kv) {
+    case ZS_BF16: tile_heads_kv(ZS_BF16, a, q, kr, vr, n, dist, part); return;
+    case ZS_F16: tile_heads_kv(ZS_F16, a, q, kr, vr, n, dist, part); return;
+    default: tile_heads_kv(ZS_F32, a, q, kr, vr, n, dist, part); return;
+    }
 }
 #endif
 
@@ -180,6 +218,7 @@ static void chunk_body(void *ctx, int64_t lo, int64_t hi)
     const job *j = ctx;
     const zsk_paged_attn *a = j->a;
     int64_t D = a->D, H = a->H;
+    float *wide = j->wide ? j->wide + (size_t)zs_thread_index() * 2 * TILE * D : NULL;
     for (int64_t w = lo; w < hi; w++) {
         const item *it = &j->items[w];
         float *part = j->part + w * H * (D + 2);
@@ -191,7 +230,8 @@ static void chunk_body(void *ctx, int64_t lo, int64_t hi)
         int64_t last = a->len[it->s] - 1;
         for (int64_t t = it->t0; t < it->t1; t += TILE) {
             int n = it->t1 - t < TILE ? (int)(it->t1 - t) : TILE;
-            const float *kr[TILE], *vr[TILE], *kh[TILE], *vh[TILE];
+            const void *kr[TILE], *vr[TILE];
+            const float *kh[TILE], *vh[TILE];
             tile_rows(a, it->s, t, n, a->k_off, kr);
             tile_rows(a, it->s, t, n, a->v_off, vr);
 #ifdef ZSK_PAGED_AVX512
@@ -205,8 +245,17 @@ static void chunk_body(void *ctx, int64_t lo, int64_t hi)
                 head_state st = {p, p + 1, p + 2};
                 const float *q = a->q + (it->s * H + h) * D;
                 float slope = a->slopes ? a->slopes[h] : 0;
-                for (int k = 0; k < n; k++)
-                    kh[k] = kr[k] + h * D, vh[k] = vr[k] + h * D;
+                for (int k = 0; k < n; k++) {
+                    if (a->kv == ZS_F32) {
+                        kh[k] = (const float *)kr[k] + h * D;
+                        vh[k] = (const float *)vr[k] + h * D;
+                        continue;
+                    }
+                    float *wk = wide + 2 * k * D, *wv = wk + D;
+                    widen(a->kv, kr[k], h * D, D, wk);
+                    widen(a->kv, vr[k], h * D, D, wv);
+                    kh[k] = wk, vh[k] = wv;
+                }
                 tile_c(a, q, kh, vh, n, slope, last - t, st);
             }
         }
@@ -257,6 +306,9 @@ static void merge_seqs(void *ctx, int64_t s0, int64_t s1)
 zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
 {
     int64_t n = 0, H = a->H, D = a->D;
+    if (a->kv != ZS_F32 && a->kv != ZS_BF16 && a->kv != ZS_F16)
+        return zs_set_error("paged attention: keys and values in %s, expected f32, "
+                            "bf16 or f16", zs_dtype_name(a->kv));
     for (int64_t s = 0; s < a->n_seqs; s++) {
         if (a->len[s] < 1)
             return zs_set_error("paged attention: sequence %lld has no cached position",
@@ -274,12 +326,20 @@ zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
     for (int64_t s = 0; s < a->n_seqs; s++)
         for (int64_t t = 0; t < a->len[s]; t += CHUNK)
             items[w++] = (item){s, t, t + CHUNK < a->len[s] ? t + CHUNK : a->len[s]};
-    job j = {a, items, part, false};
+    job j = {a, items, part, NULL, false};
 #ifdef ZSK_PAGED_AVX512
     j.avx512 = a->D % 16 == 0 && a->H <= MAX_HEADS && zs_cpu()->avx512f &&
                !zsk_linear_portable();
 #endif
+    if (!j.avx512 && a->kv != ZS_F32 &&
+        !(j.wide = zs_alloc((size_t)zs_num_threads() * 2 * TILE * (size_t)D *
+                            sizeof *j.wide))) {
+        zs_free(items);
+        zs_free(part);
+        return zs_set_error_code(ZS_ERR_NOMEM, "paged attention: out of memory");
+    }
     zs_parallel_for(n, 1, chunk_body, &j);
+    zs_free(j.wide);
     /* first[s]: sequence s's first item; the merges run over the pool too
      * (a prefill step has one sequence row per token) */
     int64_t *first = zs_alloc((size_t)(a->n_seqs + 1) * sizeof *first);

@@ -19,6 +19,11 @@
  * other sequences of the batch, nor on the number of threads (batch
  * invariance).
  *
+ * Keys and values may be stored in 16 bits (kv = ZS_BF16 or ZS_F16, for an
+ * f32 model: half the bytes that decode streams per token); each element
+ * is widened to f32 exactly as zs_bf16_to_f32 / zs_f16_to_f32 do and the
+ * arithmetic is the f32 path's.
+ *
  * Paths: AVX-512 (when D is a multiple of 16, H <= 128 and the CPU has
  * AVX-512F: a tile's rows read in address order, 16 scores per head as one
  * vector) or portable loops through the clones; the two differ in
@@ -35,7 +40,7 @@
 typedef struct zsk_paged_attn {
     int64_t n_seqs, H, D;
     const float *q;               /* [n_seqs, H, D] */
-    const float *base;            /* the pool's first element */
+    const void *base;             /* the pool's first element, of type kv */
     int64_t block_stride;         /* elements from one block to the next */
     int64_t k_off, v_off;         /* elements: this layer's K and V in a block */
     int64_t bs;                   /* tokens per block */
@@ -45,6 +50,8 @@ typedef struct zsk_paged_attn {
     const float *slopes;          /* [H] ALiBi slopes (BLOOM), or NULL: the
                                    * score of position t gets
                                    * - slopes[h] * (len - 1 - t) */
+    zs_dtype kv;                  /* the pool's elements: ZS_F32 (0), ZS_BF16
+                                   * or ZS_F16 */
 } zsk_paged_attn;
 
 /* The same for float64 queries, pool and output (a float64 model): plain
@@ -61,7 +68,8 @@ typedef struct zsk_paged_attn_f64 {
 } zsk_paged_attn_f64;
 
 /* o [n_seqs, H, D] = softmax(q k^T * scale) v per sequence and head.
- * ZS_ERR_ARG for a sequence of length < 1; ZS_ERR_NOMEM when scratch
+ * ZS_ERR_ARG for a sequence of length < 1 or another kv dtype (f32
+ * queries); ZS_ERR_NOMEM when scratch
  * memory cannot be had (message set). */
 zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o);
 zs_status zsk_paged_attention_f64(const zsk_paged_attn_f64 *a, double *o);
