@@ -35,7 +35,8 @@
  *
  * 3. Aggregate decode tokens/s of 1, 4, 16, 64 sequences added at once
  *    (prompt 128, 64 new tokens each; max_batched_tokens 2048, so the
- *    prefills take several steps), f32 and q8_0. "full batch" counts
+ *    prefills take several steps), f32, q8_0, and q8_0 with the KV cache
+ *    in bf16 (zs_engine_config.kv_dtype: half the KV bytes per step). "full batch" counts
  *    only the steps that start with every sequence past its first token
  *    and none finished (all decoding: each emits one token per sequence):
  *    sequences / the median time of those steps; "overall" is all output
@@ -654,13 +655,14 @@ static zs_status add_batch(zs_engine *e, int64_t n, const config *c, int64_t voc
  * sequence past its first token, none finished when it starts) emits n
  * tokens: full_tok_s = n / the median of those steps' times (the median
  * shrugs off the shared machine's stalls). */
-static zs_status run_batch(const zs_llm *llm, int64_t n, const config *c, agg_result *r)
+static zs_status run_batch(const zs_llm *llm, zs_dtype kv, int64_t n, const config *c,
+                           agg_result *r)
 {
     const zs_gpt_config *g = zs_llm_config(llm);
     int64_t per_seq = cdiv(c->prompt + c->new_tokens, BLOCK);
     zs_engine_config ec = {.max_num_seqs = n, .max_batched_tokens = BATCH_BUDGET,
                            .kv_blocks = imax(n * per_seq, cdiv(g->ctx, BLOCK) + 1),
-                           .no_prefix_cache = true};
+                           .no_prefix_cache = true, .kv_dtype = kv};
     zs_engine *e = zs_engine_new(llm, NULL, &ec);
     batch_run b = {.n = n, .n_out = calloc((size_t)n, sizeof(int64_t))};
     double *step_s = malloc((size_t)(c->new_tokens + 1) * sizeof *step_s);
@@ -688,30 +690,39 @@ static zs_status run_batch(const zs_llm *llm, int64_t n, const config *c, agg_re
 
 static zs_status section_batched(zs_module *m, const config *c)
 {
-    const zs_quant qs[2] = {ZS_QUANT_NONE, ZS_QUANT_Q8_0};
-    agg_result r[2][N_BATCHES];
-    for (int q = 0; q < 2; q++) {
-        zs_llm *llm = make_llm(m, qs[q]);
-        if (!llm)
-            return ZS_ERR_ARG;
+    enum { SIDES = 3 }; /* f32, q8_0, q8_0 with a bf16 KV cache */
+    const zs_quant qs[SIDES] = {ZS_QUANT_NONE, ZS_QUANT_Q8_0, ZS_QUANT_Q8_0};
+    const zs_dtype kvs[SIDES] = {ZS_F32, ZS_F32, ZS_BF16};
+    agg_result r[SIDES][N_BATCHES];
+    zs_llm *llm = NULL;
+    for (int q = 0; q < SIDES; q++) {
+        if (q == 0 || qs[q] != qs[q - 1]) {
+            zs_llm_free(llm);
+            if (!(llm = make_llm(m, qs[q])))
+                return ZS_ERR_ARG;
+        }
         zs_status st = ZS_OK;
         for (int64_t i = 0; st == ZS_OK && i < c->n_batches; i++)
-            st = run_batch(llm, c->batches[i], c, &r[q][i]);
-        zs_llm_free(llm);
-        if (st != ZS_OK)
+            st = run_batch(llm, kvs[q], c->batches[i], c, &r[q][i]);
+        if (st != ZS_OK) {
+            zs_llm_free(llm);
             return st;
+        }
     }
+    zs_llm_free(llm);
     printf("\naggregate decode, sequences added at once (prompt %lld, %lld new tokens "
            "each, max_batched_tokens %d); tok/s: \"full batch\" = sequences / median "
            "time of the steps with every sequence decoding, \"overall\" = all output "
-           "tokens / wall time with the prefills\n", (long long)c->prompt,
-           (long long)c->new_tokens, BATCH_BUDGET);
-    printf("  %5s %14s %15s %12s %12s %9s\n", "seqs", "f32 full batch",
-           "q8_0 full batch", "f32 overall", "q8_0 overall", "f32 steps");
+           "tokens / wall time with the prefills; +bf16kv: the KV cache in bf16\n",
+           (long long)c->prompt, (long long)c->new_tokens, BATCH_BUDGET);
+    printf("  %5s %14s %15s %15s %12s %12s %13s %9s\n", "seqs", "f32 full batch",
+           "q8_0 full batch", "+bf16kv full", "f32 overall", "q8_0 overall",
+           "+bf16kv all", "f32 steps");
     for (int64_t i = 0; i < c->n_batches; i++)
-        printf("  %5lld %14.1f %15.1f %12.1f %12.1f %9lld\n", (long long)c->batches[i],
-               r[0][i].full_tok_s, r[1][i].full_tok_s, r[0][i].all_tok_s,
-               r[1][i].all_tok_s, (long long)r[0][i].full_steps);
+        printf("  %5lld %14.1f %15.1f %15.1f %12.1f %12.1f %13.1f %9lld\n",
+               (long long)c->batches[i], r[0][i].full_tok_s, r[1][i].full_tok_s,
+               r[2][i].full_tok_s, r[0][i].all_tok_s, r[1][i].all_tok_s, r[2][i].all_tok_s,
+               (long long)r[0][i].full_steps);
     return ZS_OK;
 }
 
