@@ -584,8 +584,10 @@ static int64_t kv_run(const zs_llm *m, zs_dtype kv, const int32_t *prompt, int64
     return r.n;
 }
 
-/* A KV cache in bf16 or f16 for an f32 model: the logits stay near the f32
- * cache's (keys and values rounded to 8 or 11 significant bits), the pool's
+/* A KV cache in bf16 or f16 for an f32 model: the logits differ from the
+ * f32 cache's (the values really are rounded, to 8 or 11 significant bits)
+ * but stay near them (this tiny model's attention moves its small logits
+ * little: relative 1.6e-5 and 3.1e-6 measured, bounds 60x that), the pool's
  * blocks are half the bytes, traces are batch invariant, and a 16-bit
  * cache for a float64 model or a cache in int8 is refused. */
 static void test_kv_dtype(const zs_llm *m, const zs_llm *m64)
@@ -601,15 +603,15 @@ static void test_kv_dtype(const zs_llm *m, const zs_llm *m64)
     for (int64_t i = 0; i < N * V; i++)
         scale = fmax(scale, fabs(ref[i]));
     const zs_dtype kvs[2] = {ZS_BF16, ZS_F16};
-    const double tol[2] = {0.02, 0.003}; /* relative to the largest |logit| */
+    const double tol[2] = {1e-3, 2e-4}; /* measured 1.6e-5 and 3.1e-6 */ /* relative to the largest |logit| */
     for (int i = 0; i < 2; i++) {
         int64_t n = kv_run(m, kvs[i], prompt, P, N, lg, &s16);
         double err = 0;
         for (int64_t j = 0; n == N && j < N * V; j++)
             err = fmax(err, fabs(lg[j] - ref[j]));
-        ZT_CHECK(n == N && err / scale < tol[i], "%s cache: %lld tokens, logits within "
-                 "%.4f of the f32 cache's (largest %.2f)", zs_dtype_name(kvs[i]),
-                 (long long)n, err, scale);
+        ZT_CHECK(n == N && err > 0 && err / scale < tol[i], "%s cache: %lld tokens, logits within %.3g "
+                 "(%.3g) of the f32 cache's (largest %.2f)", zs_dtype_name(kvs[i]),
+                 (long long)n, err, err / scale, scale);
         ZT_CHECK(2 * s16.block_bytes == s32.block_bytes, "%s blocks: %lld bytes, f32 %lld",
                  zs_dtype_name(kvs[i]), (long long)s16.block_bytes,
                  (long long)s32.block_bytes);
