@@ -55,19 +55,17 @@
  *    --trace-seqs (32), max_batched_tokens = 32 * 256 (a prompt is never
  *    split, and a static batch is filled in its first step), KV blocks
  *    for every slot at the longest prompt + the longest output (static
- *    padding included: nothing is preempted). A third run is continuous
- *    batching in the same pool with max_num_seqs 2 x --trace-seqs: static
- *    batching must reserve a slot's longest prompt + longest output in
- *    it, so it holds --trace-seqs sequences, while paged blocks go only to
- *    positions in use (the pool peaks at about half its size in the first
- *    run), which leaves room for twice as many. On 2 cores this gained
- *    nothing clear (1.97x and 2.08x static against 2.02x and 1.85x in the
- *    same runs): at 32 sequences a step is already bound by reading the
- *    KV cache (attention ~45% of the cycles), which grows with the
- *    sequences, so the step time doubles with them. With equal slots the
- *    throughput ratio is bounded by about E[longest of a batch] / E[mean
- *    output] (~1.9 for 32 outputs uniform in 8..512), since a step costs
- *    about the same in both modes. The driver adds each request
+ *    padding included: nothing is preempted). Static batches pad their
+ *    prompts to the batch's longest too (zs_engine_config.static_batching:
+ *    the pad rows are computed and dropped, as masked left padding costs
+ *    in a static server). A step costs about the same in both modes, so
+ *    the ratio is bounded by about E[longest output of a batch] / E[mean
+ *    output] (~1.9 for 32 outputs uniform in 8..512) plus the prompt
+ *    padding. (Continuous batching with 2 x the sequences in the same
+ *    pool, which paging makes room for, was measured too and gained
+ *    nothing on 2 cores, 1.88-2.08x static in three runs against 1.85-
+ *    2.07x at equal slots: a 32-sequence step is already bound by reading
+ *    the KV cache, attention ~45% of the cycles.) The driver adds each request
  *    when the wall clock passes its arrival, then steps the engine.
  *    Throughput = output tokens / seconds until the last token; TTFT =
  *    first token's event - arrival; TPOT = (last - first token time) /
@@ -777,6 +775,7 @@ typedef struct trace_result {
     double seconds, tok_s;
     double ttft_p50, ttft_p99, tpot_p50, tpot_p99;
     int64_t tokens, steps, preemptions;
+    int64_t prompt_rows, padding_rows; /* prefill rows computed, and padding */
     /* KV, sampled after every step */
     double peak_used, peak_ctx_reserve, peak_req_reserve, peak_tokens;
     double waste_sum, waste_max;
@@ -822,6 +821,7 @@ static void sample_kv(const zs_engine *e, const trace_run *run, double tok_bytes
     r->peak_req_reserve = fmax(r->peak_req_reserve, run->reserve * tok_bytes);
     r->peak_tokens = fmax(r->peak_tokens, used - (double)st.kv.wasted_bytes);
     r->preemptions = st.preemptions;
+    r->prompt_rows = st.computed_prompt_tokens, r->padding_rows = st.padding_rows;
     if (used > 0) {
         double w = (double)st.kv.wasted_bytes / used;
         if (w > r->waste_max) {
@@ -906,7 +906,7 @@ static zs_status trace_drive(zs_engine *e, trace *t, double tok_bytes, int64_t c
  * longest prompt + the longest output: a static batch pads its finished
  * members to its longest, so none is ever preempted. */
 static zs_status trace_run_mode(const zs_llm *llm, trace *t, const config *c,
-                                bool static_batching, int64_t seqs, trace_result *r)
+                                bool static_batching, trace_result *r)
 {
     const zs_gpt_config *g = zs_llm_config(llm);
     int64_t long_prompt = 0, long_out = 0;
@@ -918,7 +918,7 @@ static zs_status trace_run_mode(const zs_llm *llm, trace *t, const config *c,
     }
     int64_t per_seq = cdiv(imin(long_prompt + long_out, g->ctx), BLOCK);
     zs_engine_config ec = {
-        .max_num_seqs = seqs,
+        .max_num_seqs = c->trace_seqs,
         .max_batched_tokens = c->trace_seqs * c->prompt_max,
         .kv_blocks = imax(c->trace_seqs * per_seq, cdiv(g->ctx, BLOCK) + 1),
         .static_batching = static_batching};
@@ -974,13 +974,11 @@ static zs_status section_trace(const config *c, summary *s)
     zs_module_free(m);
     trace t = {0};
     zs_status st = llm ? trace_make(c, g.vocab, g.ctx, &t) : ZS_ERR_ARG;
-    trace_result cont = {0}, stat = {0}, wide = {0};
+    trace_result cont = {0}, stat = {0};
     if (st == ZS_OK)
-        st = trace_run_mode(llm, &t, c, false, c->trace_seqs, &cont);
+        st = trace_run_mode(llm, &t, c, false, &cont);
     if (st == ZS_OK)
-        st = trace_run_mode(llm, &t, c, true, c->trace_seqs, &stat);
-    if (st == ZS_OK)
-        st = trace_run_mode(llm, &t, c, false, 2 * c->trace_seqs, &wide);
+        st = trace_run_mode(llm, &t, c, true, &stat);
     double span = t.n ? t.r[t.n - 1].arrival : 0;
     trace_free(&t);
     zs_llm_free(llm);
@@ -1006,13 +1004,9 @@ static zs_status section_trace(const config *c, summary *s)
     printf("  continuous/static: throughput %.2f, TTFT p50 %.2f, TPOT p50 %.2f\n",
            cont.tok_s / stat.tok_s, cont.ttft_p50 / stat.ttft_p50,
            cont.tpot_p50 / stat.tpot_p50);
-    printf("  the same KV pool with max_num_seqs %lld (paging leaves room for more "
-           "sequences than the %lld slots static batching reserves in it):\n",
-           (long long)(2 * c->trace_seqs), (long long)c->trace_seqs);
-    print_trace_row("cont. x2", &wide);
-    printf("  continuous x2/static: throughput %.2f, TTFT p50 %.2f, TPOT p50 %.2f\n",
-           wide.tok_s / stat.tok_s, wide.ttft_p50 / stat.ttft_p50,
-           wide.tpot_p50 / stat.tpot_p50);
+    printf("  prompt rows computed: continuous %lld, static %lld + %lld padding (prompts "
+           "padded to their batch's longest)\n", (long long)cont.prompt_rows,
+           (long long)stat.prompt_rows, (long long)stat.padding_rows);
     print_kv(&cont, &g);
     s->cont_tput = cont.tok_s, s->static_tput = stat.tok_s;
     s->waste_mean = 100 * cont.waste_sum / (double)cont.waste_steps;

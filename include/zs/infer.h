@@ -148,7 +148,11 @@ typedef struct zs_engine_config {
     bool static_batching;        /* comparison mode: a batch is admitted
                                   * only when the previous one has finished
                                   * entirely, each member is padded to the
-                                  * longest (its slot stays busy) */
+                                  * longest (its slot stays busy), and its
+                                  * prompt to the batch's longest prompt
+                                  * (the pad rows are computed in a scratch
+                                  * sequence and dropped, as masked left
+                                  * padding costs) */
     zs_dtype kv_dtype;           /* keys and values in the pool: ZS_F32 (0)
                                   * means the model's compute dtype; ZS_BF16
                                   * or ZS_F16 store an f32 model's in 16 bits
@@ -211,6 +215,7 @@ typedef struct zs_engine_stats {
     int64_t running, waiting, steps, preemptions;
     int64_t prompt_tokens, computed_prompt_tokens, generated_tokens;
     int64_t requests_done;
+    int64_t padding_rows;    /* static batching's prompt padding computed */
     zs_kv_pool_stats kv;     /* prefix_hits / prefix_queries = hit rate */
 } zs_engine_stats;
 

@@ -82,6 +82,9 @@ struct zs_engine {
     float *row;              /* f32 logits of one row */
     float *tmp;              /* [V] scratch of the log-sum-exp */
     int64_t cap_rows;
+    int64_t *pads;           /* static batching: [max_num_seqs] prompt padding
+                              * of the members admitted this step */
+    int64_t n_pads;
     zs_engine_stats st;
 };
 
@@ -210,7 +213,9 @@ zs_engine *zs_engine_new(const zs_llm *m, const zs_bpe *tokenizer,
                             c.block_size, c.kv_blocks, c.kv_dtype};
     e->row = malloc((size_t)m->c.vocab * sizeof *e->row);
     e->tmp = malloc((size_t)m->c.vocab * sizeof *e->tmp);
-    if (!(e->pool = zs_kv_pool_new(&pc)) || !e->row || !e->tmp) {
+    e->pads = c.static_batching ? malloc((size_t)c.max_num_seqs * sizeof *e->pads) : NULL;
+    if (!(e->pool = zs_kv_pool_new(&pc)) || !e->row || !e->tmp ||
+        (c.static_batching && !e->pads)) {
         if (e->pool)
             oom();
         zs_engine_free(e);
@@ -256,6 +261,7 @@ void zs_engine_free(zs_engine *e)
     zsi_work_free(&e->work);
     free(e->run), free(e->wait), free(e->pieces), free(e->b_tok), free(e->b_pos);
     free(e->b_out), free(e->b_tab), free(e->logits), free(e->row), free(e->tmp);
+    free(e->pads);
     free(e);
 }
 
@@ -482,6 +488,8 @@ static int64_t want(const zs_engine *e, const seq *s, int64_t budget)
 
 typedef struct plan {
     int64_t n_pieces, rows, budget;
+    int64_t pad_rows, pad_max; /* static batching's prompt padding this step
+                                * (e->pads: per member) */
 } plan;
 
 static void add_piece(zs_engine *e, plan *p, seq *s, int64_t count)
@@ -513,6 +521,60 @@ static zs_status schedule_running(zs_engine *e, plan *p, bool *preempted)
     return ZS_OK;
 }
 
+/* A static batch just admitted as run[first ..]: every member's prefill
+ * padded to the longest (p->pad_rows rows in all, p->pad_max at most for
+ * one member). */
+static void plan_padding(zs_engine *e, plan *p, int64_t first)
+{
+    int64_t most = 0;
+    for (int64_t i = first; i < e->n_run; i++) {
+        const seq *s = e->run[i];
+        most = s->n_tok - s->computed > most ? s->n_tok - s->computed : most;
+    }
+    e->n_pads = 0;
+    for (int64_t i = first; i < e->n_run; i++) {
+        int64_t pad = most - (e->run[i]->n_tok - e->run[i]->computed);
+        e->pads[e->n_pads++] = pad;
+        p->pad_rows += pad;
+        p->pad_max = pad > p->pad_max ? pad : p->pad_max;
+    }
+}
+
+/* Computes the step's prompt padding (static batching): member i's pads[i]
+ * rows of token 0 at positions 0 .. pads[i] - 1 of a scratch sequence (the
+ * members share it: what the rows leave there is never read by a real
+ * sequence), at most cap_rows rows per forward, no logits. Without blocks
+ * for the scratch it pads nothing: real sequences never wait for padding. */
+static zs_status run_padding(zs_engine *e, const plan *p)
+{
+    zs_kv_seq pad;
+    zs_kv_seq_init(&pad);
+    if (zs_kv_seq_append(e->pool, &pad, p->pad_max) != ZS_OK) {
+        zs_kv_seq_release(e->pool, &pad);
+        zs_clear_error();
+        return ZS_OK;
+    }
+    zs_status st = ZS_OK;
+    int64_t i = 0, t = 0;
+    while (st == ZS_OK && i < e->n_pads) {
+        int64_t n = 0;
+        for (; i < e->n_pads && n < e->cap_rows; n++) {
+            while (i < e->n_pads && t == e->pads[i])
+                i++, t = 0;
+            if (i == e->n_pads)
+                break;
+            e->b_tok[n] = 0;
+            e->b_pos[n] = t++;
+            e->b_tab[n] = pad.blocks;
+        }
+        zsi_batch b = {n, e->b_tok, e->b_pos, e->b_tab, 0, e->b_out};
+        st = n > 0 ? zsi_forward(e->m, e->pool, &b, &e->work, NULL) : ZS_OK;
+        e->st.padding_rows += n;
+    }
+    zs_kv_seq_release(e->pool, &pad);
+    return st;
+}
+
 /* Then waiting ones, first come first served, from their cached prefix. */
 static zs_status schedule_waiting(zs_engine *e, plan *p)
 {
@@ -521,6 +583,7 @@ static zs_status schedule_waiting(zs_engine *e, plan *p)
                                        * of this and the next steps */
     if (fill && e->n_run > 0)
         return ZS_OK;
+    int64_t first = e->n_run;
     while (e->n_wait > 0 && (p->budget > 0 || fill) && e->n_run < e->c.max_num_seqs) {
         seq *s = e->wait[0];
         if (!e->c.no_prefix_cache && s->kv.n_blocks == 0) {
@@ -546,6 +609,8 @@ static zs_status schedule_waiting(zs_engine *e, plan *p)
         if (c > 0)
             add_piece(e, p, s, c);
     }
+    if (fill)
+        plan_padding(e, p, first);
     return ZS_OK;
 }
 
@@ -835,7 +900,7 @@ zs_status zs_engine_step(zs_engine *e, zs_token_fn fn, void *ctx)
 {
     int64_t most = e->c.max_batched_tokens;
     zs_status st = reserve_rows(e, most);
-    plan p = {0, 0, most};
+    plan p = {0, 0, most, 0, 0};
     bool preempted = false;
     if (st == ZS_OK)
         st = schedule_running(e, &p, &preempted);
@@ -850,6 +915,8 @@ zs_status zs_engine_step(zs_engine *e, zs_token_fn fn, void *ctx)
             for (int64_t i = 0; i < p.n_pieces; i++)
                 if (p.n_pieces && e->pieces[i].s->state == RUNNING)
                     preempt(e, e->pieces[i].s);
+        if (st == ZS_OK && p.pad_rows > 0)
+            st = run_padding(e, &p);
         e->st.steps++;
     }
     reap(e, fn, ctx);

@@ -8,7 +8,8 @@
  *   - n > 1 samples (copy-on-write of the shared prompt block) and prefix
  *     cache hits give the logits of a cold run, bit for bit;
  *   - stop ids, max_tokens, context end, abort (blocks freed at once);
- *   - static batching whose padding is preempted for blocks;
+ *   - static batching whose padding is preempted for blocks, and its
+ *     prompt padding (computed, counted, changing no member's tokens);
  *   - quantized models (q8_0, q4_0, q4_1, LLM.int8(), SmoothQuant) stay
  *     close to f32 and are batch invariant too;
  *   - a KV cache in bf16 / f16 for an f32 model: logits near the f32
@@ -413,6 +414,40 @@ static void test_static_padding(const zs_llm *m)
     free(pa), free(pb), free(pq);
 }
 
+/* A static batch pads its prompts to the longest: the pad rows are
+ * computed (counted) and change nothing of the members' tokens. */
+static void test_static_prompt_padding(const zs_llm *m)
+{
+    zt_section("static batching: prompts padded to the batch's longest");
+    const int64_t P[4] = {5, 9, 20, 7};
+    trace_req t[4];
+    static out o[4], alone;
+    memset(o, 0, sizeof o);
+    rec r = {o};
+    zs_engine *e = zs_engine_new(m, NULL, &(zs_engine_config){.max_num_seqs = 3,
+                                 .max_batched_tokens = 64, .static_batching = true});
+    ZT_CHECK(e != NULL, "engine: %s", zs_last_error());
+    for (int i = 0; i < 4; i++) { /* 3 in the first batch, the 4th alone */
+        t[i] = (trace_req){random_tokens(P[i]), P[i], 3 + i, 0, {.top_p = 1}, 1};
+        zs_gen_request q = request_of(&t[i], i);
+        ZT_CHECK(zs_engine_add(e, &q, NULL) == ZS_OK, "add: %s", zs_last_error());
+    }
+    ZT_CHECK(zs_engine_run(e, on_token, &r) == ZS_OK, "run: %s", zs_last_error());
+    zs_engine_stats st;
+    zs_engine_get_stats(e, &st);
+    ZT_CHECK(st.padding_rows == (20 - 5) + (20 - 9) && st.kv.used_blocks == 0,
+             "padding rows %lld (expected 26), %lld blocks held",
+             (long long)st.padding_rows, (long long)st.kv.used_blocks);
+    for (int i = 0; i < 4; i++) {
+        run_alone(m, &t[i], &alone);
+        ZT_CHECK(o[i].n[0] == t[i].max_tokens &&
+                 !memcmp(o[i].tok[0], alone.tok[0], (size_t)t[i].max_tokens * 4),
+                 "request %d: the tokens of its run alone", i);
+        free(t[i].prompt);
+    }
+    zs_engine_free(e);
+}
+
 static void test_errors(const zs_llm *m)
 {
     zt_section("bad requests and configs");
@@ -723,6 +758,7 @@ int main(void)
     test_cow_prefix(m);
     test_stops_abort(m);
     test_static_padding(m);
+    test_static_prompt_padding(m);
     test_errors(m);
     test_quant(g, m);
     test_checkpoints(g);
