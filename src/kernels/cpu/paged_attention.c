@@ -132,11 +132,6 @@ static void tile_c(const zsk_paged_attn *a, const float *q, const float *const *
 }
 
 #ifdef ZSK_PAGED_AVX512
-/* One tile, all heads, rows read in address order (position-major): the
- * scores position by position (each key row H * D contiguous floats), the
- * softmax step per head on 16 lanes, then the value rows position by
- * position into every head's acc (in L1: part). part: H states of D + 2
- * floats (max, sum, acc). */
 /* 16 elements of a K or V row from element i, widened to f32. */
 AVX512_INLINE __m512 load_kv(zs_dtype kv, const void *row, int64_t i)
 {
@@ -148,6 +143,11 @@ AVX512_INLINE __m512 load_kv(zs_dtype kv, const void *row, int64_t i)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* One tile, all heads, rows read in address order (position-major): the
+ * scores position by position (each key row H * D contiguous floats), the
+ * softmax step per head on 16 lanes, then the value rows position by
+ * position into every head's acc (in L1: part). part: H states of D + 2
+ * floats (max, sum, acc). */
 AVX512_INLINE void tile_heads_kv(zs_dtype kv, const zsk_paged_attn *a, const float *q,
                                  const void *const *kr, const void *const *vr, int n,
                                  int64_t dist, float *part)
