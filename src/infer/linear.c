@@ -128,7 +128,7 @@ int64_t zsi_linear_bytes(const zsi_linear *l)
  * page walk; gathered in one block (7.5 MB) they lie on 2 MiB pages.
  * Measured on GPT-2 (bench/infer's decode, both layouts interleaved in one
  * process, two runs): Q8_0 197.5 -> 206.7 and 216.4 -> 224.3 tok/s, Q4_0
- * 304.3 -> 323.0 and 333.4 -> 341.4 (+4-6%). Peak memory while gathering:
+ * 304.3 -> 323.0 and 333.4 -> 341.4 (+2-6%). Peak memory while gathering:
  * the model plus one layer. */
 
 /* l's weight data (the pointer of its format) and where it came from. */

@@ -68,4 +68,5 @@ refused "--prompts of nothing" "empty" \
     "$zs" generate --ckpt "$tmp/full" --prompts /dev/null
 refused "--block-size 0" "--block-size" "$zs" generate --ckpt "$tmp/full" --block-size 0
 refused "--kv-dtype f8" "--kv-dtype" "$zs" generate --ckpt "$tmp/full" --kv-dtype f8
+refused "serve --kv-dtype f8" "--kv-dtype" "$zs" serve --ckpt "$tmp/full" --kv-dtype f8
 exit $fail

@@ -81,8 +81,6 @@ ZSK_CLONES static void scale(float *restrict y, float c, int64_t n)
         y[i] *= c;
 }
 
-static size_t kv_size(zs_dtype kv) { return kv == ZS_F32 ? 4 : 2; }
-
 /* The rows (all heads) of positions t .. t + n - 1 of sequence s, keys
  * (off = k_off) or values: one division for the tile, then slots counted
  * up. */
@@ -91,7 +89,7 @@ static void tile_rows(const zsk_paged_attn *a, int64_t s, int64_t t, int n, int6
 {
     const int32_t *table = a->tables[s];
     int64_t bi = t / a->bs, slot = t % a->bs;
-    size_t es = kv_size(a->kv);
+    size_t es = zs_dtype_size(a->kv);
     for (int k = 0; k < n; k++) {
         r[k] = (const char *)a->base +
                (size_t)(table[bi] * a->block_stride + off + slot * a->H * a->D) * es;
