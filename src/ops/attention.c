@@ -15,7 +15,7 @@
  * is copied to a contiguous buffer first. A descriptor run by zsi_run
  * (ops/op.h): the views the kernel reads and lse are its aux results,
  * lse made only when a node is recorded. Node inputs q, k, v; saved and
- * parameters: see D_ATTENTION below.
+ * parameters: see zsi_def_attention below.
  *
  * Cost model: FLOPs count what is computed, 4 D per visible (query, key)
  * pair (2 D for q.k, 2 D for p v), so a causal square attention counts
@@ -248,7 +248,7 @@ static zsi_cost attention_cost(const zsi_call *c, const zs_tensor *out)
                       zsi_bytes(out) + lse};
 }
 
-static zsi_opdef D_ATTENTION = {
+zsi_opdef zsi_def_attention = {
     .op = {.name = "attention", .backward = attention_bw}, .arity = 3,
     .infer = infer_attention,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_attention, [ZS_F64] = cpu_attention}},
@@ -259,7 +259,7 @@ zs_tensor *zs_attention(zs_tensor *q, zs_tensor *k, zs_tensor *v,
 {
     zs_attention_params prm = p ? *p : (zs_attention_params){0};
     zsi_attrs at = {.f = {prm.scale}, .i = {prm.causal, prm.alibi, prm.q_offset}};
-    return zsi_run(&D_ATTENTION, 3, (zs_tensor *[]){q, k, v}, &at);
+    return zsi_run(&zsi_def_attention, 3, (zs_tensor *[]){q, k, v}, &at);
 }
 
 /* ---- backward ---------------------------------------------------------- */

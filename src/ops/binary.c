@@ -158,7 +158,7 @@ static double binary_scalar_fn(const double *x, const zsi_attrs *a)
 }
 
 #define BINARY(var, nm, form, bw, sv)                                         \
-    static zsi_opdef var = {                                                  \
+    zsi_opdef var = {                                                  \
         .op = {.name = nm, .backward = bw}, .arity = 2,                       \
         .cls = ZSI_POINTWISE, .formula = form, .scalar = binary_scalar_fn,    \
         .flops = 1, .infer = infer_binary,                                    \
@@ -166,19 +166,19 @@ static double binary_scalar_fn(const double *x, const zsi_attrs *a)
                                [ZS_BF16] = cpu_binary_lowp}},                 \
         .save = sv}
 #define SCALAR(var, nm, form, bw)                                             \
-    static zsi_opdef var = {                                                  \
+    zsi_opdef var = {                                                  \
         .op = {.name = nm, .backward = bw}, .arity = 1,                       \
         .cls = ZSI_POINTWISE, .formula = form, .scalar = binary_scalar_fn,    \
         .flops = 1, .infer = zsi_infer_same_float,                                    \
         .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_scalar, [ZS_F64] = cpu_scalar,  \
                                [ZS_BF16] = cpu_scalar_lowp}}}
 
-BINARY(D_ADD, "add", "a + b", add_bw, NULL);
-BINARY(D_SUB, "sub", "a - b", sub_bw, NULL);
-BINARY(D_MUL, "mul", "a * b", mul_bw, save_inputs);
-BINARY(D_DIV, "div", "a / b", div_bw, save_inputs);
-SCALAR(D_ADD_SCALAR, "add_scalar", "a + f0", add_scalar_bw);
-SCALAR(D_MUL_SCALAR, "mul_scalar", "a * f0", mul_scalar_bw);
+BINARY(zsi_def_add, "add", "a + b", add_bw, NULL);
+BINARY(zsi_def_sub, "sub", "a - b", sub_bw, NULL);
+BINARY(zsi_def_mul, "mul", "a * b", mul_bw, save_inputs);
+BINARY(zsi_def_div, "div", "a / b", div_bw, save_inputs);
+SCALAR(zsi_def_add_scalar, "add_scalar", "a + f0", add_scalar_bw);
+SCALAR(zsi_def_mul_scalar, "mul_scalar", "a * f0", mul_scalar_bw);
 
 static zs_tensor *binary(zsi_opdef *d, zsk_binop k, zs_tensor *a, zs_tensor *b)
 {
@@ -186,21 +186,21 @@ static zs_tensor *binary(zsi_opdef *d, zsk_binop k, zs_tensor *a, zs_tensor *b)
     return zsi_run(d, 2, (zs_tensor *[]){a, b}, &at);
 }
 
-zs_tensor *zs_add(zs_tensor *a, zs_tensor *b) { return binary(&D_ADD, ZSK_ADD, a, b); }
-zs_tensor *zs_sub(zs_tensor *a, zs_tensor *b) { return binary(&D_SUB, ZSK_SUB, a, b); }
-zs_tensor *zs_mul(zs_tensor *a, zs_tensor *b) { return binary(&D_MUL, ZSK_MUL, a, b); }
-zs_tensor *zs_div(zs_tensor *a, zs_tensor *b) { return binary(&D_DIV, ZSK_DIV, a, b); }
+zs_tensor *zs_add(zs_tensor *a, zs_tensor *b) { return binary(&zsi_def_add, ZSK_ADD, a, b); }
+zs_tensor *zs_sub(zs_tensor *a, zs_tensor *b) { return binary(&zsi_def_sub, ZSK_SUB, a, b); }
+zs_tensor *zs_mul(zs_tensor *a, zs_tensor *b) { return binary(&zsi_def_mul, ZSK_MUL, a, b); }
+zs_tensor *zs_div(zs_tensor *a, zs_tensor *b) { return binary(&zsi_def_div, ZSK_DIV, a, b); }
 
 zs_tensor *zs_add_scalar(zs_tensor *a, double s)
 {
     zsi_attrs at = {.f = {s}, .i = {ZSK_ADD}};
-    return zsi_run(&D_ADD_SCALAR, 1, &a, &at);
+    return zsi_run(&zsi_def_add_scalar, 1, &a, &at);
 }
 
 zs_tensor *zs_mul_scalar(zs_tensor *a, double s)
 {
     zsi_attrs at = {.f = {s}, .i = {ZSK_MUL}};
-    return zsi_run(&D_MUL_SCALAR, 1, &a, &at);
+    return zsi_run(&zsi_def_mul_scalar, 1, &a, &at);
 }
 
 zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src)

@@ -175,7 +175,7 @@ static zsi_cost conv_cost(const zsi_call *c, const zs_tensor *out)
                       zsi_bytes(out)};
 }
 
-static zsi_opdef D_CONV2D = {
+zsi_opdef zsi_def_conv2d = {
     .op = {.name = "conv2d", .backward = conv2d_bw}, .infer = infer_conv,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_conv, [ZS_F64] = cpu_conv}},
     .save = save_conv, .cost = conv_cost};
@@ -184,7 +184,7 @@ zs_tensor *zs_conv2d(zs_tensor *x, zs_tensor *w, zs_tensor *bias,
                      const zs_conv2d_params *p)
 {
     zsi_attrs at = {.ptr = p};
-    return zsi_run(&D_CONV2D, bias ? 3 : 2, (zs_tensor *[]){x, w, bias}, &at);
+    return zsi_run(&zsi_def_conv2d, bias ? 3 : 2, (zs_tensor *[]){x, w, bias}, &at);
 }
 
 static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

@@ -7,7 +7,9 @@
  * kernel for (device, kernel dtype) is looked up (its absence is an error
  * listing what exists); the output is allocated by the device; the kernel
  * runs; autograd's recorder makes a node and the descriptor saves what its
- * backward needs; the cost model is counted. Measured overhead of one call
+ * backward needs; the cost model is counted. zsi_run_n is the same for
+ * operators with several results (fused backward kernels). The list of
+ * descriptors is ops/oplist.h. Measured overhead of one call
  * on a 1-element tensor: bench/dispatch.
  */
 #include <pthread.h>
@@ -17,37 +19,17 @@
 
 #include "ops/op.h"
 
-#define MAX_DEFS 256
-/* defs[0, ndefs) never change once written: entries are added under
- * defs_mu and published by the release store of ndefs, so a reader that
- * loads ndefs (acquire) may read the entries below it without the lock. */
-static zsi_opdef *defs[MAX_DEFS + 1];
-static atomic_int ndefs;
-static pthread_mutex_t defs_mu = PTHREAD_MUTEX_INITIALIZER;
-
-/* Registers def the first time it runs (and when a kernel is set), so the
- * tests and passes can walk every descriptor. zsi_run calls it only until
- * def->op.registered is set, so the lock is off the hot path. */
-static void note(zsi_opdef *def)
-{
-    pthread_mutex_lock(&defs_mu);
-    int n = atomic_load_explicit(&ndefs, memory_order_relaxed);
-    bool seen = false;
-    for (int i = 0; i < n && !seen; i++)
-        seen = defs[i] == def;
-    if (!seen && n < MAX_DEFS) {
-        defs[n] = def;
-        atomic_store_explicit(&ndefs, n + 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&defs_mu);
-}
+/* The one list (ops/oplist.h), complete before main. */
+#define ZSI_OP(sym) &sym,
+static zsi_opdef *const defs[] = {
+#include "ops/oplist.h"
+    NULL};
 
 zsi_opdef *const *zsi_opdefs(void) { return defs; }
 
 zsi_opdef *zsi_opdef_find(const char *name)
 {
-    int n = atomic_load_explicit(&ndefs, memory_order_acquire);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; defs[i]; i++)
         if (!strcmp(defs[i]->op.name, name))
             return defs[i];
     return NULL;
@@ -60,7 +42,6 @@ zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
         return zs_set_error("%s: no kernel slot for device %d, dtype %d",
                             def->op.name, device, (int)dt);
     def->kernel[device][dt] = fn;
-    note(def);
     return ZS_OK;
 }
 
@@ -127,51 +108,99 @@ bool zsi_call_records(const zsi_call *c)
     return false;
 }
 
-/* The output: a view of an input (ZSI_VIEW), or a fresh tensor on the
- * device written by the (device, dtype) kernel. */
+/* Allocates results 1.. that infer asked for on the call's device. */
+static zs_status alloc_more(zsi_call *c)
+{
+    for (int k = 1; k < c->nout; k++) {
+        const zsi_meta *m = &c->more[k - 1];
+        if (m->ndim >= 0 &&
+            !(c->outs[k] = zsi_new_tensor_on(c->device, m->dtype, m->ndim, m->shape)))
+            return ZS_ERR_NOMEM;
+    }
+    return ZS_OK;
+}
+
+static void release_outs(zsi_call *c)
+{
+    for (int k = 0; k < c->nout; k++) {
+        zs_release(c->outs[k]);
+        c->outs[k] = NULL;
+    }
+}
+
+/* The output: a view of an input (ZSI_VIEW), or fresh tensors on the
+ * device written by the (device, dtype) kernel; c->outs[0..nout). */
 static zs_tensor *make_output(zsi_call *c)
 {
     if (c->def->view)
-        return c->def->view(c);
+        return c->outs[0] = c->def->view(c);
     zsi_kernel_fn k = find_kernel(c);
     zs_tensor *out = k ? zsi_new_tensor_on(c->device, c->dtype, c->ndim, c->shape)
                        : NULL;
-    if (out && k(c, out) != ZS_OK) {
-        zs_release(out);
+    c->outs[0] = out;
+    if (out && (alloc_more(c) != ZS_OK || k(c, out) != ZS_OK)) {
+        release_outs(c);
         out = NULL;
     }
     return out;
 }
 
-zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
-                   const zsi_attrs *a)
+/* Fills c and runs infer; ZS_OK or a negative status (message set). */
+static zs_status begin_call(zsi_call *c, zsi_opdef *def, int nin,
+                            zs_tensor *const *in, const void *a,
+                            zs_tensor **aux, zs_tensor **outs)
 {
-    static const zsi_attrs none;
+    static const unsigned char none[ZSI_ATTR_BYTES] __attribute__((aligned(16)));
+    c->def = def;
+    c->nin = nin;
+    c->in = in;
+    c->attrs = a ? a : (const void *)none;
+    c->a = c->attrs;
+    c->device = nin ? (int)in[0]->device : ZS_CPU;
+    c->key = c->dtype = nin ? in[0]->dtype : ZS_F32;
+    c->ndim = 0;
+    c->aux = aux;
+    c->nout = 1;
+    c->outs = outs;
+    if (nin > ZSI_MAX_IN || (def->arity && nin != def->arity))
+        return zs_set_error("%s: %d inputs, expected %d", def->op.name, nin,
+                            def->arity);
+    zs_status st = check_devices(c);
+    return st != ZS_OK ? st : def->infer(c);
+}
+
+static void count_cost(zsi_call *c, double t0, zs_tensor *out)
+{
+    if (t0 == 0) /* profiling: the cost model is only evaluated then */
+        return;
+    zsi_cost cost = c->def->cost ? c->def->cost(c, out) : default_cost(c, out);
+    zsi_op_end((zsi_op *)&c->def->op, t0, cost.flops, cost.bytes_read,
+               cost.bytes_written);
+}
+
+static void release_aux(zs_tensor **aux)
+{
+    for (int i = 0; i < ZSI_MAX_AUX; i++)
+        if (aux[i])
+            zs_release(aux[i]);
+}
+
+zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
+                   const void *a)
+{
     for (int i = 0; i < nin; i++)
         if (!in[i])
             return NULL;
-    /* Until the op is registered (zsi_op_begin), its descriptor is noted
-     * too; a thread that sees it registered skips both locks. */
-    bool first = !atomic_load_explicit(&def->op.registered, memory_order_acquire);
     double t0 = zsi_op_begin(&def->op);
-    if (first)
-        note(def);
-    zs_tensor *aux[ZSI_MAX_AUX] = {0};
+    zs_tensor *aux[ZSI_MAX_AUX] = {0}, *outs[ZSI_MAX_OUT] = {0};
     zsi_call c; /* field by field: infer fills the shape (no zero-fill) */
-    c.def = def;
-    c.nin = nin;
-    c.in = in;
-    c.a = a ? a : &none;
-    c.device = nin ? (int)in[0]->device : ZS_CPU;
-    c.key = c.dtype = nin ? in[0]->dtype : ZS_F32;
-    c.ndim = 0;
-    c.aux = aux;
-    if (nin > ZSI_MAX_IN || (def->arity && nin != def->arity)) {
-        zs_set_error("%s: %d inputs, expected %d", def->op.name, nin, def->arity);
+    if (begin_call(&c, def, nin, in, a, aux, outs) != ZS_OK)
+        return NULL;
+    if (c.nout != 1) {
+        zs_set_error("%s: %d results: run it with zsi_run_n", def->op.name,
+                     c.nout);
         return NULL;
     }
-    if (check_devices(&c) != ZS_OK || def->infer(&c) != ZS_OK)
-        return NULL;
     zs_tensor *out = make_output(&c);
     zsi_ctx *n = NULL;
     if (out && zsi_record(&def->op, out, nin, in, &n) != ZS_OK) {
@@ -179,21 +208,45 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
         out = NULL;
     }
     if (n) {
-        memcpy(n->p.f, c.a->f, sizeof c.a->f);          /* p.f[0..3] */
-        memcpy(&n->p.i[4], c.a->i, sizeof c.a->i);      /* p.i[4..7] */
+        memcpy(n->attrs, c.attrs, def->attr_size ? def->attr_size : sizeof(zsi_attrs));
+        if (!def->attr_size) { /* generic attributes, legacy slots */
+            memcpy(n->p.f, c.a->f, sizeof c.a->f);          /* p.f[0..3] */
+            memcpy(&n->p.i[4], c.a->i, sizeof c.a->i);      /* p.i[4..7] */
+        }
         if (def->save)
             def->save(n, &c, out);
     }
-    for (int i = 0; i < ZSI_MAX_AUX; i++)
-        if (aux[i])
-            zs_release(aux[i]);
-    if (!out)
-        return NULL;
-    if (t0 != 0) { /* profiling: the cost model is only evaluated then */
-        zsi_cost cost = def->cost ? def->cost(&c, out) : default_cost(&c, out);
-        zsi_op_end(&def->op, t0, cost.flops, cost.bytes_read, cost.bytes_written);
-    }
+    release_aux(aux);
+    if (out)
+        count_cost(&c, t0, out);
     return out;
+}
+
+zs_status zsi_run_n(zsi_opdef *def, int nin, zs_tensor *const *in,
+                    const void *a, int nout, zs_tensor **out)
+{
+    for (int k = 0; k < nout; k++)
+        out[k] = NULL;
+    for (int i = 0; i < nin; i++)
+        if (!in[i])
+            return ZS_ERR_ARG;
+    double t0 = zsi_op_begin(&def->op);
+    zs_tensor *aux[ZSI_MAX_AUX] = {0}, *outs[ZSI_MAX_OUT] = {0};
+    zsi_call c;
+    zs_status st = begin_call(&c, def, nin, in, a, aux, outs);
+    if (st != ZS_OK)
+        return st;
+    if (c.nout != nout || nout > ZSI_MAX_OUT || def->view)
+        return zs_set_error("%s: %d results, the caller expects %d",
+                            def->op.name, c.nout, nout);
+    zs_tensor *o = make_output(&c);
+    release_aux(aux);
+    if (!o)
+        return zs_last_error()[0] ? ZS_ERR_ARG : ZS_ERR_NOMEM;
+    count_cost(&c, t0, o);
+    for (int k = 0; k < nout; k++)
+        out[k] = outs[k];
+    return ZS_OK;
 }
 
 zs_status zsi_infer_same_float(zsi_call *c)

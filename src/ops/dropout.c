@@ -143,7 +143,7 @@ static zsi_cost dropout_cost(const zsi_call *c, const zs_tensor *out)
     return (zsi_cost){n, zsi_bytes(c->in[0]), zsi_bytes(c->in[0]) + n};
 }
 
-static zsi_opdef D_DROPOUT = {
+zsi_opdef zsi_def_dropout = {
     .op = {.name = "dropout", .backward = dropout_bw}, .arity = 1,
     .infer = infer_dropout,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_dropout, [ZS_F64] = cpu_dropout}},
@@ -154,7 +154,7 @@ zs_tensor *zs_dropout(zs_tensor *a, double p, bool training)
     if (a && (!training || p == 0)) /* the identity: no draws, no call */
         return check_dropout(a, p) == ZS_OK ? zs_contiguous(a) : NULL;
     zsi_attrs at = {.f = {p}};
-    return zsi_run(&D_DROPOUT, 1, &a, &at);
+    return zsi_run(&zsi_def_dropout, 1, &a, &at);
 }
 
 static zs_status dropout_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

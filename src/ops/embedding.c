@@ -169,7 +169,7 @@ static zsi_cost embedding_cost(const zsi_call *c, const zs_tensor *out)
     return (zsi_cost){0, zsi_bytes(c->in[1]) + rows, rows};
 }
 
-static zsi_opdef D_EMBEDDING = {
+zsi_opdef zsi_def_embedding = {
     .op = {.name = "embedding", .backward = embedding_bw}, .arity = 2,
     .infer = infer_embedding,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_embedding, [ZS_F64] = cpu_embedding}},
@@ -177,7 +177,7 @@ static zsi_opdef D_EMBEDDING = {
 
 zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx)
 {
-    return zsi_run(&D_EMBEDDING, 2, (zs_tensor *[]){weight, idx}, NULL);
+    return zsi_run(&zsi_def_embedding, 2, (zs_tensor *[]){weight, idx}, NULL);
 }
 
 static zs_status embedding_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

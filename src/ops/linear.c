@@ -329,9 +329,9 @@ static zsi_cost linear_cost(const zsi_call *c, const zs_tensor *out)
                             [ZS_F64] = cpu_linear_f64}},                      \
      .save = save_linear, .cost = linear_cost}
 
-static zsi_opdef D_LINEAR = LINEAR_DEF("linear");
-static zsi_opdef D_LINEAR_GELU = LINEAR_DEF("linear_gelu");
-static zsi_opdef D_LINEAR_RES = LINEAR_DEF("linear_residual");
+zsi_opdef zsi_def_linear = LINEAR_DEF("linear");
+zsi_opdef zsi_def_linear_gelu = LINEAR_DEF("linear_gelu");
+zsi_opdef zsi_def_linear_res = LINEAR_DEF("linear_residual");
 
 static zs_tensor *linear_op(zsi_opdef *def, lin_kind kind, zs_tensor *x,
                             zs_tensor *w, zs_tensor *b, zs_tensor *r,
@@ -349,18 +349,18 @@ static zs_tensor *linear_op(zsi_opdef *def, lin_kind kind, zs_tensor *x,
 
 zs_tensor *zs_linear(zs_tensor *x, zs_tensor *w, zs_tensor *b)
 {
-    return linear_op(&D_LINEAR, LIN_PLAIN, x, w, b, NULL, false);
+    return linear_op(&zsi_def_linear, LIN_PLAIN, x, w, b, NULL, false);
 }
 
 zs_tensor *zs_linear_gelu(zs_tensor *x, zs_tensor *w, zs_tensor *b)
 {
-    return linear_op(&D_LINEAR_GELU, LIN_GELU, x, w, b, NULL, false);
+    return linear_op(&zsi_def_linear_gelu, LIN_GELU, x, w, b, NULL, false);
 }
 
 zs_tensor *zs_linear_residual(zs_tensor *x, zs_tensor *w, zs_tensor *b,
                               zs_tensor *r)
 {
-    return linear_op(&D_LINEAR_RES, LIN_RESIDUAL, x, w, b, r, true);
+    return linear_op(&zsi_def_linear_res, LIN_RESIDUAL, x, w, b, r, true);
 }
 
 /* ---- backward ----------------------------------------------------------- */

@@ -166,7 +166,7 @@ static zsi_cost loss_cost(const zsi_call *c, const zs_tensor *out)
     return k;
 }
 
-static zsi_opdef D_CROSS_ENTROPY = {
+zsi_opdef zsi_def_cross_entropy = {
     .op = {.name = "cross_entropy", .backward = cross_entropy_bw}, .arity = 2,
     .cls = ZSI_OTHER, .flops = 5, .infer = infer_cross_entropy,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_cross_entropy,
@@ -177,7 +177,7 @@ zs_tensor *zs_cross_entropy(zs_tensor *logits, zs_tensor *target,
                             int64_t ignore_index)
 {
     zsi_attrs at = {.i = {ignore_index}};
-    return zsi_run(&D_CROSS_ENTROPY, 2, (zs_tensor *[]){logits, target}, &at);
+    return zsi_run(&zsi_def_cross_entropy, 2, (zs_tensor *[]){logits, target}, &at);
 }
 
 static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
@@ -248,7 +248,7 @@ static void save_mse(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
     n->p.f[8] = 2.0 / (double)zs_numel(c->in[0]);
 }
 
-static zsi_opdef D_MSE = {
+zsi_opdef zsi_def_mse = {
     .op = {.name = "mse_loss", .backward = mse_bw}, .arity = 2,
     .cls = ZSI_OTHER, .flops = 3, .infer = infer_mse,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_mse, [ZS_F64] = cpu_mse}},
@@ -256,7 +256,7 @@ static zsi_opdef D_MSE = {
 
 zs_tensor *zs_mse_loss(zs_tensor *a, zs_tensor *b)
 {
-    return zsi_run(&D_MSE, 2, (zs_tensor *[]){a, b}, NULL);
+    return zsi_run(&zsi_def_mse, 2, (zs_tensor *[]){a, b}, NULL);
 }
 
 static zs_status mse_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

@@ -261,7 +261,7 @@ static zsi_cost matmul_cost(const zsi_call *c, const zs_tensor *out)
                       (double)zs_nbytes(out)};
 }
 
-static zsi_opdef D_MATMUL = {
+zsi_opdef zsi_def_matmul = {
     .op = {.name = "matmul", .backward = matmul_bw}, .arity = 2,
     .cls = ZSI_GEMM, .infer = infer_matmul,
     .kernel = {[ZS_CPU] = {[ZS_F32] = run_matmul, [ZS_F64] = run_matmul,
@@ -271,7 +271,7 @@ static zsi_opdef D_MATMUL = {
 zs_tensor *zs_matmul_t(zs_tensor *a, zs_tensor *b, bool trans_a, bool trans_b)
 {
     zsi_attrs at = {.i = {trans_a, trans_b}};
-    return zsi_run(&D_MATMUL, 2, (zs_tensor *[]){a, b}, &at);
+    return zsi_run(&zsi_def_matmul, 2, (zs_tensor *[]){a, b}, &at);
 }
 
 /* Promotes 1-D operands, multiplies, squeezes the promoted dims. Views are

@@ -204,7 +204,7 @@ static zsi_cost layer_norm_cost(const zsi_call *c, const zs_tensor *out)
                                          (double)zs_dtype_size(x->dtype)};
 }
 
-static zsi_opdef D_LAYER_NORM = {
+zsi_opdef zsi_def_layer_norm = {
     .op = {.name = "layer_norm", .backward = layer_norm_bw},
     .cls = ZSI_OTHER, .infer = infer_layer_norm,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_layer_norm, [ZS_F64] = cpu_layer_norm}},
@@ -217,7 +217,7 @@ zs_tensor *zs_layer_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
     int64_t slot[2];
     int n = pack_inputs(x, (zs_tensor *[]){weight, bias}, 2, in, slot);
     zsi_attrs at = {.f = {eps}, .i = {slot[0], slot[1]}};
-    return zsi_run(&D_LAYER_NORM, n, in, &at);
+    return zsi_run(&zsi_def_layer_norm, n, in, &at);
 }
 
 static zs_status layer_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
@@ -419,7 +419,7 @@ static zsi_cost batch_norm_cost(const zsi_call *c, const zs_tensor *out)
                       zsi_bytes(x) + param_bytes(c), zsi_bytes(x)};
 }
 
-static zsi_opdef D_BATCH_NORM = {
+zsi_opdef zsi_def_batch_norm = {
     .op = {.name = "batch_norm", .backward = batch_norm_bw},
     .cls = ZSI_OTHER, .infer = infer_batch_norm,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_batch_norm, [ZS_F64] = cpu_batch_norm}},
@@ -435,7 +435,7 @@ zs_tensor *zs_batch_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
                                            running_var}, 4, in, slot);
     zsi_attrs at = {.f = {eps, momentum, training},
                     .i = {slot[0], slot[1], slot[2], slot[3]}};
-    return zsi_run(&D_BATCH_NORM, n, in, &at);
+    return zsi_run(&zsi_def_batch_norm, n, in, &at);
 }
 
 /* Per-channel coefficients of gx = a*g + b*x + k, the folded form of

@@ -20,7 +20,8 @@
 #include "core/internal.h"
 
 #define ZSI_MAX_SAVED 6
-#define ZSI_MAX_IN 8 /* inputs of a zsi_run call */
+#define ZSI_MAX_IN 8  /* inputs of a zsi_run call */
+#define ZSI_MAX_OUT 4 /* results of a zsi_run_n call */
 
 typedef struct zsi_meta {
     zs_dtype dtype;
@@ -28,16 +29,26 @@ typedef struct zsi_meta {
     int64_t shape[ZS_MAX_DIMS];
 } zsi_meta;
 
-/* The typed attributes of one call: each operator documents what its
- * slots mean (clamp: f[0] = lo, f[1] = hi). */
+/* Attributes. An operator's parameters are a struct of its own (softmax:
+ * { int64_t dim; }), declared with ZSI_ATTRS so its size is checked at
+ * compile time, passed to zsi_run by address and copied whole (attr_size
+ * bytes) into the node, so forward, backward and a replay of the recorded
+ * call read the same struct: `const softmax_attrs *a = c->attrs` in a
+ * kernel, `= zsi_node_attrs(n)` in a backward rule. Attributes hold
+ * values, never pointers to the caller's memory.
+ *
+ * zsi_attrs is the generic struct of the operators not yet given their
+ * own (each documents its slots: clamp f[0] = lo, f[1] = hi); its ptr is
+ * borrowed for the call only and is not valid in a node. */
+#define ZSI_ATTR_BYTES 128
 typedef struct zsi_attrs {
     double f[4];
     int64_t i[4];
-    /* A borrowed pointer attribute for the call (reshape's shape, permute's
-     * order, a hook): never copied into a node; save copies what the
-     * backward needs. */
     const void *ptr;
 } zsi_attrs;
+#define ZSI_ATTRS(T)                                                        \
+    _Static_assert(sizeof(T) <= ZSI_ATTR_BYTES,                             \
+                   #T " is larger than ZSI_ATTR_BYTES")
 
 typedef struct zsi_op zsi_op;
 
@@ -49,12 +60,19 @@ typedef struct zsi_ctx {
     uint8_t *needs;       /* [nin] 1 when input i wants a gradient */
     zsi_meta out_meta;
     zs_tensor *saved[ZSI_MAX_SAVED];
+    /* the call's attributes, whole (def->attr_size bytes; the node is
+     * malloc'd, so reading them as the operator's struct is defined) */
+    _Alignas(16) unsigned char attrs[ZSI_ATTR_BYTES];
     union {
         double f[16];
         int64_t i[16];
-    } p;                  /* operator parameters for backward */
+    } p;                  /* what save computed for backward (slots 8..15;
+                           * legacy: generic attrs also in f[0..3], i[4..7]) */
     void *extra;          /* malloc'd parameters, freed with the record */
 } zsi_ctx;
+
+/* The recorded call's attributes, as the operator's struct. */
+static inline const void *zsi_node_attrs(const zsi_ctx *n) { return n->attrs; }
 
 /* Computes gin[i] (new references, or NULL when there is no gradient) for
  * every input i with zsi_needs_grad(n, i), from gout (borrowed, shape of the
@@ -94,7 +112,8 @@ typedef struct zsi_call {
     const zsi_opdef *def;
     int nin;
     zs_tensor *const *in;
-    const zsi_attrs *a;
+    const void *attrs;   /* the operator's attribute struct (borrowed) */
+    const zsi_attrs *a;  /* the same pointer, for generic-attribute operators */
     int device;
     zs_dtype key;
     zs_dtype dtype;
@@ -107,6 +126,13 @@ typedef struct zsi_call {
      * zsi_call_records(c) says a node will be recorded, and with scope
      * tracking paused (zsi_tracking_pause): the driver owns them. */
     zs_tensor **aux;
+    /* Operators with several results (zsi_run_n): infer sets nout (1 by
+     * default) and the dtype and shape of results 1.. in more[k-1]
+     * (ndim -1: not wanted, left NULL); the driver allocates them on the
+     * device into outs[1..] before the kernel runs (outs[0] is out). */
+    int nout;
+    zsi_meta more[ZSI_MAX_OUT - 1];
+    zs_tensor **outs;
 } zsi_call;
 
 #define ZSI_MAX_AUX 4
@@ -143,15 +169,27 @@ struct zsi_opdef {
     zsi_view_fn view;    /* ZSI_VIEW: replaces allocation and kernel */
     zsi_save_fn save;    /* NULL: the backward rule needs nothing */
     zsi_cost_fn cost;    /* NULL: flops per element, inputs read, output written */
+    size_t attr_size;    /* sizeof the attribute struct; 0: zsi_attrs */
+    /* forward descriptors: the descriptors their backward rule runs
+     * (NULL-terminated; for the `zs ops` table) */
+    zsi_opdef *const *bw_ops;
 };
 
 /* The eager driver: runs def on nin inputs (NULL inputs: returns NULL with
- * the first error kept) with attributes a (NULL: zeros). Returns a new
- * tensor or NULL + message. When it records a node, a->f is copied to
- * n->p.f[0..3] and a->i to n->p.i[4..7] before def->save runs; slots 8..15
- * are the operator's. */
+ * the first error kept) with attributes a (the operator's struct, borrowed;
+ * NULL: zeros). Returns a new tensor or NULL + message. When it records a
+ * node, the attributes are copied whole into n->attrs (and, for generic
+ * zsi_attrs, a->f to n->p.f[0..3] and a->i to n->p.i[4..7]) before
+ * def->save runs; p slots 8..15 are the operator's. */
 zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
-                   const zsi_attrs *a);
+                   const void *a);
+/* zsi_run for an operator with up to ZSI_MAX_OUT results (a fused backward
+ * kernel's gradients): out[0..nout) receive new references, or NULL for a
+ * result infer marked as not wanted; on failure all are NULL and the
+ * status is negative (message set). Records no node: such operators are
+ * not differentiable (they run under backward, with grad mode off). */
+zs_status zsi_run_n(zsi_opdef *def, int nin, zs_tensor *const *in,
+                    const void *a, int nout, zs_tensor **out);
 /* True when grad mode is on and an input of c requires grad: a node will
  * be recorded, so kernels should make the aux results save needs. */
 bool zsi_call_records(const zsi_call *c);
@@ -168,12 +206,13 @@ zs_status zsi_infer_same_float(zsi_call *c);
  * to f32, runs the f32 kernel into an f32 result and rounds it into out
  * (FP32 arithmetic, one rounding). */
 zs_status zsi_via_f32(const zsi_call *c, zs_tensor *out, zsi_kernel_fn f32);
-/* Every descriptor run or given a kernel so far, for the tests and passes
- * to walk (NULL-terminated); walk it while no other thread may run an
- * operator for its first time. */
+/* Every descriptor of the library (ops/oplist.h), NULL-terminated, from
+ * before main: the table backends and passes walk. */
 zsi_opdef *const *zsi_opdefs(void);
-/* The registered descriptor named name, or NULL. */
+/* The descriptor named name, or NULL. */
 zsi_opdef *zsi_opdef_find(const char *name);
+
+#include "ops/oplist.h" /* extern zsi_opdef zsi_def_...; */
 
 /* Profiling: call zsi_op_begin first thing, zsi_op_end with the cost model
  * just before returning the result (zsi_run does both). zsi_op_begin puts

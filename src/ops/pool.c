@@ -141,13 +141,13 @@ static zsi_cost pool_cost(const zsi_call *c, const zs_tensor *out)
                       zsi_bytes(out) + (idx ? 8 * no : 0)};
 }
 
-static zsi_opdef D_MAX_POOL = {
+zsi_opdef zsi_def_max_pool = {
     .op = {.name = "max_pool2d", .backward = max_pool_bw}, .arity = 1,
     .infer = infer_pool,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max_pool, [ZS_F64] = cpu_max_pool}},
     .save = save_pool, .cost = pool_cost};
 
-static zsi_opdef D_AVG_POOL = {
+zsi_opdef zsi_def_avg_pool = {
     .op = {.name = "avg_pool2d", .backward = avg_pool_bw}, .arity = 1,
     .infer = infer_pool,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_avg_pool, [ZS_F64] = cpu_avg_pool}},
@@ -156,13 +156,13 @@ static zsi_opdef D_AVG_POOL = {
 zs_tensor *zs_max_pool2d(zs_tensor *x, const zs_pool2d_params *p)
 {
     zsi_attrs at = {.ptr = p};
-    return zsi_run(&D_MAX_POOL, 1, &x, &at);
+    return zsi_run(&zsi_def_max_pool, 1, &x, &at);
 }
 
 zs_tensor *zs_avg_pool2d(zs_tensor *x, const zs_pool2d_params *p)
 {
     zsi_attrs at = {.i = {p ? p->count_include_pad : 0}, .ptr = p};
-    return zsi_run(&D_AVG_POOL, 1, &x, &at);
+    return zsi_run(&zsi_def_avg_pool, 1, &x, &at);
 }
 
 static zs_status max_pool_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

@@ -120,7 +120,6 @@ zs_status zsi_reduce_plan_make(zs_tensor *a, int64_t mask, zsi_reduce_plan *p)
 
 /* ---- sum, mean --------------------------------------------------------- */
 
-static zsi_opdef D_MEAN;
 
 static zs_status cpu_sum(const zsi_call *c, zs_tensor *out)
 {
@@ -128,24 +127,24 @@ static zs_status cpu_sum(const zsi_call *c, zs_tensor *out)
     if (zsi_reduce_plan_make(c->in[0], c->a->i[0], &p) != ZS_OK)
         return ZS_ERR_NOMEM;
     zsk_reduce_sum(out->dtype, zs_data(p.x), p.O, p.R, p.K, zs_data(out));
-    if (c->def == &D_MEAN && p.R > 0) {
+    if (c->def == &zsi_def_mean && p.R > 0) {
         zsk_iter it;
         zsk_iter_init(&it, out->ndim, out->shape, 2, (const int64_t *[]){NULL, NULL});
         zsk_binary_scalar(out->dtype, ZSK_MUL, &it, zs_data(out), zs_data(out),
                           1.0 / (double)p.R);
-    } else if (c->def == &D_MEAN) {
+    } else if (c->def == &zsi_def_mean) {
         zs_fill_(out, 0.0 / 0.0);
     }
     zs_release(p.x);
     return ZS_OK;
 }
 
-static zsi_opdef D_SUM = {
+zsi_opdef zsi_def_sum = {
     .op = {.name = "sum", .backward = sum_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = zsi_infer_reduce,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
     .cost = zsi_reduce_cost};
-static zsi_opdef D_MEAN = {
+zsi_opdef zsi_def_mean = {
     .op = {.name = "mean", .backward = sum_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = zsi_infer_reduce,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
@@ -161,12 +160,12 @@ static zs_tensor *reduce(zsi_opdef *def, zs_tensor *a, int naxes,
 
 zs_tensor *zs_sum(zs_tensor *a, int naxes, const int *axes, bool keepdim)
 {
-    return reduce(&D_SUM, a, naxes, axes, keepdim);
+    return reduce(&zsi_def_sum, a, naxes, axes, keepdim);
 }
 
 zs_tensor *zs_mean(zs_tensor *a, int naxes, const int *axes, bool keepdim)
 {
-    return reduce(&D_MEAN, a, naxes, axes, keepdim);
+    return reduce(&zsi_def_mean, a, naxes, axes, keepdim);
 }
 
 static zs_status sum_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
@@ -174,7 +173,7 @@ static zs_status sum_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     const zsi_meta *m = &n->in_meta[0];
     int64_t keep[ZS_MAX_DIMS];
     int64_t R = zsi_reduce_keep(m->ndim, m->shape, n->p.i[4], keep);
-    double scale = n->op == &D_MEAN.op ? 1.0 / (double)R : 1.0;
+    double scale = n->op == &zsi_def_mean.op ? 1.0 / (double)R : 1.0;
     zs_tensor *gs = scale != 1.0 ? zs_mul_scalar(g, scale) : zs_retain(g);
     zs_tensor *r = gs ? zs_reshape(gs, m->ndim, keep) : NULL;
     gin[0] = r ? zs_expand(r, m->ndim, m->shape) : NULL;

@@ -67,7 +67,7 @@ static void save_in_out(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
     zsi_save(n, 1, out);
 }
 
-static zsi_opdef D_MAX = {
+zsi_opdef zsi_def_max = {
     .op = {.name = "max", .backward = max_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_max,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max, [ZS_F64] = cpu_max}},
@@ -77,7 +77,7 @@ zs_tensor *zs_max(zs_tensor *a, int naxes, const int *axes, bool keepdim)
 {
     int64_t mask = a ? zsi_axes_bits("max", a->ndim, naxes, axes) : -1;
     zsi_attrs at = {.i = {mask, keepdim}};
-    return mask < 0 ? NULL : zsi_run(&D_MAX, 1, &a, &at);
+    return mask < 0 ? NULL : zsi_run(&zsi_def_max, 1, &a, &at);
 }
 
 /* gx in the plan's layout [kept..., reduced...] (or a's own layout when
@@ -158,7 +158,7 @@ static zs_status cpu_argmax(const zsi_call *c, zs_tensor *out)
     return ZS_OK;
 }
 
-static zsi_opdef D_ARGMAX = {
+zsi_opdef zsi_def_argmax = {
     .op = {.name = "argmax"}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_argmax,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_argmax, [ZS_F64] = cpu_argmax}},
@@ -168,7 +168,7 @@ zs_tensor *zs_argmax(zs_tensor *a, int dim, bool keepdim)
 {
     zsi_attrs at = {.i = {dim, keepdim}};
     zs_no_grad_push(); /* not differentiable: no node */
-    zs_tensor *out = zsi_run(&D_ARGMAX, 1, &a, &at);
+    zs_tensor *out = zsi_run(&zsi_def_argmax, 1, &a, &at);
     zs_no_grad_pop();
     return out;
 }
@@ -212,7 +212,7 @@ static void save_var(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
     zsi_save(n, 1, c->aux[0]);
 }
 
-static zsi_opdef D_VAR = {
+zsi_opdef zsi_def_var = {
     .op = {.name = "var", .backward = var_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 3, .infer = infer_var,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_var, [ZS_F64] = cpu_var}},
@@ -223,7 +223,7 @@ zs_tensor *zs_var(zs_tensor *a, int naxes, const int *axes, int correction,
 {
     int64_t mask = a ? zsi_axes_bits("var", a->ndim, naxes, axes) : -1;
     zsi_attrs at = {.i = {mask, keepdim, correction}};
-    return mask < 0 ? NULL : zsi_run(&D_VAR, 1, &a, &at);
+    return mask < 0 ? NULL : zsi_run(&zsi_def_var, 1, &a, &at);
 }
 
 static zs_status var_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

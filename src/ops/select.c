@@ -117,14 +117,14 @@ static zsi_cost move_cost(const zsi_call *c, const zs_tensor *out)
      [ZS_F8E4M3] = fn, [ZS_F8E5M2] = fn, [ZS_I8] = fn, [ZS_U8] = fn,          \
      [ZS_I32] = fn, [ZS_I64] = fn}
 
-static zsi_opdef D_WHERE = {
+zsi_opdef zsi_def_where = {
     .op = {.name = "where", .backward = where_bw}, .arity = 3,
     .infer = infer_where, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_where)},
     .save = save_cond, .cost = move_cost};
 
 zs_tensor *zs_where(zs_tensor *cond, zs_tensor *a, zs_tensor *b)
 {
-    return zsi_run(&D_WHERE, 3, (zs_tensor *[]){cond, a, b}, NULL);
+    return zsi_run(&zsi_def_where, 3, (zs_tensor *[]){cond, a, b}, NULL);
 }
 
 /* Inputs a, mask; attributes: f[0] = the value; saved 0 the mask. */
@@ -168,7 +168,7 @@ static void save_mask(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
     zsi_save(n, 0, c->in[1]);
 }
 
-static zsi_opdef D_MASKED_FILL = {
+zsi_opdef zsi_def_masked_fill = {
     .op = {.name = "masked_fill", .backward = masked_fill_bw}, .arity = 2,
     .infer = infer_masked_fill, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_masked_fill)},
     .save = save_mask, .cost = move_cost};
@@ -176,7 +176,7 @@ static zsi_opdef D_MASKED_FILL = {
 zs_tensor *zs_masked_fill(zs_tensor *a, zs_tensor *mask, double value)
 {
     zsi_attrs at = {.f = {value}};
-    return zsi_run(&D_MASKED_FILL, 2, (zs_tensor *[]){a, mask}, &at);
+    return zsi_run(&zsi_def_masked_fill, 2, (zs_tensor *[]){a, mask}, &at);
 }
 
 /* ---- index_select, gather ---------------------------------------------- */
@@ -367,12 +367,12 @@ static zsi_cost index_cost(const zsi_call *c, const zs_tensor *out)
     return (zsi_cost){0, zsi_bytes(out) + zsi_bytes(c->in[1]), zsi_bytes(out)};
 }
 
-static zsi_opdef D_INDEX_SELECT = {
+zsi_opdef zsi_def_index_select = {
     .op = {.name = "index_select", .backward = index_bw}, .arity = 2,
     .infer = infer_index_select, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_index)},
     .save = save_index, .cost = index_cost};
 
-static zsi_opdef D_GATHER = {
+zsi_opdef zsi_def_gather = {
     .op = {.name = "gather", .backward = index_bw}, .arity = 2,
     .infer = infer_gather, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_index)},
     .save = save_index, .cost = index_cost};
@@ -380,13 +380,13 @@ static zsi_opdef D_GATHER = {
 zs_tensor *zs_index_select(zs_tensor *a, int dim, zs_tensor *idx)
 {
     zsi_attrs at = {.i = {dim, 0}};
-    return zsi_run(&D_INDEX_SELECT, 2, (zs_tensor *[]){a, idx}, &at);
+    return zsi_run(&zsi_def_index_select, 2, (zs_tensor *[]){a, idx}, &at);
 }
 
 zs_tensor *zs_gather(zs_tensor *a, int dim, zs_tensor *idx)
 {
     zsi_attrs at = {.i = {dim, 1}};
-    return zsi_run(&D_GATHER, 2, (zs_tensor *[]){a, idx}, &at);
+    return zsi_run(&zsi_def_gather, 2, (zs_tensor *[]){a, idx}, &at);
 }
 
 /* ---- backward ---------------------------------------------------------- */

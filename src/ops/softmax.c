@@ -22,7 +22,6 @@
 
 static zs_status softmax_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_opdef D_LOG_SOFTMAX;
 static zsi_op OP_SOFTMAX_BW = {.name = "softmax_backward"};
 static zsi_op OP_LOG_SOFTMAX_BW = {.name = "log_softmax_backward"};
 
@@ -69,7 +68,7 @@ static zs_status cpu_softmax(const zsi_call *c, zs_tensor *out)
     zsi_tracking_resume();
     if (!xc)
         return ZS_ERR_NOMEM;
-    zsk_softmax(a->dtype, zs_data(xc), O, R, K, c->def == &D_LOG_SOFTMAX,
+    zsk_softmax(a->dtype, zs_data(xc), O, R, K, c->def == &zsi_def_log_softmax,
                 zs_data(out));
     zs_release(xc);
     return ZS_OK;
@@ -82,12 +81,12 @@ static void save_softmax(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 }
 
 /* default cost: 5 FLOPs per element, input read, output written */
-static zsi_opdef D_SOFTMAX = {
+zsi_opdef zsi_def_softmax = {
     .op = {.name = "softmax", .backward = softmax_bw}, .arity = 1,
     .cls = ZSI_OTHER, .flops = 5, .infer = infer_softmax,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_softmax, [ZS_F64] = cpu_softmax}},
     .save = save_softmax};
-static zsi_opdef D_LOG_SOFTMAX = {
+zsi_opdef zsi_def_log_softmax = {
     .op = {.name = "log_softmax", .backward = softmax_bw}, .arity = 1,
     .cls = ZSI_OTHER, .flops = 5, .infer = infer_softmax,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_softmax, [ZS_F64] = cpu_softmax}},
@@ -96,18 +95,18 @@ static zsi_opdef D_LOG_SOFTMAX = {
 zs_tensor *zs_softmax(zs_tensor *a, int dim)
 {
     zsi_attrs at = {.i = {dim}};
-    return zsi_run(&D_SOFTMAX, 1, &a, &at);
+    return zsi_run(&zsi_def_softmax, 1, &a, &at);
 }
 
 zs_tensor *zs_log_softmax(zs_tensor *a, int dim)
 {
     zsi_attrs at = {.i = {dim}};
-    return zsi_run(&D_LOG_SOFTMAX, 1, &a, &at);
+    return zsi_run(&zsi_def_log_softmax, 1, &a, &at);
 }
 
 static zs_status softmax_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    bool lg = n->op == &D_LOG_SOFTMAX.op;
+    bool lg = n->op == &zsi_def_log_softmax.op;
     zsi_op *bop = lg ? &OP_LOG_SOFTMAX_BW : &OP_SOFTMAX_BW;
     double t0 = zsi_op_begin(bop);
     zs_tensor *y = n->saved[0];

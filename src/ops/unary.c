@@ -132,31 +132,31 @@ static zsi_cost pow_cost(const zsi_call *c, const zs_tensor *out)
     {[ZS_CPU] = {[ZS_F32] = f, [ZS_F64] = f, [ZS_BF16] = lowp}}
 
 #define UNARY(var, nm, form, fl, sv, bw)                                      \
-    static zsi_opdef var = {                                                  \
+    zsi_opdef var = {                                                  \
         .op = {.name = nm, .backward = bw}, .arity = 1,                       \
         .cls = ZSI_POINTWISE, .formula = form, .scalar = unary_scalar,        \
         .flops = fl, .infer = zsi_infer_same_float,                                     \
         .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp), .save = sv}
 
-static zsi_opdef D_NEG = {
+zsi_opdef zsi_def_neg = {
     .op = {.name = "neg", .backward = neg_bw}, .arity = 1, .cls = ZSI_POINTWISE,
     .formula = "-a", .scalar = neg_scalar, .flops = 1, .infer = zsi_infer_same_float,
     .kernel = CPU_KERNELS(cpu_neg, cpu_neg_lowp)};
-UNARY(D_EXP, "exp", "exp(a)", 12, save_out, exp_bw);
-UNARY(D_LOG, "log", "log(a)", 15, save_in, log_bw);
-UNARY(D_SQRT, "sqrt", "sqrt(a)", 1, save_out, sqrt_bw);
-UNARY(D_RSQRT, "rsqrt", "1 / sqrt(a)", 2, save_out, rsqrt_bw);
-UNARY(D_SIN, "sin", "sin(a)", 15, save_in, sin_bw);
-UNARY(D_COS, "cos", "cos(a)", 15, save_in, cos_bw);
-UNARY(D_TANH, "tanh", "tanh(a)", 18, save_out, tanh_bw);
-UNARY(D_SIGMOID, "sigmoid", "1 / (1 + exp(-a))", 15, save_out, sigmoid_bw);
+UNARY(zsi_def_exp, "exp", "exp(a)", 12, save_out, exp_bw);
+UNARY(zsi_def_log, "log", "log(a)", 15, save_in, log_bw);
+UNARY(zsi_def_sqrt, "sqrt", "sqrt(a)", 1, save_out, sqrt_bw);
+UNARY(zsi_def_rsqrt, "rsqrt", "1 / sqrt(a)", 2, save_out, rsqrt_bw);
+UNARY(zsi_def_sin, "sin", "sin(a)", 15, save_in, sin_bw);
+UNARY(zsi_def_cos, "cos", "cos(a)", 15, save_in, cos_bw);
+UNARY(zsi_def_tanh, "tanh", "tanh(a)", 18, save_out, tanh_bw);
+UNARY(zsi_def_sigmoid, "sigmoid", "1 / (1 + exp(-a))", 15, save_out, sigmoid_bw);
 /* These multiply g by a derivative kernel of the saved input (mask_bw). */
-UNARY(D_RELU, "relu", "max(a, 0)", 1, save_in, mask_bw);
-UNARY(D_GELU, "gelu", "a Phi(a) (erf) or its tanh form", 40, save_in, mask_bw);
-UNARY(D_SILU, "silu", "a sigmoid(a)", 16, save_in, mask_bw);
-UNARY(D_ABS, "abs", "|a|", 1, save_in, mask_bw);
-UNARY(D_CLAMP, "clamp", "min(max(a, f0), f1)", 2, save_in, mask_bw);
-static zsi_opdef D_POW = {
+UNARY(zsi_def_relu, "relu", "max(a, 0)", 1, save_in, mask_bw);
+UNARY(zsi_def_gelu, "gelu", "a Phi(a) (erf) or its tanh form", 40, save_in, mask_bw);
+UNARY(zsi_def_silu, "silu", "a sigmoid(a)", 16, save_in, mask_bw);
+UNARY(zsi_def_abs, "abs", "|a|", 1, save_in, mask_bw);
+UNARY(zsi_def_clamp, "clamp", "min(max(a, f0), f1)", 2, save_in, mask_bw);
+zsi_opdef zsi_def_pow = {
     .op = {.name = "pow", .backward = pow_bw}, .arity = 1, .cls = ZSI_POINTWISE,
     .formula = "a ** f0", .scalar = unary_scalar, .flops = 20, .infer = zsi_infer_same_float,
     .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp), .save = save_in,
@@ -171,21 +171,21 @@ static zs_tensor *unary(zsi_opdef *d, zsk_unop k, zs_tensor *a, double p0,
     return zsi_run(d, 1, &a, &at);
 }
 
-zs_tensor *zs_neg(zs_tensor *a) { return zsi_run(&D_NEG, 1, &a, NULL); }
-zs_tensor *zs_exp(zs_tensor *a) { return unary(&D_EXP, ZSK_EXP, a, 0, 0, 0); }
-zs_tensor *zs_log(zs_tensor *a) { return unary(&D_LOG, ZSK_LOG, a, 0, 0, 0); }
-zs_tensor *zs_sqrt(zs_tensor *a) { return unary(&D_SQRT, ZSK_SQRT, a, 0, 0, 0); }
-zs_tensor *zs_rsqrt(zs_tensor *a) { return unary(&D_RSQRT, ZSK_RSQRT, a, 0, 0, 0); }
-zs_tensor *zs_pow(zs_tensor *a, double p) { return unary(&D_POW, ZSK_POW, a, p, 0, 0); }
-zs_tensor *zs_sin(zs_tensor *a) { return unary(&D_SIN, ZSK_SIN, a, 0, 0, 0); }
-zs_tensor *zs_cos(zs_tensor *a) { return unary(&D_COS, ZSK_COS, a, 0, 0, 0); }
-zs_tensor *zs_tanh(zs_tensor *a) { return unary(&D_TANH, ZSK_TANH, a, 0, 0, 0); }
-zs_tensor *zs_sigmoid(zs_tensor *a) { return unary(&D_SIGMOID, ZSK_SIGMOID, a, 0, 0, 0); }
-zs_tensor *zs_relu(zs_tensor *a) { return unary(&D_RELU, ZSK_RELU, a, 0, 0, ZSK_STEP); }
-zs_tensor *zs_silu(zs_tensor *a) { return unary(&D_SILU, ZSK_SILU, a, 0, 0, ZSK_SILU_GRAD); }
-zs_tensor *zs_abs(zs_tensor *a) { return unary(&D_ABS, ZSK_ABS, a, 0, 0, ZSK_SIGN); }
+zs_tensor *zs_neg(zs_tensor *a) { return zsi_run(&zsi_def_neg, 1, &a, NULL); }
+zs_tensor *zs_exp(zs_tensor *a) { return unary(&zsi_def_exp, ZSK_EXP, a, 0, 0, 0); }
+zs_tensor *zs_log(zs_tensor *a) { return unary(&zsi_def_log, ZSK_LOG, a, 0, 0, 0); }
+zs_tensor *zs_sqrt(zs_tensor *a) { return unary(&zsi_def_sqrt, ZSK_SQRT, a, 0, 0, 0); }
+zs_tensor *zs_rsqrt(zs_tensor *a) { return unary(&zsi_def_rsqrt, ZSK_RSQRT, a, 0, 0, 0); }
+zs_tensor *zs_pow(zs_tensor *a, double p) { return unary(&zsi_def_pow, ZSK_POW, a, p, 0, 0); }
+zs_tensor *zs_sin(zs_tensor *a) { return unary(&zsi_def_sin, ZSK_SIN, a, 0, 0, 0); }
+zs_tensor *zs_cos(zs_tensor *a) { return unary(&zsi_def_cos, ZSK_COS, a, 0, 0, 0); }
+zs_tensor *zs_tanh(zs_tensor *a) { return unary(&zsi_def_tanh, ZSK_TANH, a, 0, 0, 0); }
+zs_tensor *zs_sigmoid(zs_tensor *a) { return unary(&zsi_def_sigmoid, ZSK_SIGMOID, a, 0, 0, 0); }
+zs_tensor *zs_relu(zs_tensor *a) { return unary(&zsi_def_relu, ZSK_RELU, a, 0, 0, ZSK_STEP); }
+zs_tensor *zs_silu(zs_tensor *a) { return unary(&zsi_def_silu, ZSK_SILU, a, 0, 0, ZSK_SILU_GRAD); }
+zs_tensor *zs_abs(zs_tensor *a) { return unary(&zsi_def_abs, ZSK_ABS, a, 0, 0, ZSK_SIGN); }
 
-/* cost: tanh form 30 FLOPs per element, erf form 40 (D_GELU's default) */
+/* cost: tanh form 30 FLOPs per element, erf form 40 (zsi_def_gelu's default) */
 zs_tensor *zs_gelu(zs_tensor *a, zs_gelu_approx approx)
 {
     if (!a)
@@ -196,8 +196,8 @@ zs_tensor *zs_gelu(zs_tensor *a, zs_gelu_approx approx)
         return NULL;
     }
     if (approx == ZS_GELU_TANH)
-        return unary(&D_GELU, ZSK_GELU_TANH, a, 0, 0, ZSK_GELU_TANH_GRAD);
-    return unary(&D_GELU, ZSK_GELU_ERF, a, 0, 0, ZSK_GELU_ERF_GRAD);
+        return unary(&zsi_def_gelu, ZSK_GELU_TANH, a, 0, 0, ZSK_GELU_TANH_GRAD);
+    return unary(&zsi_def_gelu, ZSK_GELU_ERF, a, 0, 0, ZSK_GELU_ERF_GRAD);
 }
 
 /* lo <= hi required (either may be infinite); NaN bounds are an error.
@@ -210,7 +210,7 @@ zs_tensor *zs_clamp(zs_tensor *a, double lo, double hi)
         zs_set_error("clamp: bounds lo %g, hi %g, expected lo <= hi", lo, hi);
         return NULL;
     }
-    return unary(&D_CLAMP, ZSK_CLAMP, a, lo, hi, ZSK_INRANGE);
+    return unary(&zsi_def_clamp, ZSK_CLAMP, a, lo, hi, ZSK_INRANGE);
 }
 
 /* ---- backward ---------------------------------------------------------- */
@@ -319,7 +319,7 @@ static zs_status sigmoid_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 
 /* relu, abs, clamp, gelu, silu: g * d(x) with d the node's derivative
  * kernel (x > 0, sign(x), lo <= x <= hi, gelu', silu') of the saved x. */
-static zsi_opdef D_DERIV = {
+zsi_opdef zsi_def_deriv = {
     .op = {.name = "unary_deriv"}, .arity = 1, .cls = ZSI_POINTWISE,
     .formula = "the derivative of a unary operator", .scalar = unary_scalar,
     .flops = 2, .infer = zsi_infer_same_float,
@@ -329,5 +329,5 @@ static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *x = n->saved[0];
     zsi_attrs at = {.f = {n->p.f[0], n->p.f[1]}, .i = {n->p.i[P_DERIV]}};
-    RETURN_GIN(mul_take(g, zsi_run(&D_DERIV, 1, &x, &at)));
+    RETURN_GIN(mul_take(g, zsi_run(&zsi_def_deriv, 1, &x, &at)));
 }

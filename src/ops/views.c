@@ -108,14 +108,14 @@ static zs_tensor *view_view(const zsi_call *c)
     return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
 }
 
-static zsi_opdef D_VIEW = {
+zsi_opdef zsi_def_view = {
     .op = {.name = "reshape", .backward = reshape_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_view, .view = view_view, .cost = no_cost};
 
 zs_tensor *zs_view(zs_tensor *t, int ndim, const int64_t *shape)
 {
     zsi_attrs at = {.i = {ndim}, .ptr = shape};
-    return zsi_run(&D_VIEW, 1, &t, &at);
+    return zsi_run(&zsi_def_view, 1, &t, &at);
 }
 
 zs_tensor *zs_reshape(zs_tensor *t, int ndim, const int64_t *shape)
@@ -174,7 +174,7 @@ static void save_permute(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
         n->p.i[P_PERM + d] = perm[d];
 }
 
-static zsi_opdef D_PERMUTE = {
+zsi_opdef zsi_def_permute = {
     .op = {.name = "permute", .backward = permute_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_permute, .view = view_permute,
     .save = save_permute, .cost = no_cost};
@@ -185,7 +185,7 @@ zs_tensor *zs_permute(zs_tensor *t, const int *perm)
     for (int d = 0; t && perm && d < t->ndim; d++)
         p[d] = perm[d];
     zsi_attrs at = {.ptr = perm ? p : NULL};
-    return zsi_run(&D_PERMUTE, 1, &t, &at);
+    return zsi_run(&zsi_def_permute, 1, &t, &at);
 }
 
 zs_tensor *zs_transpose(zs_tensor *t, int d0, int d1)
@@ -265,7 +265,7 @@ static void save_slice(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
     n->p.i[P_SLICE + 2] = c->a->i[3];
 }
 
-static zsi_opdef D_SLICE = {
+zsi_opdef zsi_def_slice = {
     .op = {.name = "slice", .backward = slice_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_slice, .view = view_slice,
     .save = save_slice, .cost = no_cost};
@@ -274,7 +274,7 @@ zs_tensor *zs_slice(zs_tensor *t, int dim, int64_t start, int64_t end,
                     int64_t step)
 {
     zsi_attrs at = {.i = {dim, start, end, step}};
-    return zsi_run(&D_SLICE, 1, &t, &at);
+    return zsi_run(&zsi_def_slice, 1, &t, &at);
 }
 
 zs_tensor *zs_narrow(zs_tensor *t, int dim, int64_t start, int64_t len)
@@ -334,7 +334,7 @@ static zs_tensor *view_expand(const zsi_call *c)
     return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
 }
 
-static zsi_opdef D_EXPAND = {
+zsi_opdef zsi_def_expand = {
     .op = {.name = "expand", .backward = expand_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_expand, .view = view_expand,
     .cost = no_cost};
@@ -342,7 +342,7 @@ static zsi_opdef D_EXPAND = {
 zs_tensor *zs_expand(zs_tensor *t, int ndim, const int64_t *shape)
 {
     zsi_attrs at = {.i = {ndim}, .ptr = shape};
-    return zsi_run(&D_EXPAND, 1, &t, &at);
+    return zsi_run(&zsi_def_expand, 1, &t, &at);
 }
 
 /* ---- squeeze, unsqueeze, flatten ---------------------------------------- */
@@ -374,7 +374,7 @@ static zs_tensor *view_squeeze(const zsi_call *c)
     return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
 }
 
-static zsi_opdef D_SQUEEZE = {
+zsi_opdef zsi_def_squeeze = {
     .op = {.name = "squeeze", .backward = reshape_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_squeeze, .view = view_squeeze,
     .cost = no_cost};
@@ -382,7 +382,7 @@ static zsi_opdef D_SQUEEZE = {
 zs_tensor *zs_squeeze(zs_tensor *t, int dim)
 {
     zsi_attrs at = {.i = {dim}};
-    return zsi_run(&D_SQUEEZE, 1, &t, &at);
+    return zsi_run(&zsi_def_squeeze, 1, &t, &at);
 }
 
 static zs_status infer_unsqueeze(zsi_call *c)
@@ -411,7 +411,7 @@ static zs_tensor *view_unsqueeze(const zsi_call *c)
     return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
 }
 
-static zsi_opdef D_UNSQUEEZE = {
+zsi_opdef zsi_def_unsqueeze = {
     .op = {.name = "unsqueeze", .backward = reshape_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_unsqueeze, .view = view_unsqueeze,
     .cost = no_cost};
@@ -419,7 +419,7 @@ static zsi_opdef D_UNSQUEEZE = {
 zs_tensor *zs_unsqueeze(zs_tensor *t, int dim)
 {
     zsi_attrs at = {.i = {dim}};
-    return zsi_run(&D_UNSQUEEZE, 1, &t, &at);
+    return zsi_run(&zsi_def_unsqueeze, 1, &t, &at);
 }
 
 zs_tensor *zs_flatten(zs_tensor *t, int start_dim, int end_dim)
@@ -491,12 +491,12 @@ static zsi_cost copy_cost(const zsi_call *c, const zs_tensor *out)
      [ZS_F8E4M3] = fn, [ZS_F8E5M2] = fn, [ZS_I8] = fn, [ZS_U8] = fn,          \
      [ZS_I32] = fn, [ZS_I64] = fn}
 
-static zsi_opdef D_COPY = {
+zsi_opdef zsi_def_copy = {
     .op = {.name = "copy", .backward = identity_bw}, .arity = 1,
     .infer = infer_copy, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_copy)},
     .cost = copy_cost};
 
-static zsi_opdef D_TO_DTYPE = {
+zsi_opdef zsi_def_to_dtype = {
     .op = {.name = "to_dtype", .backward = to_dtype_bw}, .arity = 1,
     .infer = infer_to_dtype, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_copy)},
     .cost = copy_cost};
@@ -509,20 +509,20 @@ zs_tensor *zs_contiguous(zs_tensor *t)
      * owned like any other (by the caller or the open scope). */
     if (zs_is_contiguous(t)) {
         zsi_attrs at = {.i = {t->ndim, 1}, .ptr = t->shape};
-        return zsi_run(&D_VIEW, 1, &t, &at);
+        return zsi_run(&zsi_def_view, 1, &t, &at);
     }
-    return zsi_run(&D_COPY, 1, &t, NULL);
+    return zsi_run(&zsi_def_copy, 1, &t, NULL);
 }
 
 zs_tensor *zs_clone(zs_tensor *t)
 {
-    return zsi_run(&D_COPY, 1, &t, NULL);
+    return zsi_run(&zsi_def_copy, 1, &t, NULL);
 }
 
 zs_tensor *zs_to_dtype(zs_tensor *t, zs_dtype dt)
 {
     zsi_attrs at = {.i = {dt}};
-    return zsi_run(&D_TO_DTYPE, 1, &t, &at);
+    return zsi_run(&zsi_def_to_dtype, 1, &t, &at);
 }
 
 /* Not an operator: no node, no cost. */
@@ -565,7 +565,7 @@ static void save_hook(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
     memcpy(&n->p.i[P_HOOK], c->a->ptr, sizeof(hook_fn));
 }
 
-static zsi_opdef D_HOOK = {
+zsi_opdef zsi_def_hook = {
     .op = {.name = "backward_hook", .backward = hook_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_hook, .view = view_alias,
     .save = save_hook, .cost = no_cost};
@@ -574,7 +574,7 @@ zs_tensor *zs_backward_hook(zs_tensor *t, zs_backward_hook_fn fn, void *ctx, int
 {
     hook_fn h = {fn, ctx};
     zsi_attrs at = {.i = {arg}, .ptr = &h};
-    return zsi_run(&D_HOOK, 1, &t, &at);
+    return zsi_run(&zsi_def_hook, 1, &t, &at);
 }
 
 /* ---- backward -------------------------------------------------------- */

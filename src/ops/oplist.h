@@ -1,0 +1,88 @@
+/*
+ * ops/oplist.h - the one list of operator descriptors (an X-macro).
+ *
+ * Every zsi_opdef of the library is named here, so the table exists
+ * before the first call: a backend registers its kernels by (operator,
+ * device, dtype) at start-up (zsi_op_set_kernel on zsi_opdefs()), and
+ * `zs ops` prints what runs where. A new operator is a definition in its
+ * file plus one line here, in its file's group.
+ *
+ * Use: #define ZSI_OP(sym) ... then #include "ops/oplist.h" (the macro is
+ * undefined at the end). With no ZSI_OP defined, it declares them all.
+ */
+#ifndef ZSI_OP
+#define ZSI_OP(sym) extern zsi_opdef sym;
+#endif
+/* attention.c */
+ZSI_OP(zsi_def_attention)
+/* binary.c */
+ZSI_OP(zsi_def_add)
+ZSI_OP(zsi_def_add_scalar)
+ZSI_OP(zsi_def_div)
+ZSI_OP(zsi_def_mul)
+ZSI_OP(zsi_def_mul_scalar)
+ZSI_OP(zsi_def_sub)
+/* conv.c */
+ZSI_OP(zsi_def_conv2d)
+/* dropout.c */
+ZSI_OP(zsi_def_dropout)
+/* embedding.c */
+ZSI_OP(zsi_def_embedding)
+/* linear.c */
+ZSI_OP(zsi_def_linear)
+ZSI_OP(zsi_def_linear_gelu)
+ZSI_OP(zsi_def_linear_res)
+/* loss.c */
+ZSI_OP(zsi_def_cross_entropy)
+ZSI_OP(zsi_def_mse)
+/* matmul.c */
+ZSI_OP(zsi_def_matmul)
+/* norm.c */
+ZSI_OP(zsi_def_batch_norm)
+ZSI_OP(zsi_def_layer_norm)
+/* pool.c */
+ZSI_OP(zsi_def_avg_pool)
+ZSI_OP(zsi_def_max_pool)
+/* reduce.c */
+ZSI_OP(zsi_def_mean)
+ZSI_OP(zsi_def_sum)
+/* reduce_ext.c */
+ZSI_OP(zsi_def_argmax)
+ZSI_OP(zsi_def_max)
+ZSI_OP(zsi_def_var)
+/* select.c */
+ZSI_OP(zsi_def_gather)
+ZSI_OP(zsi_def_index_select)
+ZSI_OP(zsi_def_masked_fill)
+ZSI_OP(zsi_def_where)
+/* softmax.c */
+ZSI_OP(zsi_def_log_softmax)
+ZSI_OP(zsi_def_softmax)
+/* unary.c */
+ZSI_OP(zsi_def_abs)
+ZSI_OP(zsi_def_clamp)
+ZSI_OP(zsi_def_cos)
+ZSI_OP(zsi_def_deriv)
+ZSI_OP(zsi_def_exp)
+ZSI_OP(zsi_def_gelu)
+ZSI_OP(zsi_def_log)
+ZSI_OP(zsi_def_neg)
+ZSI_OP(zsi_def_pow)
+ZSI_OP(zsi_def_relu)
+ZSI_OP(zsi_def_rsqrt)
+ZSI_OP(zsi_def_sigmoid)
+ZSI_OP(zsi_def_silu)
+ZSI_OP(zsi_def_sin)
+ZSI_OP(zsi_def_sqrt)
+ZSI_OP(zsi_def_tanh)
+/* views.c */
+ZSI_OP(zsi_def_copy)
+ZSI_OP(zsi_def_expand)
+ZSI_OP(zsi_def_hook)
+ZSI_OP(zsi_def_permute)
+ZSI_OP(zsi_def_slice)
+ZSI_OP(zsi_def_squeeze)
+ZSI_OP(zsi_def_to_dtype)
+ZSI_OP(zsi_def_unsqueeze)
+ZSI_OP(zsi_def_view)
+#undef ZSI_OP
