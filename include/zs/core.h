@@ -212,8 +212,29 @@ bool zs_requires_grad(const zs_tensor *t);
  * library. */
 #define ZS_MAX_DEVICES 8
 
-typedef enum zs_copy_kind { ZS_COPY_TO_HOST, ZS_COPY_FROM_HOST } zs_copy_kind;
+typedef enum zs_copy_kind {
+    ZS_COPY_TO_HOST,    /* device -> host */
+    ZS_COPY_FROM_HOST,  /* host -> device */
+    ZS_COPY_ON_DEVICE,  /* device -> the same device */
+} zs_copy_kind;
 
+/* A queue of work on one device (a CUDA stream); work on one stream runs
+ * in order. NULL everywhere means the device's default stream. */
+typedef struct zs_stream zs_stream;
+/* A point in a stream's work (a CUDA event). */
+typedef struct zs_event zs_event;
+
+/* Bytes of one device's allocator: live, high-water mark, and freed but
+ * kept for reuse (the caching allocators). */
+typedef struct zs_device_stats {
+    size_t current_bytes, peak_bytes, cached_bytes;
+    uint64_t n_allocs;
+} zs_device_stats;
+
+/* The functions of a device. name, alloc, free and copy are required;
+ * the rest may be NULL for a device whose work is synchronous (the
+ * registry then does the obvious thing: memset through a host buffer,
+ * asynchronous copies done at once, nothing to wait for, one stream). */
 typedef struct zs_device_ops {
     const char *name;      /* "cpu", "cuda:0" (borrowed, static) */
     /* true when the CPU may read and write this memory directly (zs_data
@@ -223,10 +244,30 @@ typedef struct zs_device_ops {
      * no-op. */
     void *(*alloc)(void *ctx, size_t nbytes);
     void (*free)(void *ctx, void *p);
-    /* Copies n bytes between host memory and this device's memory. */
+    /* Copies n bytes between host and device memory or within the device;
+     * returns when the copy is done (after the work queued before it). */
     zs_status (*copy)(void *ctx, void *dst, const void *src, size_t n,
                       zs_copy_kind kind);
     void *ctx;
+    /* Sets n bytes of device memory to byte. */
+    zs_status (*memset)(void *ctx, void *p, int byte, size_t n);
+    /* Queues a copy on stream (may return before it is done: the host
+     * buffer must stay valid until the stream is synchronised). */
+    zs_status (*copy_async)(void *ctx, void *dst, const void *src, size_t n,
+                            zs_copy_kind kind, zs_stream *stream);
+    /* Waits for the work queued on stream (NULL: all of the device's). */
+    zs_status (*sync)(void *ctx, zs_stream *stream);
+    zs_stream *(*stream_new)(void *ctx);
+    void (*stream_free)(void *ctx, zs_stream *s);
+    /* Events: record marks the work queued so far on stream; wait makes
+     * stream wait for it (without blocking the host); event_sync blocks
+     * the host until it is reached. */
+    zs_event *(*event_new)(void *ctx);
+    void (*event_free)(void *ctx, zs_event *e);
+    zs_status (*event_record)(void *ctx, zs_event *e, zs_stream *stream);
+    zs_status (*event_wait)(void *ctx, zs_stream *stream, zs_event *e);
+    zs_status (*event_sync)(void *ctx, zs_event *e);
+    void (*stats)(void *ctx, zs_device_stats *st);
 } zs_device_ops;
 
 /* Registers (ops != NULL; copied) or removes (NULL) device id 1..7. Fails
@@ -237,11 +278,39 @@ zs_status zs_device_register(int device, const zs_device_ops *ops);
 const zs_device_ops *zs_device_get(int device);
 /* "cpu", the registered name, or "device <id> (not registered)". */
 const char *zs_device_name(int device);
+/* The id of the registered device named name ("cpu", "test", "cuda"), or
+ * -1 + a message that lists the registered devices. */
+int zs_device_find(const char *name);
+/* "cpu, test": the registered devices' names, for messages. Borrowed,
+ * per thread. */
+const char *zs_device_list(void);
 /* Uninitialised contiguous tensor on a device. */
 zs_tensor *zs_empty_on(int device, zs_dtype dt, int ndim, const int64_t *shape);
+zs_tensor *zs_zeros_on(int device, zs_dtype dt, int ndim, const int64_t *shape);
 /* A contiguous copy of t on device (a new reference; t itself, retained,
- * when it is already there and contiguous). No autograd. */
+ * when it is already there and contiguous). No autograd. Host <-> device
+ * is one copy; between two devices other than the CPU, two (through a
+ * host buffer); a strided view on a device other than the CPU must be
+ * made contiguous there first (zs_contiguous). */
 zs_tensor *zs_to_device(zs_tensor *t, int device);
+/* Copies src's bytes into dst: contiguous tensors of one dtype and numel,
+ * on the same device or one of them on the CPU; queued on stream (a
+ * stream of the device that is not the CPU; NULL: its default stream). A
+ * host tensor must stay alive until the stream is synchronised. */
+zs_status zs_copy_async(zs_tensor *dst, const zs_tensor *src, zs_stream *stream);
+/* Waits for all queued work of the device. */
+zs_status zs_device_sync(int device);
+zs_status zs_device_get_stats(int device, zs_device_stats *st);
+/* Streams and events of a device (NULL + message when it has none of its
+ * own: a synchronous device gives one shared stream and no-op events). */
+zs_stream *zs_stream_new(int device);
+void zs_stream_free(int device, zs_stream *s);
+zs_status zs_stream_sync(int device, zs_stream *s);
+zs_event *zs_event_new(int device);
+void zs_event_free(int device, zs_event *e);
+zs_status zs_event_record(int device, zs_event *e, zs_stream *s);
+zs_status zs_event_wait(int device, zs_stream *s, zs_event *e);
+zs_status zs_event_sync(int device, zs_event *e);
 
 /* ---- tensors: creation ----------------------------------------------- */
 
@@ -260,7 +329,7 @@ zs_tensor *zs_from_data(zs_dtype dt, int ndim, const int64_t *shape,
 /* Wraps caller memory without copying; the caller keeps it alive. */
 zs_tensor *zs_from_blob(zs_dtype dt, int ndim, const int64_t *shape,
                         void *data);
-/* Tensors like t (dtype, shape), contiguous. */
+/* Tensors like t (dtype, shape, device), contiguous. */
 zs_tensor *zs_empty_like(const zs_tensor *t);
 zs_tensor *zs_zeros_like(const zs_tensor *t);
 
@@ -314,46 +383,8 @@ zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src);
 /* Copies the elements into buf (row-major, dtype of t). */
 zs_status zs_copy_to_buffer(const zs_tensor *t, void *buf, size_t nbytes);
 zs_status zs_copy_from_buffer(zs_tensor *t, const void *buf, size_t nbytes);
-/* New contiguous tensor of dtype dt (differentiable for float dtypes). */
-zs_tensor *zs_to_dtype(zs_tensor *t, zs_dtype dt);
-/* t itself (retained) when contiguous, else a differentiable copy. */
-zs_tensor *zs_contiguous(zs_tensor *t);
-/* Differentiable copy, always new storage. */
-zs_tensor *zs_clone(zs_tensor *t);
-/* Same data, no autograd history. Shares storage. */
-zs_tensor *zs_detach(zs_tensor *t);
-/* Called by backward with the arg given to zs_backward_hook; a failure
- * (negative status, message set) stops the backward. */
-typedef zs_status (*zs_backward_hook_fn)(void *ctx, int64_t arg);
-/* An alias of t (shares storage) whose backward calls fn(ctx, arg) when
- * the gradient of the alias is complete, before it passes on to t
- * unchanged: everything computed from t before the alias gets its
- * gradient after the call (ZeRO-3 gathers a layer's weights there). With
- * grad mode off or no input needing grad, a plain alias. Returns a new
- * reference. */
-zs_tensor *zs_backward_hook(zs_tensor *t, zs_backward_hook_fn fn, void *ctx, int64_t arg);
 /* In-place fill. */
 zs_status zs_fill_(zs_tensor *t, double v);
-
-/* ---- tensors: views (share storage, differentiable) ------------------ */
-
-/* One dim of `shape` may be -1 (inferred). Copies if t's strides cannot
- * express the new shape. */
-zs_tensor *zs_reshape(zs_tensor *t, int ndim, const int64_t *shape);
-/* Like reshape but fails instead of copying. */
-zs_tensor *zs_view(zs_tensor *t, int ndim, const int64_t *shape);
-zs_tensor *zs_permute(zs_tensor *t, const int *perm);
-zs_tensor *zs_transpose(zs_tensor *t, int d0, int d1);
-/* Elements [start, start+len) along dim. Negative dims count from the end. */
-zs_tensor *zs_narrow(zs_tensor *t, int dim, int64_t start, int64_t len);
-/* Python-style slice along dim with step > 0; end is clamped. */
-zs_tensor *zs_slice(zs_tensor *t, int dim, int64_t start, int64_t end,
-                    int64_t step);
-/* Broadcasts size-1 dims (stride 0); may add leading dims. */
-zs_tensor *zs_expand(zs_tensor *t, int ndim, const int64_t *shape);
-zs_tensor *zs_squeeze(zs_tensor *t, int dim);   /* dim must have size 1 */
-zs_tensor *zs_unsqueeze(zs_tensor *t, int dim);
-zs_tensor *zs_flatten(zs_tensor *t, int start_dim, int end_dim);
 
 /* ---- printing -------------------------------------------------------- */
 

@@ -21,6 +21,46 @@
 extern "C" {
 #endif
 
+/* ---- copies and conversions (operators, any device) -------------------- */
+/* New contiguous tensor of dtype dt (differentiable for float dtypes). */
+zs_tensor *zs_to_dtype(zs_tensor *t, zs_dtype dt);
+/* t itself (retained) when contiguous, else a differentiable copy. */
+zs_tensor *zs_contiguous(zs_tensor *t);
+/* Differentiable copy, always new storage. */
+zs_tensor *zs_clone(zs_tensor *t);
+/* Same data, no autograd history. Shares storage. */
+zs_tensor *zs_detach(zs_tensor *t);
+/* Called by backward with the arg given to zs_backward_hook; a failure
+ * (negative status, message set) stops the backward. */
+typedef zs_status (*zs_backward_hook_fn)(void *ctx, int64_t arg);
+/* An alias of t (shares storage) whose backward calls fn(ctx, arg) when
+ * the gradient of the alias is complete, before it passes on to t
+ * unchanged: everything computed from t before the alias gets its
+ * gradient after the call (ZeRO-3 gathers a layer's weights there). With
+ * grad mode off or no input needing grad, a plain alias. Returns a new
+ * reference. */
+zs_tensor *zs_backward_hook(zs_tensor *t, zs_backward_hook_fn fn, void *ctx, int64_t arg);
+
+/* ---- tensors: views (share storage, differentiable) ------------------ */
+
+/* One dim of `shape` may be -1 (inferred). Copies if t's strides cannot
+ * express the new shape. */
+zs_tensor *zs_reshape(zs_tensor *t, int ndim, const int64_t *shape);
+/* Like reshape but fails instead of copying. */
+zs_tensor *zs_view(zs_tensor *t, int ndim, const int64_t *shape);
+zs_tensor *zs_permute(zs_tensor *t, const int *perm);
+zs_tensor *zs_transpose(zs_tensor *t, int d0, int d1);
+/* Elements [start, start+len) along dim. Negative dims count from the end. */
+zs_tensor *zs_narrow(zs_tensor *t, int dim, int64_t start, int64_t len);
+/* Python-style slice along dim with step > 0; end is clamped. */
+zs_tensor *zs_slice(zs_tensor *t, int dim, int64_t start, int64_t end,
+                    int64_t step);
+/* Broadcasts size-1 dims (stride 0); may add leading dims. */
+zs_tensor *zs_expand(zs_tensor *t, int ndim, const int64_t *shape);
+zs_tensor *zs_squeeze(zs_tensor *t, int dim);   /* dim must have size 1 */
+zs_tensor *zs_unsqueeze(zs_tensor *t, int dim);
+zs_tensor *zs_flatten(zs_tensor *t, int start_dim, int end_dim);
+
 /* ---- elementwise binary, numpy broadcasting --------------------------- */
 zs_tensor *zs_add(zs_tensor *a, zs_tensor *b);
 zs_tensor *zs_sub(zs_tensor *a, zs_tensor *b);

@@ -66,7 +66,16 @@ double zs_get(const zs_tensor *t, int64_t flat_index)
 {
     if (!t || flat_index < 0 || flat_index >= zs_numel(t))
         return 0;
-    return zsi_load(t->dtype, t->storage->data, t->offset + flat_offset(t, flat_index));
+    int64_t off = t->offset + flat_offset(t, flat_index);
+    if (zsi_device_host(t->device))
+        return zsi_load(t->dtype, t->storage->data, off);
+    /* another device's memory: that one element, copied to the host */
+    size_t es = zs_dtype_size(t->dtype);
+    unsigned char buf[16];
+    if (zsi_device_copy(t->device, buf, (char *)t->storage->data + off * (int64_t)es,
+                        es, ZS_COPY_TO_HOST) != ZS_OK)
+        return 0;
+    return zsi_load(t->dtype, buf, 0);
 }
 
 double zs_item(const zs_tensor *t) { return zs_get(t, 0); }

@@ -46,6 +46,11 @@ zs_tensor *zsi_new_tensor_on(int device, zs_dtype dt, int ndim,
  * with the same id; counted so that a device with storage stays. */
 void *zsi_device_alloc(int device, size_t nbytes);
 void zsi_device_free(int device, void *p);
+/* n bytes of device memory set to byte; a synchronous copy of n bytes on
+ * device (kind says which side is the host). ZS_OK or negative + message. */
+zs_status zsi_device_memset(int device, void *p, int byte, size_t n);
+zs_status zsi_device_copy(int device, void *dst, const void *src, size_t n,
+                          zs_copy_kind kind);
 /* True when the CPU may address the device's memory. */
 bool zsi_device_host(int device);
 /* The first element's address on whatever device t lives, unchecked: for

@@ -1,7 +1,10 @@
 /*
  * print.c - human-readable tensor printing (abbreviated past 6 per dim).
+ * A tensor on a device the host cannot read is copied to the host first.
  */
 #include "core/internal.h"
+
+static void print_host(const zs_tensor *t, FILE *f);
 
 static void print_rec(const zs_tensor *t, FILE *f, int d, int64_t off,
                       int indent)
@@ -31,6 +34,23 @@ static void print_rec(const zs_tensor *t, FILE *f, int d, int64_t off,
     fputc(']', f);
 }
 
+/* t's storage copied to the host (the caller frees *data with zs_free), in
+ * a header h and storage s that alias it; for printing device tensors. */
+static zs_status host_alias(const zs_tensor *t, zs_tensor *h, zs_storage *s)
+{
+    *s = *t->storage;
+    *h = *t;
+    h->storage = s;
+    s->data = zs_alloc(s->nbytes ? s->nbytes : 1);
+    if (!s->data)
+        return ZS_ERR_NOMEM;
+    zs_status st = zsi_device_copy(t->device, s->data, t->storage->data,
+                                   s->nbytes, ZS_COPY_TO_HOST);
+    if (st != ZS_OK)
+        zs_free(s->data);
+    return st;
+}
+
 void zs_print(const zs_tensor *t, FILE *f)
 {
     if (!t) {
@@ -40,6 +60,24 @@ void zs_print(const zs_tensor *t, FILE *f)
     char buf[128];
     fprintf(f, "tensor(%s, %s", zs_shape_str(t, buf, sizeof buf),
             zs_dtype_name(t->dtype));
+    if (t->device != ZS_CPU)
+        fprintf(f, ", device=%s", zs_device_name(t->device));
+    if (!zsi_device_host(t->device)) {
+        zs_tensor h;
+        zs_storage s;
+        if (host_alias(t, &h, &s) != ZS_OK) {
+            fprintf(f, ", not readable: %s)\n", zs_last_error());
+            return;
+        }
+        print_host(&h, f);
+        zs_free(s.data);
+        return;
+    }
+    print_host(t, f);
+}
+
+static void print_host(const zs_tensor *t, FILE *f)
+{
     if (t->requires_grad)
         fputs(", requires_grad", f);
     fputs(")\n", f);

@@ -351,12 +351,16 @@ zs_tensor *zs_from_blob(zs_dtype dt, int ndim, const int64_t *shape,
 
 zs_tensor *zs_empty_like(const zs_tensor *t)
 {
-    return t ? zsi_new_tensor(t->dtype, t->ndim, t->shape) : NULL;
+    return t ? zsi_new_tensor_on(t->device, t->dtype, t->ndim, t->shape) : NULL;
 }
 
 zs_tensor *zs_zeros_like(const zs_tensor *t)
 {
-    return t ? zs_zeros(t->dtype, t->ndim, t->shape) : NULL;
+    if (!t)
+        return NULL;
+    if (t->device == ZS_CPU)
+        return zs_zeros(t->dtype, t->ndim, t->shape);
+    return zs_zeros_on(t->device, t->dtype, t->ndim, t->shape);
 }
 
 /* ---- queries ------------------------------------------------------------- */

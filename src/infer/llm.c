@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "infer/internal.h"
+#include "zs/ops.h"
 #include "zs/attention.h"
 
 static const char *const quant_names[] = {"none", "q8_0", "q4_0", "q4_1", "int8", "w8a8"};

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "zs/ops.h"
 #include "zs/io.h"
 
 struct zs_loader {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "core/internal.h"
+#include "zs/ops.h"
 #include "zs/io.h"
 
 /* Finds "<dir>/<stem>" or "<dir>/<stem>.gz". */

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "train/internal.h"
+#include "zs/ops.h"
 #include "zs/analyze.h"
 
 double zsi_train_now(void)

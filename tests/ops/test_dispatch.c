@@ -48,7 +48,8 @@ static zs_status dev_add(const zsi_call *c, zs_tensor *out)
 
 static void test_second_device(void)
 {
-    zs_device_ops ops = {"testdev", false, dev_alloc, dev_free, dev_copy, NULL};
+    zs_device_ops ops = {.name = "testdev", .alloc = dev_alloc, .free = dev_free,
+                         .copy = dev_copy};
     ZT_CHECK(zs_device_register(TESTDEV, &ops) == ZS_OK, "register");
     ZT_EXPECT_ERROR(zs_device_register(ZS_CPU, &ops) < 0, "0 is the CPU");
     ZT_CHECK(!strcmp(zs_device_name(TESTDEV), "testdev"), "name");
