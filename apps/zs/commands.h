@@ -13,5 +13,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
+int cmd_ops(int argc, char **argv);
 
 #endif

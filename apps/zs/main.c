@@ -2,6 +2,7 @@
  * main.c - the `zs` command: dispatches to subcommands.
  *
  *   zs sysinfo        CPU features, threads, measured peak and bandwidth
+ *   zs ops            operators x devices x dtypes, forward and backward
  *   zs demo           a small autograd demo
  *   zs train          train LeNet-5 / a small ResNet on Fashion-MNIST
  *   zs eval           evaluate a checkpoint
@@ -19,6 +20,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"sysinfo", cmd_sysinfo, "print CPU features, threads and measured peaks"},
+    {"ops", cmd_ops, "print the operator table: kernels per device and dtype"},
     {"demo", cmd_demo, "fit a tiny model with autograd and print the losses"},
     {"train", cmd_train, "train a model: zs train lenet|resnet [flags]"},
     {"generate", cmd_generate, "sample text from a GPT checkpoint: many prompts, batched"},

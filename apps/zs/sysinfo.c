@@ -40,3 +40,24 @@ int cmd_sysinfo(int argc, char **argv)
     printf("ridge point    %.1f FLOP/byte (%d threads)\n", pn / bn, nt);
     return 0;
 }
+
+static void ops_usage(FILE *f)
+{
+    fprintf(f, "usage: zs ops\n  prints every operator with its kernels per "
+            "device and dtype, and what its backward runs\n");
+}
+
+/* `zs ops`: the operator table, with every device the command line offers
+ * (the test device included). */
+int cmd_ops(int argc, char **argv)
+{
+    int p = flags_parse("zs ops", NULL, 0, ops_usage, argc, argv);
+    if (p != FLAGS_OK)
+        return flags_exit(p);
+    if (zs_test_device_enable() != ZS_OK) {
+        fprintf(stderr, "zs ops: %s\n", zs_last_error());
+        return 1;
+    }
+    zs_ops_print(stdout);
+    return 0;
+}

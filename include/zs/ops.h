@@ -204,6 +204,26 @@ double zs_profile_total_flops(void);
 /* Prints a table: op, calls, GFLOP, GB, ms, GFLOP/s, GB/s. */
 void zs_profile_print(FILE *f);
 
+/* ---- the operator table and the test device ---------------------------- */
+
+/* Prints every operator (ops/oplist.h) with its kernels per device and
+ * dtype, forward and backward: what runs where (`zs ops`). */
+void zs_ops_print(FILE *f);
+
+/* The test device (id ZS_TEST_DEVICE, name "test"): host memory that the
+ * host may not touch (its pages are inaccessible outside the device's own
+ * kernels and copies, so a stray read faults), running every CPU kernel
+ * behind the driver on aliases of its tensors: a training step that runs
+ * there runs through the driver only, and gives the CPU's bits. For tests
+ * and for `--device test`. Registers the device once (later calls do
+ * nothing); not thread-safe against other threads' operators. */
+#define ZS_TEST_DEVICE 7
+zs_status zs_test_device_enable(void);
+/* Calls of operator op's kernels on the test device since the last reset
+ * (-1: no operator of that name). */
+int64_t zs_test_device_calls(const char *op);
+void zs_test_device_reset_calls(void);
+
 #ifdef __cplusplus
 }
 #endif
