@@ -53,9 +53,11 @@ zs_status app_evaluate(zs_module *m, const zs_image_data *d,
             st = rc < 0 ? rc : ZS_OK;
             break;
         }
-        zs_tensor *logits = zs_module_forward(m, x);
-        zs_tensor *loss = zs_cross_entropy(logits, y, -100);
-        zs_tensor *pred = zs_argmax(logits, 1, false);
+        int dev = zs_module_device(m); /* the batch goes where the model is */
+        zs_tensor *logits = zs_module_forward(m, zs_to_device(x, dev));
+        zs_tensor *loss = zs_cross_entropy(logits, zs_to_device(y, dev), -100);
+        /* the predictions come back to the host to be counted */
+        zs_tensor *pred = zs_to_device(zs_argmax(logits, 1, false), ZS_CPU);
         if (!loss || !pred) {
             zs_scope_pop();
             st = ZS_ERR_ARG;

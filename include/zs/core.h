@@ -287,8 +287,8 @@ const char *zs_device_list(void);
 /* Uninitialised contiguous tensor on a device. */
 zs_tensor *zs_empty_on(int device, zs_dtype dt, int ndim, const int64_t *shape);
 zs_tensor *zs_zeros_on(int device, zs_dtype dt, int ndim, const int64_t *shape);
-/* A contiguous copy of t on device (a new reference; t itself, retained,
- * when it is already there and contiguous). No autograd. Host <-> device
+/* A contiguous copy of t on device (a new reference; a new header on t's
+ * storage when it is already there and contiguous). No autograd. Host <-> device
  * is one copy; between two devices other than the CPU, two (through a
  * host buffer); a strided view on a device other than the CPU must be
  * made contiguous there first (zs_contiguous). */

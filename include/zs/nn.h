@@ -89,6 +89,14 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
  * (the tensor objects stay, so modules keep their pointers); gradients are
  * dropped. For float64 gradient checks of whole models. Not after flatten. */
 zs_status zs_module_to_dtype(zs_module *m, zs_dtype dt);
+/* Moves every parameter and buffer of the tree to device in place (the
+ * tensor objects stay, so modules keep their pointers; their storage is
+ * replaced by a copy there); gradients are dropped. Not after flatten:
+ * move first, and flatten puts the flat buffers on the parameters'
+ * device. */
+zs_status zs_module_to_device(zs_module *m, int device);
+/* The device of the module's parameters (ZS_CPU for a module with none). */
+int zs_module_device(zs_module *m);
 /* Zeroes every parameter's gradient in place. */
 void zs_module_zero_grad(zs_module *m);
 /* The units of a tree: its modules marked `unit`, numbered 0, 1, ... in

@@ -124,6 +124,12 @@ typedef struct zs_trainer_config {
                                * rng_seed, rng_offset and val_loss */
     zs_train_event_fn on_step;
     void *on_step_ctx;
+    int device;               /* where the model, its flat buffers, the
+                               * optimizer state and the batches live
+                               * (zs_device_find); 0: the CPU. The trainer
+                               * moves the model there. Data parallelism
+                               * needs the CPU (the collectives take host
+                               * tensors). */
     FILE *log;                /* rank 0's setup and summary lines (ZeRO
                                * memory, buckets, server statistics);
                                * NULL: silent */

@@ -231,8 +231,8 @@ zs_tensor *zs_to_device(zs_tensor *t, int device)
         return NULL;
     }
     bool contig = zs_is_contiguous(t);
-    if ((int)t->device == device && contig)
-        return zs_retain(t);
+    if ((int)t->device == device && contig) /* a new header, owned as usual */
+        return zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
     if ((int)t->device != ZS_CPU && !contig) {
         zs_set_error("to_device: a strided view on %s: make it contiguous "
                      "there first (zs_contiguous)", zs_device_name(t->device));

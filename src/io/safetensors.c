@@ -23,6 +23,7 @@
 #include "core/checked.h"
 #include "core/internal.h"
 #include "io/fileio.h"
+#include "zs/ops.h"
 #include "zs/io.h"
 
 static const char *st_names[ZS_DTYPE_COUNT] = {
@@ -119,6 +120,18 @@ static zs_status check_inputs(int n, const char *const *names,
 
 static zs_status write_tensor(int fd, zs_tensor *t, const char *path)
 {
+    if (t->device != ZS_CPU) { /* copied to the host explicitly */
+        zsi_tracking_pause();
+        zs_no_grad_push();
+        zs_tensor *c = zs_contiguous(t);
+        zs_tensor *h = zs_to_device(c, ZS_CPU);
+        zs_no_grad_pop();
+        zsi_tracking_resume();
+        zs_status st = h ? write_tensor(fd, h, path) : ZS_ERR_ARG;
+        zs_release(c);
+        zs_release(h);
+        return st;
+    }
     if (zs_is_contiguous(t))
         return zsi_write_all(fd, zs_data(t), zs_nbytes(t), path, "safetensors");
     zsi_tracking_pause();

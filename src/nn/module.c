@@ -286,17 +286,23 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
         return n;
     int64_t total = 0;
     zs_status st = ZS_OK;
+    int dev = n ? (int)ps[0]->device : ZS_CPU;
     for (int i = 0; i < n; i++) {
         if (ps[i]->dtype != ZS_F32)
             st = zs_set_error("flatten: parameter %s is %s, expected f32",
                               nm[i], zs_dtype_name(ps[i]->dtype));
+        else if ((int)ps[i]->device != dev)
+            st = zs_set_error("flatten: parameter %s is on %s, %s on %s: "
+                              "move the module with zs_module_to_device",
+                              nm[i], zs_device_name(ps[i]->device), nm[0],
+                              zs_device_name(dev));
         total += zs_numel(ps[i]);
     }
     flat_entry *e = st == ZS_OK ? calloc(1, sizeof *e) : NULL;
     zsi_tracking_pause();
     if (e) {
-        e->params = zs_zeros(ZS_F32, 1, &total);
-        e->grads = flat_grads ? zs_zeros(ZS_F32, 1, &total) : NULL;
+        e->params = zs_zeros_on(dev, ZS_F32, 1, &total);
+        e->grads = flat_grads ? zs_zeros_on(dev, ZS_F32, 1, &total) : NULL;
     }
     zsi_tracking_resume();
     if (st == ZS_OK && (!e || !e->params || (flat_grads && !e->grads))) {
@@ -334,11 +340,81 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
     return st;
 }
 
+/* True when a module of the tree was flattened (its parameters are views
+ * of one buffer that the root owns). */
+static bool is_flat(zs_module *m)
+{
+    pthread_mutex_lock(&flats_mu);
+    bool flat = false;
+    for (flat_entry *e = flats; e && !flat; e = e->next)
+        flat = e->m == m;
+    pthread_mutex_unlock(&flats_mu);
+    return flat;
+}
+
+/* Gives t new storage on device holding its values (a contiguous copy);
+ * drops its gradient. */
+static zs_status move(zs_tensor *t, int device)
+{
+    zsi_tracking_pause();
+    zs_tensor *d = zs_to_device(t, device);
+    zsi_tracking_resume();
+    if (!d)
+        return ZS_ERR_ARG;
+    if (d->storage != t->storage) {
+        zs_storage *old = t->storage;
+        t->storage = d->storage;
+        zsi_storage_retain(t->storage);
+        t->device = d->device;
+        t->offset = 0;
+        memcpy(t->strides, d->strides, sizeof t->strides);
+        zsi_storage_release(old);
+        zs_zero_grad(t, true);
+    }
+    zs_release(d);
+    return ZS_OK;
+}
+
+zs_status zs_module_to_device(zs_module *m, int device)
+{
+    if (!m)
+        return zs_set_error("module_to_device: no module");
+    if (!zs_device_get(device))
+        return zs_set_error("module_to_device: %s (devices here: %s)",
+                            zs_device_name(device), zs_device_list());
+    if (is_flat(m))
+        return zs_set_error("module_to_device: the module is flattened: move "
+                            "it before zs_module_flatten");
+    zs_tensor **ts;
+    char **nm;
+    zs_status st = ZS_OK;
+    for (int pass = 0; pass < 2 && st == ZS_OK; pass++) {
+        int n = pass ? zs_module_buffers(m, &ts, &nm) : zs_module_parameters(m, &ts, &nm);
+        if (n < 0)
+            return n;
+        for (int i = 0; i < n && st == ZS_OK; i++)
+            st = move(ts[i], device);
+        zs_names_free(n, ts, nm);
+    }
+    return st;
+}
+
+int zs_module_device(zs_module *m)
+{
+    zs_tensor **ts;
+    char **nm;
+    int n = m ? zs_module_parameters(m, &ts, &nm) : -1;
+    int d = n > 0 ? (int)ts[0]->device : ZS_CPU;
+    if (n >= 0)
+        zs_names_free(n, ts, nm);
+    return d;
+}
+
 /* Gives t new storage of dtype dt holding its converted values. */
 static zs_status convert(zs_tensor *t, zs_dtype dt)
 {
     zsi_tracking_pause();
-    zs_tensor *c = zs_empty(dt, t->ndim, t->shape);
+    zs_tensor *c = zs_empty_on(t->device, dt, t->ndim, t->shape);
     zs_status st = c ? zs_copy_(c, t) : ZS_ERR_NOMEM;
     if (st == ZS_OK) {
         zs_storage *old = t->storage;

@@ -23,7 +23,9 @@ double zs_token_eval(void *src, zs_module *m)
         zs_scope_push();
         zs_tensor *x, *y, *l = NULL;
         st = zs_token_batch(src, b, &x, &y);
-        if (st == ZS_OK && !(l = zs_gpt_loss(m, x, y)))
+        int dev = zs_module_device(m); /* the batch goes where the model is */
+        if (st == ZS_OK && !(l = zs_gpt_loss(m, zs_to_device(x, dev),
+                                             zs_to_device(y, dev))))
             st = ZS_ERR_STATE;
         if (st == ZS_OK)
             sum += zs_item(l);

@@ -53,6 +53,13 @@ static zs_status check_config(const zs_trainer_config *c, int size)
     if ((unsigned)c->sync > ZS_SYNC_SSP || c->zero < 0 || c->zero > 3 || c->staleness < 0)
         return zs_set_error("trainer: bad sync mode %d, ZeRO stage %d or staleness %d",
                             (int)c->sync, c->zero, c->staleness);
+    if (c->device != ZS_CPU && !zs_device_get(c->device))
+        return zs_set_error("trainer: %s (devices here: %s)",
+                            zs_device_name(c->device), zs_device_list());
+    if (c->device != ZS_CPU && size > 1)
+        return zs_set_error("trainer: %d ranks on %s: the collectives take host "
+                            "tensors only, so data parallelism runs on the cpu",
+                            size, zs_device_name(c->device));
     if (c->zero > 0 && c->sync != ZS_SYNC_ALLREDUCE)
         return zs_set_error("trainer: ZeRO works with all-reduce data parallelism "
                             "only (a parameter server keeps the optimizer state on "
@@ -118,6 +125,9 @@ static zs_status build(zs_trainer *t)
 {
     const zs_trainer_config *c = &t->c;
     bool z2 = c->zero >= 2; /* gradients only as shards */
+    if (zs_module_device(t->m) != c->device &&
+        zs_module_to_device(t->m, c->device) != ZS_OK)
+        return ZS_ERR_STATE;
     if (zs_module_flatten(t->m, &t->fp, z2 ? NULL : &t->fg) != ZS_OK)
         return ZS_ERR_STATE;
     if (!z2) {
@@ -273,6 +283,12 @@ zs_status zsi_train_micro(zs_trainer *t, int64_t index, int part, int parts,
                             (long long)(y && y->ndim ? y->shape[0] : -1), parts);
     t->targets += zs_numel(y); /* the global batch's, before the split */
     zsi_train_my_rows(&x, &y, part, parts);
+    if (t->c.device != ZS_CPU) { /* the batch goes where the model is */
+        x = zs_to_device(x, t->c.device);
+        y = zs_to_device(y, t->c.device);
+        if (!x || !y)
+            return ZS_ERR_STATE;
+    }
     /* ZeRO-2/3 reduce every micro-batch into the shard (3 gathers the
      * parameters kept through the step first); plain data parallelism
      * the accumulated gradient, during the last backward */
