@@ -26,6 +26,7 @@ ZSI_OP(zsi_def_sub)
 ZSI_OP(zsi_def_conv2d)
 /* dropout.c */
 ZSI_OP(zsi_def_dropout)
+ZSI_OP(zsi_def_dropout_backward)
 /* embedding.c */
 ZSI_OP(zsi_def_embedding)
 /* linear.c */
