@@ -43,7 +43,9 @@ ZSI_OP(zsi_def_batch_norm)
 ZSI_OP(zsi_def_layer_norm)
 /* pool.c */
 ZSI_OP(zsi_def_avg_pool)
+ZSI_OP(zsi_def_avg_pool_backward)
 ZSI_OP(zsi_def_max_pool)
+ZSI_OP(zsi_def_max_pool_backward)
 /* reduce.c */
 ZSI_OP(zsi_def_mean)
 ZSI_OP(zsi_def_sum)
