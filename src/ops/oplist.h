@@ -24,6 +24,7 @@ ZSI_OP(zsi_def_mul_scalar)
 ZSI_OP(zsi_def_sub)
 /* conv.c */
 ZSI_OP(zsi_def_conv2d)
+ZSI_OP(zsi_def_conv2d_backward)
 /* dropout.c */
 ZSI_OP(zsi_def_dropout)
 ZSI_OP(zsi_def_dropout_backward)
