@@ -30,6 +30,8 @@ ZSI_OP(zsi_def_dropout)
 ZSI_OP(zsi_def_dropout_backward)
 /* embedding.c */
 ZSI_OP(zsi_def_embedding)
+/* join.c */
+ZSI_OP(zsi_def_concat)
 /* linear.c */
 ZSI_OP(zsi_def_linear)
 ZSI_OP(zsi_def_linear_gelu)
