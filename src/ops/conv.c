@@ -7,13 +7,17 @@
  * Cost model: 2*N*O*OH*OW*(C/groups)*KH*KW FLOPs (+ N*O*OH*OW for the
  * bias); bytes = inputs + output.
  *
- * A descriptor run by zsi_run (ops/op.h): infer checks dtypes, shapes
- * and parameters, the CPU kernel (f32, f64) reads w and bias contiguous.
+ * A descriptor run by zsi_run (ops/op.h), attributes the params by value
+ * (conv_attrs): infer checks dtypes, shapes and parameters, the CPU kernel
+ * (f32, f64) reads w and bias contiguous.
  *
- * Backward calls the kernels directly (first derivatives only; the rule is
- * not itself differentiable): x and the contiguous w are saved; gradients
- * for x, w and bias are computed as zsi_needs_grad asks. Its cost is
- * counted under the operator "conv2d_backward".
+ * Backward (first derivatives only; the rule is not itself
+ * differentiable): x and the contiguous w are saved; the rule runs the
+ * descriptor "conv2d_backward" once, for the gradients of x, w and bias
+ * that zsi_needs_grad asks for (zsi_run_n).
+ * Its cost: 2*N*O*OH*OW*(C/groups)*KH*KW FLOPs for each of gx and gw,
+ * N*O*OH*OW for gb; bytes = g (+ x for gw, + w for gx) read, the
+ * gradients written.
  */
 #include <string.h>
 
@@ -22,23 +26,28 @@
 
 static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_CONV2D_BW = {.name = "conv2d_backward"};
+/* The attributes: the params by value (zeros: the defaults, stride 1, no
+ * padding, dilation 1, one group). */
+typedef struct conv_attrs {
+    zs_conv2d_params p;
+} conv_attrs;
+ZSI_ATTRS(conv_attrs);
 
-/* Reads p (NULL = defaults) into s's stride/padding/dilation/groups. */
-static zs_status read_params(const zs_conv2d_params *p, zsk_conv2d_shape *s)
+/* Reads p into s's stride/padding/dilation/groups (0 means 1 for stride,
+ * dilation and groups); fails with a message naming op. */
+static zs_status read_params(const char *op, const zs_conv2d_params *p,
+                             zsk_conv2d_shape *s)
 {
-    zs_conv2d_params d = {{1, 1}, {0, 0}, {1, 1}, 1};
-    if (p)
-        d = *p;
+    const zs_conv2d_params d = *p;
     for (int i = 0; i < 2; i++) {
         if (d.stride[i] < 0 || d.dilation[i] < 0 || d.padding[i] < 0)
-            return zs_set_error("conv2d: stride [%d, %d], padding [%d, %d] "
+            return zs_set_error("%s: stride [%d, %d], padding [%d, %d] "
                                 "and dilation [%d, %d] must not be negative",
-                                d.stride[0], d.stride[1], d.padding[0],
+                                op, d.stride[0], d.stride[1], d.padding[0],
                                 d.padding[1], d.dilation[0], d.dilation[1]);
     }
     if (d.groups < 0)
-        return zs_set_error("conv2d: groups %d must not be negative", d.groups);
+        return zs_set_error("%s: groups %d must not be negative", op, d.groups);
     s->sh = d.stride[0] ? d.stride[0] : 1;
     s->sw = d.stride[1] ? d.stride[1] : 1;
     s->ph = d.padding[0];
@@ -49,43 +58,44 @@ static zs_status read_params(const zs_conv2d_params *p, zsk_conv2d_shape *s)
     return ZS_OK;
 }
 
-static zs_status check_shapes(const zs_tensor *x, const zs_tensor *w,
-                              const zs_tensor *b, zsk_conv2d_shape *s)
+static zs_status check_shapes(const char *op, const zs_tensor *x,
+                              const zs_tensor *w, const zs_tensor *b,
+                              zsk_conv2d_shape *s)
 {
     char sx[96], sw[96], sb[96];
     zs_shape_str(x, sx, sizeof sx);
     zs_shape_str(w, sw, sizeof sw);
     if (x->ndim != 4)
-        return zs_set_error("conv2d: input %s has %d dims, expected 4 "
-                            "[N, C, H, W]", sx, x->ndim);
+        return zs_set_error("%s: input %s has %d dims, expected 4 "
+                            "[N, C, H, W]", op, sx, x->ndim);
     if (w->ndim != 4)
-        return zs_set_error("conv2d: weight %s has %d dims, expected 4 "
-                            "[O, C/groups, KH, KW]", sw, w->ndim);
+        return zs_set_error("%s: weight %s has %d dims, expected 4 "
+                            "[O, C/groups, KH, KW]", op, sw, w->ndim);
     s->N = x->shape[0], s->C = x->shape[1], s->H = x->shape[2], s->W = x->shape[3];
     s->O = w->shape[0], s->KH = w->shape[2], s->KW = w->shape[3];
     if (s->C % s->G || s->O % s->G)
-        return zs_set_error("conv2d: input %s and weight %s: channels C = %lld "
-                            "and O = %lld must be divisible by groups %lld", sx,
-                            sw, (long long)s->C, (long long)s->O,
+        return zs_set_error("%s: input %s and weight %s: channels C = %lld "
+                            "and O = %lld must be divisible by groups %lld", op,
+                            sx, sw, (long long)s->C, (long long)s->O,
                             (long long)s->G);
     if (w->shape[1] != s->C / s->G)
-        return zs_set_error("conv2d: weight %s has %lld input channels per "
+        return zs_set_error("%s: weight %s has %lld input channels per "
                             "group, expected C/groups = %lld for input %s "
-                            "with groups %lld", sw, (long long)w->shape[1],
+                            "with groups %lld", op, sw, (long long)w->shape[1],
                             (long long)(s->C / s->G), sx, (long long)s->G);
     if (s->KH < 1 || s->KW < 1)
-        return zs_set_error("conv2d: weight %s has an empty kernel", sw);
+        return zs_set_error("%s: weight %s has an empty kernel", op, sw);
     if (b && (b->ndim != 1 || b->shape[0] != s->O))
-        return zs_set_error("conv2d: bias %s does not match weight %s, "
-                            "expected [%lld]", zs_shape_str(b, sb, sizeof sb),
+        return zs_set_error("%s: bias %s does not match weight %s, "
+                            "expected [%lld]", op, zs_shape_str(b, sb, sizeof sb),
                             sw, (long long)s->O);
     s->OH = zsk_conv_out_size(s->H, s->KH, s->sh, s->ph, s->dh);
     s->OW = zsk_conv_out_size(s->W, s->KW, s->sw, s->pw, s->dw);
     if (s->OH <= 0 || s->OW <= 0)
-        return zs_set_error("conv2d: input %s with weight %s, stride [%lld, "
+        return zs_set_error("%s: input %s with weight %s, stride [%lld, "
                             "%lld], padding [%lld, %lld], dilation [%lld, "
                             "%lld] gives an empty output, expected (H + 2*pad "
-                            "- dilation*(K-1) - 1) >= 0", sx, sw,
+                            "- dilation*(K-1) - 1) >= 0", op, sx, sw,
                             (long long)s->sh, (long long)s->sw,
                             (long long)s->ph, (long long)s->pw,
                             (long long)s->dh, (long long)s->dw);
@@ -98,11 +108,8 @@ static double conv_flops(const zsk_conv2d_shape *s)
            (double)(s->C / s->G) * (double)(s->KH * s->KW);
 }
 
-/* Inputs x, w (, bias); attributes: ptr = the zs_conv2d_params (NULL:
- * defaults). Node: p.i[8..14] = sh, sw, ph, pw, dh, dw, G; saved 0 x,
- * 1 the contiguous w. */
-#define P_GEOM 8
-
+/* Inputs x, w (, bias); attributes conv_attrs. Node: saved 0 x, 1 the
+ * contiguous w. */
 static zs_status infer_conv(zsi_call *c)
 {
     zs_tensor *x = c->in[0], *w = c->in[1], *b = c->nin > 2 ? c->in[2] : NULL;
@@ -112,7 +119,8 @@ static zs_status infer_conv(zsi_call *c)
                             "bias", c->nin);
     if (zsi_check_pair_dtype("conv2d", x, w) != ZS_OK ||
         (b && zsi_check_pair_dtype("conv2d", x, b) != ZS_OK) ||
-        read_params(c->a->ptr, &s) != ZS_OK || check_shapes(x, w, b, &s) != ZS_OK)
+        read_params("conv2d", &((const conv_attrs *)c->attrs)->p, &s) != ZS_OK ||
+        check_shapes("conv2d", x, w, b, &s) != ZS_OK)
         return ZS_ERR_ARG;
     c->dtype = x->dtype;
     c->ndim = 4;
@@ -126,7 +134,7 @@ static zsk_conv2d_shape call_shape(const zsi_call *c)
 {
     const zs_tensor *x = c->in[0], *w = c->in[1];
     zsk_conv2d_shape s;
-    read_params(c->a->ptr, &s);
+    read_params("conv2d", &((const conv_attrs *)c->attrs)->p, &s);
     s.N = x->shape[0], s.C = x->shape[1], s.H = x->shape[2], s.W = x->shape[3];
     s.O = w->shape[0], s.KH = w->shape[2], s.KW = w->shape[3];
     s.OH = zsk_conv_out_size(s.H, s.KH, s.sh, s.ph, s.dh);
@@ -157,10 +165,6 @@ static zs_status cpu_conv(const zsi_call *c, zs_tensor *out)
 
 static void save_conv(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 {
-    zsk_conv2d_shape s = call_shape(c);
-    int64_t prm[] = {s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.G};
-    for (int i = 0; i < 7; i++)
-        n->p.i[P_GEOM + i] = prm[i];
     zsi_save(n, 0, c->in[0]);
     zsi_save(n, 1, c->aux[0]);
 }
@@ -178,56 +182,147 @@ static zsi_cost conv_cost(const zsi_call *c, const zs_tensor *out)
 zsi_opdef zsi_def_conv2d = {
     .op = {.name = "conv2d", .backward = conv2d_bw}, .infer = infer_conv,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_conv, [ZS_F64] = cpu_conv}},
-    .save = save_conv, .cost = conv_cost};
+    .save = save_conv, .cost = conv_cost, .attr_size = sizeof(conv_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_conv2d_backward, NULL}};
 
 zs_tensor *zs_conv2d(zs_tensor *x, zs_tensor *w, zs_tensor *bias,
                      const zs_conv2d_params *p)
 {
-    zsi_attrs at = {.ptr = p};
+    conv_attrs at = {0};
+    if (p)
+        at.p = *p;
     return zsi_run(&zsi_def_conv2d, bias ? 3 : 2, (zs_tensor *[]){x, w, bias}, &at);
 }
 
+/* ---- backward ---------------------------------------------------------- */
+
+/* conv2d_backward: x [N, C, H, W] (any layout), w [O, C/groups, KH, KW]
+ * and g [N, O, OH, OW] (any layout) -> the wanted gradients among gx
+ * (x's shape, contiguous), gw (w's shape) and gb [O], in that order (so
+ * 1 to 3 results, zsi_run_n). Attributes: the forward's params and which
+ * gradients are wanted. x is read only for gw, w only for gx. Not
+ * differentiable. */
+typedef struct conv_bw_attrs {
+    zs_conv2d_params p;
+    bool gx, gw, gb;
+} conv_bw_attrs;
+ZSI_ATTRS(conv_bw_attrs);
+
+static zs_status infer_conv_bw(zsi_call *c)
+{
+    const conv_bw_attrs *a = c->attrs;
+    const zs_tensor *x = c->in[0], *w = c->in[1], *g = c->in[2];
+    const char *op = "conv2d_backward";
+    zsk_conv2d_shape s;
+    if (zsi_check_pair_dtype(op, x, w) != ZS_OK ||
+        zsi_check_pair_dtype(op, x, g) != ZS_OK ||
+        read_params(op, &a->p, &s) != ZS_OK ||
+        check_shapes(op, x, w, NULL, &s) != ZS_OK)
+        return ZS_ERR_ARG;
+    int64_t gs[4] = {s.N, s.O, s.OH, s.OW};
+    if (g->ndim != 4 || memcmp(g->shape, gs, sizeof gs)) {
+        char sg[96], se[96];
+        return zs_set_error("%s: gradient %s, expected %s", op,
+                            zs_shape_str(g, sg, sizeof sg),
+                            zsi_shape_fmt(4, gs, se, sizeof se));
+    }
+    if (!a->gx && !a->gw && !a->gb)
+        return zs_set_error("%s: no gradient wanted", op);
+    const zs_tensor *like[2] = {x, w};
+    zsi_meta r[3];
+    int k = 0;
+    for (int i = 0; i < 2; i++)
+        if (i ? a->gw : a->gx) {
+            r[k] = (zsi_meta){x->dtype, 4, {0}};
+            memcpy(r[k++].shape, like[i]->shape, 4 * sizeof(int64_t));
+        }
+    if (a->gb)
+        r[k++] = (zsi_meta){x->dtype, 1, {s.O}};
+    c->dtype = r[0].dtype;
+    c->ndim = r[0].ndim;
+    memcpy(c->shape, r[0].shape, sizeof c->shape);
+    for (int i = 1; i < k; i++)
+        c->more[i - 1] = r[i];
+    c->nout = k;
+    return ZS_OK;
+}
+
+/* The geometry of an inferred backward call. */
+static zsk_conv2d_shape bw_shape(const zsi_call *c)
+{
+    zsk_conv2d_shape s;
+    read_params("conv2d_backward", &((const conv_bw_attrs *)c->attrs)->p, &s);
+    check_shapes("conv2d_backward", c->in[0], c->in[1], NULL, &s);
+    return s;
+}
+
+/* The kernel reads w and g contiguous (aliases when they are). */
+static zs_status cpu_conv_bw(const zsi_call *c, zs_tensor *out)
+{
+    const conv_bw_attrs *a = c->attrs;
+    const zs_tensor *x = c->in[0];
+    zsk_conv2d_shape s = bw_shape(c);
+    void *r[3] = {0};
+    int k = 0;
+    if (a->gx)
+        r[0] = zs_data(c->outs[k++]);
+    if (a->gw)
+        r[1] = zs_data(c->outs[k++]);
+    if (a->gb)
+        r[2] = zs_data(c->outs[k++]);
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *wc = zs_contiguous(c->in[1]), *gc = zs_contiguous(c->in[2]);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    zs_status st = ZS_ERR_NOMEM;
+    if (wc && gc)
+        st = zsk_conv2d_backward(x->dtype, &s, zs_data(x), x->strides,
+                                 zs_data(wc), zs_data(gc), r[0], r[1], r[2]);
+    zs_release(wc);
+    zs_release(gc);
+    return st;
+}
+
+static zsi_cost conv_bw_cost(const zsi_call *c, const zs_tensor *out)
+{
+    const conv_bw_attrs *a = c->attrs;
+    zsk_conv2d_shape s = bw_shape(c);
+    const zs_tensor *x = c->in[0], *w = c->in[1], *g = c->in[2];
+    double f = conv_flops(&s);
+    double gb = (double)s.O * (double)zs_dtype_size(g->dtype);
+    return (zsi_cost){(a->gx ? f : 0) + (a->gw ? f : 0) +
+                          (a->gb ? (double)zs_numel(g) : 0),
+                      zsi_bytes(g) + (a->gw ? zsi_bytes(x) : 0) +
+                          (a->gx ? zsi_bytes(w) : 0),
+                      (a->gx ? zsi_bytes(x) : 0) + (a->gw ? zsi_bytes(w) : 0) +
+                          (a->gb ? gb : 0)};
+}
+
+zsi_opdef zsi_def_conv2d_backward = {
+    .op = {.name = "conv2d_backward"}, .arity = 3, .infer = infer_conv_bw,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_conv_bw, [ZS_F64] = cpu_conv_bw}},
+    .cost = conv_bw_cost, .attr_size = sizeof(conv_bw_attrs)};
+
 static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    double t0 = zsi_op_begin(&OP_CONV2D_BW);
-    zs_tensor *x = n->saved[0], *w = n->saved[1];
-    zsk_conv2d_shape s = {
-        .N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3],
-        .O = w->shape[0], .KH = w->shape[2], .KW = w->shape[3],
-        .OH = g->shape[2], .OW = g->shape[3],
-        .sh = n->p.i[P_GEOM], .sw = n->p.i[P_GEOM + 1],
-        .ph = n->p.i[P_GEOM + 2], .pw = n->p.i[P_GEOM + 3],
-        .dh = n->p.i[P_GEOM + 4], .dw = n->p.i[P_GEOM + 5],
-        .G = n->p.i[P_GEOM + 6]};
-    bool nx = zsi_needs_grad(n, 0), nw = zsi_needs_grad(n, 1);
-    bool nb = n->nin == 3 && zsi_needs_grad(n, 2);
-    zs_tensor *gc = zs_contiguous(g);
-    zs_tensor *gx = nx ? zsi_new_tensor(x->dtype, x->ndim, x->shape) : NULL;
-    zs_tensor *gw = nw ? zsi_new_tensor(w->dtype, w->ndim, w->shape) : NULL;
-    zs_tensor *gb = nb ? zsi_new_tensor(w->dtype, ZS_SHAPE(s.O)) : NULL;
-    zs_status st = ZS_ERR_NOMEM;
-    if (gc && (gx || !nx) && (gw || !nw) && (gb || !nb))
-        st = zsk_conv2d_backward(x->dtype, &s, zs_data(x), x->strides,
-                                 zs_data(w), zs_data(gc),
-                                 gx ? zs_data(gx) : NULL,
-                                 gw ? zs_data(gw) : NULL,
-                                 gb ? zs_data(gb) : NULL);
-    zs_release(gc);
-    if (st != ZS_OK) {
-        zs_release(gx);
-        zs_release(gw);
-        zs_release(gb);
+    conv_bw_attrs at = {((const conv_attrs *)zsi_node_attrs(n))->p,
+                        zsi_needs_grad(n, 0), zsi_needs_grad(n, 1),
+                        n->nin == 3 && zsi_needs_grad(n, 2)};
+    int k = at.gx + at.gw + at.gb;
+    zs_tensor *r[3] = {0};
+    if (k == 0)
+        return ZS_OK;
+    zs_status st = zsi_run_n(&zsi_def_conv2d_backward, 3,
+                             (zs_tensor *[]){n->saved[0], n->saved[1], g}, &at, k, r);
+    if (st != ZS_OK)
         return st;
-    }
-    gin[0] = gx;
-    gin[1] = gw;
-    if (n->nin == 3)
-        gin[2] = gb;
-    double f = conv_flops(&s);
-    zsi_op_end(&OP_CONV2D_BW, t0,
-               (nx ? f : 0) + (nw ? f : 0) + (nb ? (double)zs_numel(g) : 0),
-               zsi_bytes(g) + (nw ? zsi_bytes(x) : 0) + (nx ? zsi_bytes(w) : 0),
-               (gx ? zsi_bytes(gx) : 0) + (gw ? zsi_bytes(gw) : 0) +
-                   (gb ? zsi_bytes(gb) : 0));
+    k = 0;
+    if (at.gx)
+        gin[0] = r[k++];
+    if (at.gw)
+        gin[1] = r[k++];
+    if (at.gb)
+        gin[2] = r[k++];
     return ZS_OK;
 }

@@ -15,9 +15,10 @@
  * (gradient zero), as in PyTorch; draws are still reserved. p outside
  * [0, 1] is an error.
  *
- * A descriptor run by zsi_run (ops/op.h); the kernel makes the u8 mask as
- * an aux result only when a node will be recorded. Saved: 0 the mask;
- * p.f[8] the scale. Backward: g * mask * scale.
+ * A descriptor run by zsi_run (ops/op.h), attributes { p }; the kernel
+ * makes the u8 mask as an aux result only when a node will be recorded.
+ * Saved: 0 the mask. Backward: the descriptor dropout_backward,
+ * g * mask * scale with scale = 1/(1 - p).
  * Cost model: one multiply per element; bytes = input read, output and
  * mask written (backward: g and mask read, gradient written).
  */
@@ -73,9 +74,10 @@ DEFINE_DROPOUT(double, f64)
 
 /* ---- operator ---------------------------------------------------------- */
 
-/* Attributes: f[0] = p (node: p.f[0]); node: p.f[P_SCALE] = 1/(1 - p),
- * saved 0 the mask. */
-#define P_SCALE 8
+typedef struct dropout_attrs {
+    double p; /* the drop probability */
+} dropout_attrs;
+ZSI_ATTRS(dropout_attrs);
 
 static double keep_scale(double p) { return p < 1 ? 1.0 / (1.0 - p) : 0.0; }
 
@@ -92,7 +94,7 @@ static zs_status check_dropout(const zs_tensor *a, double p)
 static zs_status infer_dropout(zsi_call *c)
 {
     const zs_tensor *a = c->in[0];
-    if (check_dropout(a, c->a->f[0]) != ZS_OK)
+    if (check_dropout(a, ((const dropout_attrs *)c->attrs)->p) != ZS_OK)
         return ZS_ERR_ARG;
     c->dtype = a->dtype;
     c->ndim = a->ndim;
@@ -105,7 +107,7 @@ static zs_status infer_dropout(zsi_call *c)
 static zs_status cpu_dropout(const zsi_call *c, zs_tensor *out)
 {
     zs_tensor *a = c->in[0];
-    double p = c->a->f[0];
+    double p = ((const dropout_attrs *)c->attrs)->p;
     bool rec = zsi_call_records(c);
     zsi_tracking_pause();
     zs_no_grad_push();
@@ -132,7 +134,6 @@ static zs_status cpu_dropout(const zsi_call *c, zs_tensor *out)
 static void save_dropout(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 {
     zsi_save(n, 0, c->aux[0]);
-    n->p.f[P_SCALE] = keep_scale(c->a->f[0]);
 }
 
 /* one multiply per element; the input read, the output and a mask byte
@@ -147,29 +148,75 @@ zsi_opdef zsi_def_dropout = {
     .op = {.name = "dropout", .backward = dropout_bw}, .arity = 1,
     .infer = infer_dropout,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_dropout, [ZS_F64] = cpu_dropout}},
-    .save = save_dropout, .cost = dropout_cost};
+    .save = save_dropout, .cost = dropout_cost,
+    .attr_size = sizeof(dropout_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_dropout_backward, NULL}};
 
 zs_tensor *zs_dropout(zs_tensor *a, double p, bool training)
 {
     if (a && (!training || p == 0)) /* the identity: no draws, no call */
         return check_dropout(a, p) == ZS_OK ? zs_contiguous(a) : NULL;
-    zsi_attrs at = {.f = {p}};
+    dropout_attrs at = {p};
     return zsi_run(&zsi_def_dropout, 1, &a, &at);
 }
 
+/* ---- backward ---------------------------------------------------------- */
+
+/* dropout_backward: g (f32/f64, any layout) and the forward's u8 mask of
+ * g's shape -> gx = g * mask * (1/(1 - p)), contiguous. Attributes: the
+ * forward's. Not differentiable. */
+static zs_status infer_dropout_bw(zsi_call *c)
+{
+    const zs_tensor *g = c->in[0], *m = c->in[1];
+    if (zsi_check_float_dtype("dropout_backward", g) != ZS_OK)
+        return ZS_ERR_ARG;
+    if (m->dtype != ZS_U8 || !zs_same_shape(m, g)) {
+        char sg[96], sm[96];
+        return zs_set_error("dropout_backward: mask %s %s, expected u8 of the "
+                            "gradient's shape %s", zs_dtype_name(m->dtype),
+                            zs_shape_str(m, sm, sizeof sm),
+                            zs_shape_str(g, sg, sizeof sg));
+    }
+    c->dtype = g->dtype;
+    c->ndim = g->ndim;
+    memcpy(c->shape, g->shape, sizeof c->shape);
+    return ZS_OK;
+}
+
+static zs_status cpu_dropout_bw(const zsi_call *c, zs_tensor *out)
+{
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *gc = zs_contiguous(c->in[0]), *mc = zs_contiguous(c->in[1]);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    if (gc && mc) {
+        drop_ctx d = {.x = zs_data(gc), .y = zs_data(out), .mask = zs_data(mc),
+                      .scale = keep_scale(((const dropout_attrs *)c->attrs)->p)};
+        zs_parallel_for(zs_numel(out), ZSK_GRAIN,
+                        out->dtype == ZS_F64 ? drop_bw_f64 : drop_bw_f32, &d);
+    }
+    zs_status st = gc && mc ? ZS_OK : ZS_ERR_NOMEM;
+    zs_release(gc);
+    zs_release(mc);
+    return st;
+}
+
+/* one multiply per element; g and the mask read, the gradient written */
+static zsi_cost dropout_bw_cost(const zsi_call *c, const zs_tensor *out)
+{
+    double n = (double)zs_numel(out);
+    return (zsi_cost){n, zsi_bytes(c->in[0]) + n, zsi_bytes(out)};
+}
+
+zsi_opdef zsi_def_dropout_backward = {
+    .op = {.name = "dropout_backward"}, .arity = 2, .infer = infer_dropout_bw,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_dropout_bw, [ZS_F64] = cpu_dropout_bw}},
+    .cost = dropout_bw_cost, .attr_size = sizeof(dropout_attrs)};
+
 static zs_status dropout_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    zs_tensor *gc = zs_contiguous(g);
-    zs_tensor *gx = gc ? zsi_new_tensor(g->dtype, g->ndim, g->shape) : NULL;
-    if (!gx) {
-        zs_release(gc);
-        return ZS_ERR_NOMEM;
-    }
-    drop_ctx c = {.x = zs_data(gc), .y = zs_data(gx),
-                  .mask = zs_data(n->saved[0]), .scale = n->p.f[P_SCALE]};
-    zs_parallel_for(zs_numel(g), ZSK_GRAIN,
-                    g->dtype == ZS_F64 ? drop_bw_f64 : drop_bw_f32, &c);
-    zs_release(gc);
-    gin[0] = gx;
-    return ZS_OK;
+    gin[0] = zsi_run(&zsi_def_dropout_backward, 2,
+                     (zs_tensor *[]){g, n->saved[0]}, zsi_node_attrs(n));
+    return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }

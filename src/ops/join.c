@@ -1,27 +1,32 @@
 /*
  * join.c - concat, stack, split, chunk.
  *
- * concat copies every input into its block of the output: contiguous
- * inputs in one parallel pass (zsk_concat_rows, the output seen as
- * [O, C] rows), others with zs_copy_ into a view of their block. Its node
- * has one input per tensor (any number); backward hands input i the narrow
- * view of the gradient over its block (no copy). stack is unsqueeze +
- * concat. split and chunk return narrow views, differentiable through the
- * slice operator.
+ * concat is the descriptor "concat" (any number of inputs per call, up to
+ * ZSI_MAX_IN; attributes { dim }). Its CPU kernel copies every input into
+ * its block of the output: contiguous inputs in one parallel pass
+ * (zsk_concat_rows, the output seen as [O, C] rows), others with zs_copy_
+ * into a view of their block. Its node has one input per tensor; backward
+ * hands input i the narrow view of the gradient over its block (a slice:
+ * no copy). zs_concat of more than ZSI_MAX_IN tensors runs in groups: the
+ * concats of groups of at most ZSI_MAX_IN, then the concat of those (one
+ * more pass over the data per level; the gradient flows through both).
+ * Cost model: no FLOPs; the inputs read, the output written.
  *
- * concat is not a zsi_opdef: it takes any number of inputs and its node
- * one input per tensor, more than a zsi_run call holds (ZSI_MAX_IN), so it
- * keeps its direct path (zsi_op_begin, checks, zsi_record, zsi_op_end) on
- * the CPU. stack, split and chunk are compositions of descriptors.
+ * stack is unsqueeze + concat. split and chunk return narrow views,
+ * differentiable through the slice operator.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/select.h"
 #include "ops/internal.h"
 
 static zs_status concat_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_CONCAT = {.name = "concat", .backward = concat_bw};
+typedef struct concat_attrs {
+    int64_t dim; /* negative: from the end */
+} concat_attrs;
+ZSI_ATTRS(concat_attrs);
 
 /* Validates the inputs of concat along dim; *d receives the normalised
  * dim. An input that is NULL fails without a new message. */
@@ -41,8 +46,6 @@ static zs_status check_concat(int n, zs_tensor *const *ts, int dim, int *d)
     for (int i = 0; i < n; i++) {
         const zs_tensor *t = ts[i];
         char sa[96], sb[96];
-        if (t->device != ZS_CPU)
-            return zs_set_error("concat: input %d is not on the CPU", i);
         if (t->dtype != t0->dtype)
             return zs_set_error("concat: input %d has dtype %s, expected %s "
                                 "(as input 0)", i, zs_dtype_name(t->dtype),
@@ -115,34 +118,80 @@ static zs_status concat_fill(int n, zs_tensor *const *ts, int d,
     return copy_strided(n, ts, d, out);
 }
 
+static zs_status infer_concat(zsi_call *c)
+{
+    int d = 0;
+    if (check_concat(c->nin, c->in, (int)((const concat_attrs *)c->attrs)->dim,
+                     &d) != ZS_OK)
+        return ZS_ERR_ARG;
+    const zs_tensor *t0 = c->in[0];
+    c->dtype = t0->dtype;
+    c->ndim = t0->ndim;
+    memcpy(c->shape, t0->shape, sizeof c->shape);
+    c->shape[d] = 0;
+    for (int i = 0; i < c->nin; i++)
+        c->shape[d] += c->in[i]->shape[d];
+    return ZS_OK;
+}
+
+static zs_status cpu_concat(const zsi_call *c, zs_tensor *out)
+{
+    int d = zsi_norm_dim("concat", (int)((const concat_attrs *)c->attrs)->dim,
+                         out->ndim);
+    return concat_fill(c->nin, c->in, d, out);
+}
+
+/* Copies: every dtype. */
+#define ALL_DTYPES(fn)                                                        \
+    {[ZS_F32] = fn, [ZS_F64] = fn, [ZS_F16] = fn, [ZS_BF16] = fn,             \
+     [ZS_F8E4M3] = fn, [ZS_F8E5M2] = fn, [ZS_I8] = fn, [ZS_U8] = fn,          \
+     [ZS_I32] = fn, [ZS_I64] = fn}
+
+zsi_opdef zsi_def_concat = {
+    .op = {.name = "concat", .backward = concat_bw}, .infer = infer_concat,
+    .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_concat)},
+    .attr_size = sizeof(concat_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_slice, NULL}};
+
+/* More than ZSI_MAX_IN inputs: the concat of the concats of groups of at
+ * most ZSI_MAX_IN (recursively, for more than ZSI_MAX_IN groups). */
+static zs_tensor *concat_groups(int n, zs_tensor *const *ts, int dim)
+{
+    int d = 0;
+    if (check_concat(n, ts, dim, &d) != ZS_OK) /* messages name input i */
+        return NULL;
+    int m = (n + ZSI_MAX_IN - 1) / ZSI_MAX_IN;
+    zs_tensor **part = calloc((size_t)m, sizeof *part);
+    if (!part) {
+        zs_set_error_code(ZS_ERR_NOMEM, "concat: out of memory");
+        return NULL;
+    }
+    /* the group results are temporaries of ours (recorded by autograd
+     * when grad mode is on, so gradients flow through them) */
+    bool ok = true;
+    zsi_tracking_pause();
+    for (int k = 0; k < m && ok; k++) {
+        int i0 = k * ZSI_MAX_IN, len = n - i0 < ZSI_MAX_IN ? n - i0 : ZSI_MAX_IN;
+        ok = (part[k] = zs_concat(len, ts + i0, d)) != NULL;
+    }
+    zsi_tracking_resume();
+    zs_tensor *out = ok ? zs_concat(m, part, d) : NULL;
+    for (int k = 0; k < m; k++)
+        zs_release(part[k]);
+    free(part);
+    return out;
+}
+
 zs_tensor *zs_concat(int n, zs_tensor *const *ts, int dim)
 {
-    double t0 = zsi_op_begin(&OP_CONCAT);
-    int d = 0;
-    if (check_concat(n, ts, dim, &d) != ZS_OK)
-        return NULL;
-    int64_t shape[ZS_MAX_DIMS];
-    for (int k = 0; k < ts[0]->ndim; k++)
-        shape[k] = ts[0]->shape[k];
-    shape[d] = 0;
-    double bytes = 0;
-    for (int i = 0; i < n; i++) {
-        shape[d] += ts[i]->shape[d];
-        bytes += zsi_bytes(ts[i]);
-    }
-    zs_tensor *out = zsi_new_tensor(ts[0]->dtype, ts[0]->ndim, shape);
-    if (!out)
-        return NULL;
-    zsi_ctx *node;
-    if (concat_fill(n, ts, d, out) != ZS_OK ||
-        zsi_record(&OP_CONCAT, out, n, ts, &node) != ZS_OK) {
-        zs_release(out);
+    if (n <= 0 || !ts) {
+        zs_set_error("concat: %d inputs, expected at least one", n);
         return NULL;
     }
-    if (node)
-        node->p.i[0] = d;
-    zsi_op_end(&OP_CONCAT, t0, 0, bytes, zsi_bytes(out));
-    return out;
+    if (n > ZSI_MAX_IN)
+        return concat_groups(n, ts, dim);
+    concat_attrs at = {dim};
+    return zsi_run(&zsi_def_concat, n, ts, &at);
 }
 
 zs_tensor *zs_stack(int n, zs_tensor *const *ts, int dim)
@@ -261,7 +310,9 @@ int zs_chunk(zs_tensor *t, int n, int dim, zs_tensor **out)
 
 static zs_status concat_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    int d = (int)n->p.i[0];
+    int d = (int)((const concat_attrs *)zsi_node_attrs(n))->dim;
+    if (d < 0)
+        d += g->ndim;
     int64_t start = 0;
     for (int i = 0; i < n->nin; i++) {
         int64_t len = n->in_meta[i].shape[d];

@@ -20,7 +20,11 @@
 #include "core/internal.h"
 
 #define ZSI_MAX_SAVED 6
-#define ZSI_MAX_IN 8  /* inputs of a zsi_run call */
+/* Inputs of a zsi_run call. 64 (was 8) for concat, which takes any number
+ * of tensors and runs more than this in groups, each level one more pass
+ * over the data (ops/join.c): concats of a batch or of attention heads
+ * stay one call. Arrays of this size are pointers (zsi_via_f32's). */
+#define ZSI_MAX_IN 64
 #define ZSI_MAX_OUT 4 /* results of a zsi_run_n call */
 
 typedef struct zsi_meta {

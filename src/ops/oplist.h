@@ -24,10 +24,14 @@ ZSI_OP(zsi_def_mul_scalar)
 ZSI_OP(zsi_def_sub)
 /* conv.c */
 ZSI_OP(zsi_def_conv2d)
+ZSI_OP(zsi_def_conv2d_backward)
 /* dropout.c */
 ZSI_OP(zsi_def_dropout)
+ZSI_OP(zsi_def_dropout_backward)
 /* embedding.c */
 ZSI_OP(zsi_def_embedding)
+/* join.c */
+ZSI_OP(zsi_def_concat)
 /* linear.c */
 ZSI_OP(zsi_def_linear)
 ZSI_OP(zsi_def_linear_gelu)
@@ -42,7 +46,9 @@ ZSI_OP(zsi_def_batch_norm)
 ZSI_OP(zsi_def_layer_norm)
 /* pool.c */
 ZSI_OP(zsi_def_avg_pool)
+ZSI_OP(zsi_def_avg_pool_backward)
 ZSI_OP(zsi_def_max_pool)
+ZSI_OP(zsi_def_max_pool_backward)
 /* reduce.c */
 ZSI_OP(zsi_def_mean)
 ZSI_OP(zsi_def_sum)
@@ -81,6 +87,7 @@ ZSI_OP(zsi_def_expand)
 ZSI_OP(zsi_def_hook)
 ZSI_OP(zsi_def_permute)
 ZSI_OP(zsi_def_slice)
+ZSI_OP(zsi_def_slice_backward)
 ZSI_OP(zsi_def_squeeze)
 ZSI_OP(zsi_def_to_dtype)
 ZSI_OP(zsi_def_unsqueeze)

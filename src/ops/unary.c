@@ -6,9 +6,11 @@
  * One forward driver (unary) checks the dtype, allocates a contiguous
  * output of the input's shape, runs zsk_unary (any input strides) and
  * records a node saving the input and/or output that the backward rule
- * needs. Backward rules are written with other zs_* operators; masks and
- * derivatives with no operator of their own (x > 0, sign, lo <= x <= hi,
- * gelu' and silu') come from internal kernels run by deriv().
+ * needs. Every descriptor reads the typed unary_attrs (kernel,
+ * parameters, derivative kernel). Backward rules are driver calls only:
+ * other zs_* operators, and for the derivatives with no operator of their
+ * own (x > 0, sign, lo <= x <= hi, gelu' and silu') the descriptor
+ * "unary_deriv", which runs the node's derivative kernel.
  *
  * Cost model, FLOPs per element (bytes: input read + output written):
  *   neg, relu, abs 1; clamp 2; sqrt 1; rsqrt 2; pow 1 for p = 2 else 20;
@@ -38,12 +40,16 @@ static zs_status tanh_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status sigmoid_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-/* Attributes of every unary call: i[0] = the zsk_unop kernel, i[1] = the
- * derivative kernel mask_bw multiplies by (relu, gelu, silu, abs, clamp);
- * f[0], f[1] = kernel parameters (pow: exponent; clamp: lo, hi). In a
- * node they sit at p.i[4], p.i[5], p.f[0], p.f[1] (ops/op.h). */
-#define P_KERNEL 4
-#define P_DERIV 5
+/* The attributes of every unary descriptor (neg: all zero, unused): the
+ * kernel and its parameters, and the derivative kernel mask_bw multiplies
+ * by (relu, gelu, silu, abs, clamp; unary_deriv's own call runs it as its
+ * kernel). */
+typedef struct unary_attrs {
+    double p0, p1;  /* pow: p0 = exponent; clamp: p0 = lo, p1 = hi */
+    int64_t kernel; /* zsk_unop */
+    int64_t deriv;  /* zsk_unop of the derivative, for mask_bw */
+} unary_attrs;
+ZSI_ATTRS(unary_attrs);
 
 /* ---- forward ----------------------------------------------------------- */
 
@@ -58,7 +64,8 @@ static void run_unop(zsk_unop k, const zs_tensor *a, zs_tensor *out, double p0,
 
 static zs_status cpu_unary(const zsi_call *c, zs_tensor *out)
 {
-    run_unop((zsk_unop)c->a->i[0], c->in[0], out, c->a->f[0], c->a->f[1]);
+    const unary_attrs *a = c->attrs;
+    run_unop((zsk_unop)a->kernel, c->in[0], out, a->p0, a->p1);
     return ZS_OK;
 }
 
@@ -93,11 +100,13 @@ static void save_out(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 }
 
 /* The formula of every unary operator in double (the reference of the
- * tests; a fusion pass composes these). */
-static double unary_scalar(const double *x, const zsi_attrs *a)
+ * tests; a fusion pass composes these). at points to the call's
+ * unary_attrs (zsi_scalar_fn is typed for the generic struct). */
+static double unary_scalar(const double *x, const zsi_attrs *at)
 {
-    double v = x[0], p0 = a->f[0], p1 = a->f[1];
-    switch ((zsk_unop)a->i[0]) {
+    const unary_attrs *a = (const void *)at;
+    double v = x[0], p0 = a->p0, p1 = a->p1;
+    switch ((zsk_unop)a->kernel) {
     case ZSK_EXP: return exp(v);
     case ZSK_LOG: return log(v);
     case ZSK_SQRT: return sqrt(v);
@@ -124,50 +133,65 @@ static double neg_scalar(const double *x, const zsi_attrs *a) { return -x[0]; }
 static zsi_cost pow_cost(const zsi_call *c, const zs_tensor *out)
 {
     double n = (double)zs_numel(out);
-    return (zsi_cost){(c->a->f[0] == 2.0 ? 1 : 20) * n, (double)zs_nbytes(c->in[0]),
+    const unary_attrs *a = c->attrs;
+    return (zsi_cost){(a->p0 == 2.0 ? 1 : 20) * n, (double)zs_nbytes(c->in[0]),
                       (double)zs_nbytes(out)};
 }
 
 #define CPU_KERNELS(f, lowp)                                                  \
     {[ZS_CPU] = {[ZS_F32] = f, [ZS_F64] = f, [ZS_BF16] = lowp}}
 
-#define UNARY(var, nm, form, fl, sv, bw)                                      \
-    zsi_opdef var = {                                                  \
+#define UNARY(var, nm, form, fl, sv, bw, ...)                                 \
+    zsi_opdef var = {                                                         \
         .op = {.name = nm, .backward = bw}, .arity = 1,                       \
         .cls = ZSI_POINTWISE, .formula = form, .scalar = unary_scalar,        \
-        .flops = fl, .infer = zsi_infer_same_float,                                     \
-        .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp), .save = sv}
+        .flops = fl, .infer = zsi_infer_same_float,                           \
+        .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp), .save = sv,         \
+        .attr_size = sizeof(unary_attrs),                                     \
+        .bw_ops = (zsi_opdef *const[]){__VA_ARGS__, NULL}}
 
 zsi_opdef zsi_def_neg = {
     .op = {.name = "neg", .backward = neg_bw}, .arity = 1, .cls = ZSI_POINTWISE,
     .formula = "-a", .scalar = neg_scalar, .flops = 1, .infer = zsi_infer_same_float,
-    .kernel = CPU_KERNELS(cpu_neg, cpu_neg_lowp)};
-UNARY(zsi_def_exp, "exp", "exp(a)", 12, save_out, exp_bw);
-UNARY(zsi_def_log, "log", "log(a)", 15, save_in, log_bw);
-UNARY(zsi_def_sqrt, "sqrt", "sqrt(a)", 1, save_out, sqrt_bw);
-UNARY(zsi_def_rsqrt, "rsqrt", "1 / sqrt(a)", 2, save_out, rsqrt_bw);
-UNARY(zsi_def_sin, "sin", "sin(a)", 15, save_in, sin_bw);
-UNARY(zsi_def_cos, "cos", "cos(a)", 15, save_in, cos_bw);
-UNARY(zsi_def_tanh, "tanh", "tanh(a)", 18, save_out, tanh_bw);
-UNARY(zsi_def_sigmoid, "sigmoid", "1 / (1 + exp(-a))", 15, save_out, sigmoid_bw);
+    .kernel = CPU_KERNELS(cpu_neg, cpu_neg_lowp), .attr_size = sizeof(unary_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_neg, NULL}};
+UNARY(zsi_def_exp, "exp", "exp(a)", 12, save_out, exp_bw, &zsi_def_mul);
+UNARY(zsi_def_log, "log", "log(a)", 15, save_in, log_bw, &zsi_def_div);
+UNARY(zsi_def_sqrt, "sqrt", "sqrt(a)", 1, save_out, sqrt_bw, &zsi_def_div,
+      &zsi_def_mul_scalar);
+UNARY(zsi_def_rsqrt, "rsqrt", "1 / sqrt(a)", 2, save_out, rsqrt_bw, &zsi_def_pow,
+      &zsi_def_mul_scalar, &zsi_def_mul);
+UNARY(zsi_def_sin, "sin", "sin(a)", 15, save_in, sin_bw, &zsi_def_cos, &zsi_def_mul);
+UNARY(zsi_def_cos, "cos", "cos(a)", 15, save_in, cos_bw, &zsi_def_sin,
+      &zsi_def_mul_scalar, &zsi_def_mul);
+UNARY(zsi_def_tanh, "tanh", "tanh(a)", 18, save_out, tanh_bw, &zsi_def_mul,
+      &zsi_def_mul_scalar, &zsi_def_add_scalar);
+UNARY(zsi_def_sigmoid, "sigmoid", "1 / (1 + exp(-a))", 15, save_out, sigmoid_bw,
+      &zsi_def_mul_scalar, &zsi_def_add_scalar, &zsi_def_mul);
 /* These multiply g by a derivative kernel of the saved input (mask_bw). */
-UNARY(zsi_def_relu, "relu", "max(a, 0)", 1, save_in, mask_bw);
-UNARY(zsi_def_gelu, "gelu", "a Phi(a) (erf) or its tanh form", 40, save_in, mask_bw);
-UNARY(zsi_def_silu, "silu", "a sigmoid(a)", 16, save_in, mask_bw);
-UNARY(zsi_def_abs, "abs", "|a|", 1, save_in, mask_bw);
-UNARY(zsi_def_clamp, "clamp", "min(max(a, f0), f1)", 2, save_in, mask_bw);
+UNARY(zsi_def_relu, "relu", "max(a, 0)", 1, save_in, mask_bw, &zsi_def_deriv,
+      &zsi_def_mul);
+UNARY(zsi_def_gelu, "gelu", "a Phi(a) (erf) or its tanh form", 40, save_in,
+      mask_bw, &zsi_def_deriv, &zsi_def_mul);
+UNARY(zsi_def_silu, "silu", "a sigmoid(a)", 16, save_in, mask_bw, &zsi_def_deriv,
+      &zsi_def_mul);
+UNARY(zsi_def_abs, "abs", "|a|", 1, save_in, mask_bw, &zsi_def_deriv, &zsi_def_mul);
+UNARY(zsi_def_clamp, "clamp", "min(max(a, p0), p1)", 2, save_in, mask_bw,
+      &zsi_def_deriv, &zsi_def_mul);
 zsi_opdef zsi_def_pow = {
     .op = {.name = "pow", .backward = pow_bw}, .arity = 1, .cls = ZSI_POINTWISE,
-    .formula = "a ** f0", .scalar = unary_scalar, .flops = 20, .infer = zsi_infer_same_float,
+    .formula = "a ** p0", .scalar = unary_scalar, .flops = 20, .infer = zsi_infer_same_float,
     .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp), .save = save_in,
-    .cost = pow_cost};
+    .cost = pow_cost, .attr_size = sizeof(unary_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_mul_scalar, &zsi_def_pow, &zsi_def_mul,
+                                   NULL}};
 
 /* The shared forward: kernel k with parameters p0, p1 and, for mask_bw,
  * the derivative kernel. */
 static zs_tensor *unary(zsi_opdef *d, zsk_unop k, zs_tensor *a, double p0,
                         double p1, zsk_unop deriv)
 {
-    zsi_attrs at = {.f = {p0, p1}, .i = {k, deriv}};
+    unary_attrs at = {.p0 = p0, .p1 = p1, .kernel = k, .deriv = deriv};
     return zsi_run(d, 1, &a, &at);
 }
 
@@ -277,7 +301,7 @@ static zs_status rsqrt_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 /* pow' = p x^(p-1); 0 for p = 0 */
 static zs_status pow_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    double p = n->p.f[0];
+    double p = ((const unary_attrs *)zsi_node_attrs(n))->p0;
     if (p == 0.0)
         RETURN_GIN(zs_mul_scalar(g, 0.0));
     if (p == 1.0)
@@ -323,11 +347,13 @@ zsi_opdef zsi_def_deriv = {
     .op = {.name = "unary_deriv"}, .arity = 1, .cls = ZSI_POINTWISE,
     .formula = "the derivative of a unary operator", .scalar = unary_scalar,
     .flops = 2, .infer = zsi_infer_same_float,
-    .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp)};
+    .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp),
+    .attr_size = sizeof(unary_attrs)};
 
 static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
+    const unary_attrs *a = zsi_node_attrs(n);
     zs_tensor *x = n->saved[0];
-    zsi_attrs at = {.f = {n->p.f[0], n->p.f[1]}, .i = {n->p.i[P_DERIV]}};
-    RETURN_GIN(mul_take(g, zsi_run(&zsi_def_deriv, 1, &x, &at)));
+    unary_attrs d = {.p0 = a->p0, .p1 = a->p1, .kernel = a->deriv};
+    RETURN_GIN(mul_take(g, zsi_run(&zsi_def_deriv, 1, &x, &d)));
 }

@@ -13,9 +13,14 @@
  * (copy, to_dtype) are kernels registered for every dtype on the CPU,
  * counted as the input's bytes read and written.
  *
- * Backward rules: reshape back, inverse permutation, scatter into zeros
- * (slice), sum over broadcast dims (expand), identity (copies), convert
- * back (to_dtype), the hook then identity (backward_hook).
+ * Attributes are typed structs holding values (shapes and orders as
+ * int64_t[ZS_MAX_DIMS], the hook's function and context), so a node's
+ * copy replays the call.
+ *
+ * Backward rules, driver calls only: reshape back, inverse permutation,
+ * scatter into zeros (slice: the descriptor slice_backward), sum over
+ * broadcast dims (expand), identity (copies), convert back (to_dtype), the
+ * hook then identity (backward_hook).
  */
 #include <string.h>
 
@@ -28,6 +33,12 @@ static zs_status expand_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status identity_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status to_dtype_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status hook_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+
+/* The copies' kernels run for every dtype. */
+#define ALL_DTYPES(fn)                                                        \
+    {[ZS_F32] = fn, [ZS_F64] = fn, [ZS_F16] = fn, [ZS_BF16] = fn,             \
+     [ZS_F8E4M3] = fn, [ZS_F8E5M2] = fn, [ZS_I8] = fn, [ZS_U8] = fn,          \
+     [ZS_I32] = fn, [ZS_I64] = fn}
 
 /* Views cost nothing (no element is read or written). */
 static zsi_cost no_cost(const zsi_call *c, const zs_tensor *out)
@@ -82,13 +93,35 @@ bad:;
 
 /* ---- view (reshape of a contiguous tensor) ------------------------------ */
 
-/* Attributes: ptr = the shape (int64_t[i[0]], one -1 allowed); i[1] = 1
- * keeps the input's strides (the same shape: zs_contiguous's alias). */
+/* reshape/view and expand: the requested shape, by value. */
+typedef struct shape_attrs {
+    int64_t ndim;
+    int64_t shape[ZS_MAX_DIMS]; /* view: one -1 allowed; expand: -1 keeps */
+    int64_t keep_strides;       /* view: 1 keeps the input's strides (the
+                                 * same shape: zs_contiguous's alias) */
+} shape_attrs;
+ZSI_ATTRS(shape_attrs);
+
+/* Fills a's shape from (ndim, shape); fails (message names op) when ndim
+ * is out of range or the shape NULL with ndim > 0. */
+static zs_status shape_attrs_set(const char *op, shape_attrs *a, int ndim,
+                                 const int64_t *shape)
+{
+    if (ndim < 0 || ndim > ZS_MAX_DIMS || (ndim > 0 && !shape))
+        return zs_set_error("%s: %d dims requested, expected 0..%d", op, ndim,
+                            ZS_MAX_DIMS);
+    a->ndim = ndim;
+    if (ndim > 0)
+        memcpy(a->shape, shape, (size_t)ndim * sizeof *shape);
+    return ZS_OK;
+}
+
 static zs_status infer_view(zsi_call *c)
 {
     const zs_tensor *t = c->in[0];
-    int ndim = (int)c->a->i[0];
-    if (infer_shape("view", t, ndim, c->a->ptr, c->shape) != ZS_OK)
+    const shape_attrs *a = c->attrs;
+    int ndim = (int)a->ndim;
+    if (infer_shape("view", t, ndim, a->shape, c->shape) != ZS_OK)
         return ZS_ERR_ARG;
     if (!zs_is_contiguous(t))
         return zs_set_error("view: input is not contiguous; use zs_reshape");
@@ -101,7 +134,7 @@ static zs_tensor *view_view(const zsi_call *c)
 {
     zs_tensor *t = c->in[0];
     int64_t st[ZS_MAX_DIMS];
-    if (c->a->i[1])
+    if (((const shape_attrs *)c->attrs)->keep_strides)
         memcpy(st, t->strides, sizeof st);
     else
         zsi_contig_strides(c->ndim, c->shape, st);
@@ -110,11 +143,15 @@ static zs_tensor *view_view(const zsi_call *c)
 
 zsi_opdef zsi_def_view = {
     .op = {.name = "reshape", .backward = reshape_bw}, .arity = 1,
-    .cls = ZSI_VIEW, .infer = infer_view, .view = view_view, .cost = no_cost};
+    .cls = ZSI_VIEW, .infer = infer_view, .view = view_view, .cost = no_cost,
+    .attr_size = sizeof(shape_attrs), .bw_ops = (zsi_opdef *const[]){
+        &zsi_def_view, &zsi_def_copy, NULL}};
 
 zs_tensor *zs_view(zs_tensor *t, int ndim, const int64_t *shape)
 {
-    zsi_attrs at = {.i = {ndim}, .ptr = shape};
+    shape_attrs at = {0};
+    if (t && shape_attrs_set("view", &at, ndim, shape) != ZS_OK)
+        return NULL;
     return zsi_run(&zsi_def_view, 1, &t, &at);
 }
 
@@ -135,16 +172,20 @@ zs_tensor *zs_reshape(zs_tensor *t, int ndim, const int64_t *shape)
 
 /* ---- permute, transpose ------------------------------------------------- */
 
-/* Attributes: ptr = the order (int64_t[ndim]); node: p.i[8 + d] = order[d]. */
-#define P_PERM 8
+/* The order, by value: dim d of the result is dim order[d] of the input
+ * (entries past the input's dims unused; -1 where the caller gave none). */
+typedef struct permute_attrs {
+    int64_t order[ZS_MAX_DIMS];
+} permute_attrs;
+ZSI_ATTRS(permute_attrs);
 
 static zs_status infer_permute(zsi_call *c)
 {
     const zs_tensor *t = c->in[0];
-    const int64_t *perm = c->a->ptr;
+    const int64_t *perm = ((const permute_attrs *)c->attrs)->order;
     bool seen[ZS_MAX_DIMS] = {0};
     for (int d = 0; d < t->ndim; d++) {
-        int p = perm ? (int)perm[d] : -1;
+        int p = (int)perm[d];
         if (p < 0 || p >= t->ndim || seen[p])
             return zs_set_error("permute: entry %d of the permutation is %d, "
                                 "expected a permutation of 0..%d", d, p,
@@ -160,31 +201,24 @@ static zs_status infer_permute(zsi_call *c)
 static zs_tensor *view_permute(const zsi_call *c)
 {
     zs_tensor *t = c->in[0];
-    const int64_t *perm = c->a->ptr;
+    const int64_t *perm = ((const permute_attrs *)c->attrs)->order;
     int64_t st[ZS_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++)
         st[d] = t->strides[perm[d]];
     return zsi_new_view(t, c->ndim, c->shape, st, t->offset);
 }
 
-static void save_permute(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
-{
-    const int64_t *perm = c->a->ptr;
-    for (int d = 0; d < c->ndim; d++)
-        n->p.i[P_PERM + d] = perm[d];
-}
-
 zsi_opdef zsi_def_permute = {
     .op = {.name = "permute", .backward = permute_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_permute, .view = view_permute,
-    .save = save_permute, .cost = no_cost};
+    .cost = no_cost, .attr_size = sizeof(permute_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_permute, NULL}};
 
 zs_tensor *zs_permute(zs_tensor *t, const int *perm)
 {
-    int64_t p[ZS_MAX_DIMS];
-    for (int d = 0; t && perm && d < t->ndim; d++)
-        p[d] = perm[d];
-    zsi_attrs at = {.ptr = perm ? p : NULL};
+    permute_attrs at;
+    for (int d = 0; d < ZS_MAX_DIMS; d++)
+        at.order[d] = t && perm && d < t->ndim ? perm[d] : -1;
     return zsi_run(&zsi_def_permute, 1, &t, &at);
 }
 
@@ -206,9 +240,12 @@ zs_tensor *zs_transpose(zs_tensor *t, int d0, int d1)
 
 /* ---- slice, narrow ------------------------------------------------------ */
 
-/* Attributes: i[0] dim, i[1] start, i[2] end, i[3] step (start and end
- * may be negative: from the end; clamped to the dim). Node: p.i[8] the
- * normalised dim, p.i[9] the clamped start, p.i[10] the step. */
+/* start and end may be negative (from the end); both are clamped to the
+ * dim. Node: p.i[8] the normalised dim, p.i[9] the clamped start. */
+typedef struct slice_attrs {
+    int64_t dim, start, end, step;
+} slice_attrs;
+ZSI_ATTRS(slice_attrs);
 #define P_SLICE 8
 
 /* The normalised dim *d and clamped [*start, *end) of c's slice. */
@@ -216,9 +253,10 @@ static zs_status slice_range(const zsi_call *c, int *d, int64_t *start,
                              int64_t *end)
 {
     const zs_tensor *t = c->in[0];
-    if ((*d = zsi_norm_dim("slice", (int)c->a->i[0], t->ndim)) < 0)
+    const slice_attrs *a = c->attrs;
+    if ((*d = zsi_norm_dim("slice", (int)a->dim, t->ndim)) < 0)
         return ZS_ERR_ARG;
-    int64_t s = c->a->i[1], e = c->a->i[2], step = c->a->i[3];
+    int64_t s = a->start, e = a->end, step = a->step;
     if (step <= 0)
         return zs_set_error("slice: step %lld, expected > 0", (long long)step);
     int64_t n = t->shape[*d];
@@ -236,7 +274,7 @@ static zs_status slice_range(const zsi_call *c, int *d, int64_t *start,
 static zs_status infer_slice(zsi_call *c)
 {
     int d = 0;
-    int64_t start = 0, end = 0, step = c->a->i[3];
+    int64_t start = 0, end = 0, step = ((const slice_attrs *)c->attrs)->step;
     if (slice_range(c, &d, &start, &end) != ZS_OK)
         return ZS_ERR_ARG;
     set_like(c, c->in[0]->ndim, c->in[0]->shape);
@@ -251,7 +289,7 @@ static zs_tensor *view_slice(const zsi_call *c)
     int64_t start = 0, end = 0, st[ZS_MAX_DIMS];
     slice_range(c, &d, &start, &end);
     memcpy(st, t->strides, sizeof st);
-    st[d] = t->strides[d] * c->a->i[3];
+    st[d] = t->strides[d] * ((const slice_attrs *)c->attrs)->step;
     return zsi_new_view(t, c->ndim, c->shape, st, t->offset + start * t->strides[d]);
 }
 
@@ -262,20 +300,82 @@ static void save_slice(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
     slice_range(c, &d, &start, &end);
     n->p.i[P_SLICE] = d;
     n->p.i[P_SLICE + 1] = start;
-    n->p.i[P_SLICE + 2] = c->a->i[3];
 }
 
 zsi_opdef zsi_def_slice = {
     .op = {.name = "slice", .backward = slice_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_slice, .view = view_slice,
-    .save = save_slice, .cost = no_cost};
+    .save = save_slice, .cost = no_cost, .attr_size = sizeof(slice_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_slice_backward, NULL}};
 
 zs_tensor *zs_slice(zs_tensor *t, int dim, int64_t start, int64_t end,
                     int64_t step)
 {
-    zsi_attrs at = {.i = {dim, start, end, step}};
+    slice_attrs at = {dim, start, end, step};
     return zsi_run(&zsi_def_slice, 1, &t, &at);
 }
+
+/* slice_backward: g (the gradient of a slice, any layout) -> gx of the
+ * sliced input's shape, zeros except g at the slice's positions. Not
+ * differentiable. Cost: g read, gx written (zeros, then g's block). */
+typedef struct slice_bw_attrs {
+    int64_t ndim, shape[ZS_MAX_DIMS]; /* the sliced input's */
+    int64_t dim, start, step;         /* normalised dim, clamped start */
+} slice_bw_attrs;
+ZSI_ATTRS(slice_bw_attrs);
+
+static zs_status infer_slice_bw(zsi_call *c)
+{
+    const zs_tensor *g = c->in[0];
+    const slice_bw_attrs *a = c->attrs;
+    int d = (int)a->dim;
+    bool ok = a->ndim == g->ndim && d >= 0 && d < g->ndim && a->step > 0;
+    for (int k = 0; ok && k < g->ndim; k++)
+        ok = k == d || g->shape[k] == a->shape[k];
+    if (ok) { /* positions start, start + step, ... inside the dim */
+        int64_t len = g->shape[d];
+        ok = a->start >= 0 && a->start <= a->shape[d] &&
+             (len == 0 || a->start + (len - 1) * a->step < a->shape[d]);
+    }
+    if (!ok) {
+        char sg[96], sx[96];
+        return zs_set_error("slice_backward: gradient %s does not fit input %s "
+                            "sliced in dim %d from %lld by step %lld",
+                            zs_shape_str(g, sg, sizeof sg),
+                            zsi_shape_fmt((int)a->ndim, a->shape, sx, sizeof sx),
+                            d, (long long)a->start, (long long)a->step);
+    }
+    set_like(c, (int)a->ndim, a->shape);
+    return ZS_OK;
+}
+
+static zs_status cpu_slice_bw(const zsi_call *c, zs_tensor *out)
+{
+    const slice_bw_attrs *a = c->attrs;
+    const zs_tensor *g = c->in[0];
+    int d = (int)a->dim;
+    memset(zs_data(out), 0, zs_nbytes(out));
+    int64_t str[ZS_MAX_DIMS];
+    memcpy(str, out->strides, sizeof str);
+    str[d] *= a->step;
+    zsi_tracking_pause();
+    zs_tensor *dst = zsi_new_view(out, g->ndim, g->shape, str,
+                                  out->offset + a->start * out->strides[d]);
+    zsi_tracking_resume();
+    zs_status st = dst ? zs_copy_(dst, g) : ZS_ERR_NOMEM;
+    zs_release(dst);
+    return st;
+}
+
+static zsi_cost slice_bw_cost(const zsi_call *c, const zs_tensor *out)
+{
+    return (zsi_cost){0, zsi_bytes(c->in[0]), zsi_bytes(out)};
+}
+
+zsi_opdef zsi_def_slice_backward = {
+    .op = {.name = "slice_backward"}, .arity = 1, .infer = infer_slice_bw,
+    .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_slice_bw)}, .cost = slice_bw_cost,
+    .attr_size = sizeof(slice_bw_attrs)};
 
 zs_tensor *zs_narrow(zs_tensor *t, int dim, int64_t start, int64_t len)
 {
@@ -295,12 +395,13 @@ zs_tensor *zs_narrow(zs_tensor *t, int dim, int64_t start, int64_t len)
 
 /* ---- expand ------------------------------------------------------------- */
 
-/* Attributes: ptr = the shape (int64_t[i[0]]; -1 keeps a size). */
+/* Attributes: shape_attrs (-1 keeps a size). */
 static zs_status infer_expand(zsi_call *c)
 {
     const zs_tensor *t = c->in[0];
-    const int64_t *shape = c->a->ptr;
-    int ndim = (int)c->a->i[0], lead = ndim - t->ndim;
+    const shape_attrs *a = c->attrs;
+    const int64_t *shape = a->shape;
+    int ndim = (int)a->ndim, lead = ndim - t->ndim;
     if (ndim < t->ndim || ndim > ZS_MAX_DIMS)
         return zs_set_error("expand: %d dims requested for a %d-d tensor", ndim,
                             t->ndim);
@@ -337,21 +438,35 @@ static zs_tensor *view_expand(const zsi_call *c)
 zsi_opdef zsi_def_expand = {
     .op = {.name = "expand", .backward = expand_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_expand, .view = view_expand,
-    .cost = no_cost};
+    .cost = no_cost, .attr_size = sizeof(shape_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_sum, &zsi_def_view,
+                                   &zsi_def_to_dtype, NULL}};
 
 zs_tensor *zs_expand(zs_tensor *t, int ndim, const int64_t *shape)
 {
-    zsi_attrs at = {.i = {ndim}, .ptr = shape};
+    shape_attrs at = {0};
+    if (t && shape_attrs_set("expand", &at, ndim, shape) != ZS_OK)
+        return NULL;
     return zsi_run(&zsi_def_expand, 1, &t, &at);
 }
 
 /* ---- squeeze, unsqueeze, flatten ---------------------------------------- */
 
-/* Attributes: i[0] = the dim. */
+/* squeeze and unsqueeze: the dim (negative: from the end). */
+typedef struct dim_attrs {
+    int64_t dim;
+} dim_attrs;
+ZSI_ATTRS(dim_attrs);
+
+static int attr_dim(const zsi_call *c)
+{
+    return (int)((const dim_attrs *)c->attrs)->dim;
+}
+
 static zs_status infer_squeeze(zsi_call *c)
 {
     const zs_tensor *t = c->in[0];
-    int dim = (int)c->a->i[0], d = zsi_norm_dim("squeeze", dim, t->ndim);
+    int dim = attr_dim(c), d = zsi_norm_dim("squeeze", dim, t->ndim);
     if (d < 0)
         return ZS_ERR_ARG;
     if (t->shape[d] != 1)
@@ -366,7 +481,7 @@ static zs_status infer_squeeze(zsi_call *c)
 static zs_tensor *view_squeeze(const zsi_call *c)
 {
     zs_tensor *t = c->in[0];
-    int d = zsi_norm_dim("squeeze", (int)c->a->i[0], t->ndim);
+    int d = zsi_norm_dim("squeeze", attr_dim(c), t->ndim);
     int64_t st[ZS_MAX_DIMS];
     for (int i = 0, k = 0; i < t->ndim; i++)
         if (i != d)
@@ -377,11 +492,12 @@ static zs_tensor *view_squeeze(const zsi_call *c)
 zsi_opdef zsi_def_squeeze = {
     .op = {.name = "squeeze", .backward = reshape_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_squeeze, .view = view_squeeze,
-    .cost = no_cost};
+    .cost = no_cost, .attr_size = sizeof(dim_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_view, &zsi_def_copy, NULL}};
 
 zs_tensor *zs_squeeze(zs_tensor *t, int dim)
 {
-    zsi_attrs at = {.i = {dim}};
+    dim_attrs at = {dim};
     return zsi_run(&zsi_def_squeeze, 1, &t, &at);
 }
 
@@ -390,7 +506,7 @@ static zs_status infer_unsqueeze(zsi_call *c)
     const zs_tensor *t = c->in[0];
     if (t->ndim >= ZS_MAX_DIMS)
         return zs_set_error("unsqueeze: tensor already has %d dims", ZS_MAX_DIMS);
-    int d = zsi_norm_dim("unsqueeze", (int)c->a->i[0], t->ndim + 1);
+    int d = zsi_norm_dim("unsqueeze", attr_dim(c), t->ndim + 1);
     if (d < 0)
         return ZS_ERR_ARG;
     c->dtype = t->dtype;
@@ -403,7 +519,7 @@ static zs_status infer_unsqueeze(zsi_call *c)
 static zs_tensor *view_unsqueeze(const zsi_call *c)
 {
     zs_tensor *t = c->in[0];
-    int d = zsi_norm_dim("unsqueeze", (int)c->a->i[0], t->ndim + 1);
+    int d = zsi_norm_dim("unsqueeze", attr_dim(c), t->ndim + 1);
     int64_t st[ZS_MAX_DIMS];
     for (int i = 0, k = 0; i <= t->ndim; i++)
         st[i] = i != d ? t->strides[k++]
@@ -414,11 +530,12 @@ static zs_tensor *view_unsqueeze(const zsi_call *c)
 zsi_opdef zsi_def_unsqueeze = {
     .op = {.name = "unsqueeze", .backward = reshape_bw}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_unsqueeze, .view = view_unsqueeze,
-    .cost = no_cost};
+    .cost = no_cost, .attr_size = sizeof(dim_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_view, &zsi_def_copy, NULL}};
 
 zs_tensor *zs_unsqueeze(zs_tensor *t, int dim)
 {
-    zsi_attrs at = {.i = {dim}};
+    dim_attrs at = {dim};
     return zsi_run(&zsi_def_unsqueeze, 1, &t, &at);
 }
 
@@ -452,7 +569,13 @@ zs_tensor *zs_flatten(zs_tensor *t, int start_dim, int end_dim)
 
 /* ---- copies -------------------------------------------------------------- */
 
-/* Attributes (to_dtype): i[0] = the dtype of the copy. */
+/* copy and to_dtype: the dtype of the copy (to_dtype; copy has no
+ * parameter and is called with none, zeros, which it does not read). */
+typedef struct copy_attrs {
+    int64_t dtype; /* zs_dtype */
+} copy_attrs;
+ZSI_ATTRS(copy_attrs);
+
 static zs_status infer_copy(zsi_call *c)
 {
     set_like(c, c->in[0]->ndim, c->in[0]->shape);
@@ -462,7 +585,7 @@ static zs_status infer_copy(zsi_call *c)
 static zs_status infer_to_dtype(zsi_call *c)
 {
     const zs_tensor *t = c->in[0];
-    zs_dtype dt = (zs_dtype)c->a->i[0];
+    zs_dtype dt = (zs_dtype)((const copy_attrs *)c->attrs)->dtype;
     if ((unsigned)dt >= ZS_DTYPE_COUNT)
         return zs_set_error("to_dtype: unknown dtype %d", (int)dt);
     if (zs_requires_grad(t) && zs_grad_enabled() && !zs_dtype_is_float(dt))
@@ -486,20 +609,17 @@ static zsi_cost copy_cost(const zsi_call *c, const zs_tensor *out)
     return (zsi_cost){0, b, b};
 }
 
-#define ALL_DTYPES(fn)                                                        \
-    {[ZS_F32] = fn, [ZS_F64] = fn, [ZS_F16] = fn, [ZS_BF16] = fn,             \
-     [ZS_F8E4M3] = fn, [ZS_F8E5M2] = fn, [ZS_I8] = fn, [ZS_U8] = fn,          \
-     [ZS_I32] = fn, [ZS_I64] = fn}
-
 zsi_opdef zsi_def_copy = {
     .op = {.name = "copy", .backward = identity_bw}, .arity = 1,
     .infer = infer_copy, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_copy)},
-    .cost = copy_cost};
+    .cost = copy_cost, .attr_size = sizeof(copy_attrs),
+    .bw_ops = (zsi_opdef *const[]){NULL}};
 
 zsi_opdef zsi_def_to_dtype = {
     .op = {.name = "to_dtype", .backward = to_dtype_bw}, .arity = 1,
     .infer = infer_to_dtype, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_copy)},
-    .cost = copy_cost};
+    .cost = copy_cost, .attr_size = sizeof(copy_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_to_dtype, NULL}};
 
 zs_tensor *zs_contiguous(zs_tensor *t)
 {
@@ -508,7 +628,8 @@ zs_tensor *zs_contiguous(zs_tensor *t)
     /* A new header even when no copy is needed, so that the result is
      * owned like any other (by the caller or the open scope). */
     if (zs_is_contiguous(t)) {
-        zsi_attrs at = {.i = {t->ndim, 1}, .ptr = t->shape};
+        shape_attrs at = {.ndim = t->ndim, .keep_strides = 1};
+        memcpy(at.shape, t->shape, sizeof at.shape);
         return zsi_run(&zsi_def_view, 1, &t, &at);
     }
     return zsi_run(&zsi_def_copy, 1, &t, NULL);
@@ -521,7 +642,7 @@ zs_tensor *zs_clone(zs_tensor *t)
 
 zs_tensor *zs_to_dtype(zs_tensor *t, zs_dtype dt)
 {
-    zsi_attrs at = {.i = {dt}};
+    copy_attrs at = {dt};
     return zsi_run(&zsi_def_to_dtype, 1, &t, &at);
 }
 
@@ -535,19 +656,19 @@ zs_tensor *zs_detach(zs_tensor *t)
 
 /* ---- backward_hook ------------------------------------------------------ */
 
-/* An alias whose backward calls fn(ctx, arg) before passing g on.
- * Attributes: ptr = the hook_fn (fn, ctx), i[0] = arg. The node keeps the
- * pair in p.i[8..] (copied bytes: no allocation) and arg in p.i[4]. */
-typedef struct hook_fn {
+/* An alias whose backward calls fn(ctx, arg) before passing g on. The
+ * attributes hold the function and its context by value (ctx is the
+ * caller's, borrowed until the backward has run). */
+typedef struct hook_attrs {
     zs_backward_hook_fn fn;
     void *ctx;
-} hook_fn;
-#define P_HOOK 8
-_Static_assert(sizeof(hook_fn) <= 8 * sizeof(int64_t), "hook fits in p.i[8..15]");
+    int64_t arg;
+} hook_attrs;
+ZSI_ATTRS(hook_attrs);
 
 static zs_status infer_hook(zsi_call *c)
 {
-    const hook_fn *h = c->a->ptr;
+    const hook_attrs *h = c->attrs;
     if (!h->fn)
         return zs_set_error("backward_hook: no function");
     set_like(c, c->in[0]->ndim, c->in[0]->shape);
@@ -560,20 +681,14 @@ static zs_tensor *view_alias(const zsi_call *c)
     return zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
-static void save_hook(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
-{
-    memcpy(&n->p.i[P_HOOK], c->a->ptr, sizeof(hook_fn));
-}
-
 zsi_opdef zsi_def_hook = {
     .op = {.name = "backward_hook", .backward = hook_bw}, .arity = 1,
-    .cls = ZSI_VIEW, .infer = infer_hook, .view = view_alias,
-    .save = save_hook, .cost = no_cost};
+    .cls = ZSI_VIEW, .infer = infer_hook, .view = view_alias, .cost = no_cost,
+    .attr_size = sizeof(hook_attrs), .bw_ops = (zsi_opdef *const[]){NULL}};
 
 zs_tensor *zs_backward_hook(zs_tensor *t, zs_backward_hook_fn fn, void *ctx, int64_t arg)
 {
-    hook_fn h = {fn, ctx};
-    zsi_attrs at = {.i = {arg}, .ptr = &h};
+    hook_attrs at = {fn, ctx, arg};
     return zsi_run(&zsi_def_hook, 1, &t, &at);
 }
 
@@ -587,9 +702,10 @@ static zs_status reshape_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 
 static zs_status permute_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
+    const permute_attrs *a = zsi_node_attrs(n);
     int inv[ZS_MAX_DIMS];
     for (int d = 0; d < g->ndim; d++)
-        inv[n->p.i[P_PERM + d]] = d;
+        inv[a->order[d]] = d;
     gin[0] = zs_permute(g, inv);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
@@ -597,20 +713,12 @@ static zs_status permute_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 static zs_status slice_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
-    zs_tensor *z = zs_zeros(g->dtype, m->ndim, m->shape);
-    if (!z)
-        return ZS_ERR_NOMEM;
-    int64_t d = n->p.i[P_SLICE], start = n->p.i[P_SLICE + 1];
-    int64_t step = n->p.i[P_SLICE + 2];
-    zs_tensor *dst = zs_slice(z, (int)d, start, start + g->shape[d] * step, step);
-    zs_status st = dst ? zs_copy_(dst, g) : ZS_ERR_NOMEM;
-    zs_release(dst);
-    if (st != ZS_OK) {
-        zs_release(z);
-        return st;
-    }
-    gin[0] = z;
-    return ZS_OK;
+    slice_bw_attrs at = {.ndim = m->ndim, .dim = n->p.i[P_SLICE],
+                         .start = n->p.i[P_SLICE + 1],
+                         .step = ((const slice_attrs *)zsi_node_attrs(n))->step};
+    memcpy(at.shape, m->shape, sizeof at.shape);
+    gin[0] = zsi_run(&zsi_def_slice_backward, 1, &g, &at);
+    return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
 
 static zs_status expand_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
@@ -627,9 +735,8 @@ static zs_status identity_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 
 static zs_status hook_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    hook_fn h;
-    memcpy(&h, &n->p.i[P_HOOK], sizeof h);
-    zs_status st = h.fn(h.ctx, n->p.i[4]); /* arg: the call's i[0] */
+    const hook_attrs *h = zsi_node_attrs(n);
+    zs_status st = h->fn(h->ctx, h->arg);
     if (st != ZS_OK)
         return st;
     gin[0] = zs_retain(g);

@@ -3,14 +3,23 @@
  * against a naive float64 direct convolution: odd sizes, stride, padding,
  * dilation, groups (grouped and depthwise), with and without bias,
  * non-contiguous inputs, 1x1 kernels, column tiling, both threading
- * modes; f64 gradient checks; the cost model; error paths.
+ * modes; f64 gradient checks; the cost model; the descriptor
+ * conv2d_backward run directly for every subset of gradients (strided x
+ * and g) and through autograd with some inputs frozen; error paths.
  */
 #include <stdlib.h>
 
 #include "kernels/cpu/conv.h"
 #include <string.h>
 
+#include "ops/op.h"
 #include "testutil.h"
+
+/* The attributes of conv2d_backward (ops/conv.c). */
+typedef struct conv_bw_attrs {
+    zs_conv2d_params p;
+    bool gx, gw, gb;
+} conv_bw_attrs;
 
 typedef struct conv_case {
     int64_t N, C, H, W, O, KH, KW;
@@ -349,6 +358,119 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+/* conv2d_backward directly: each of the 7 subsets of {gx, gw, gb} in
+ * order, on a strided x and g (f32 and f64), against the float64
+ * reference (tolerances as in check_one); each result bit-identical to
+ * the all-three call (the gradients are computed independently), and to
+ * autograd's gradient with the other inputs frozen. Then its cost and
+ * errors. */
+static void test_backward_descriptor(void)
+{
+    zsi_opdef *bw = zsi_opdef_find("conv2d_backward");
+    const conv_case *c = &cases[3]; /* groups 3, padding, bias */
+    int64_t OH = out_size(c->H, c->KH, c->p.stride[0], c->p.padding[0], c->p.dilation[0]);
+    int64_t OW = out_size(c->W, c->KW, c->p.stride[1], c->p.padding[1], c->p.dilation[1]);
+    int G = pv(c->p.groups);
+    for (int dti = 0; dti < 2; dti++) {
+        zs_dtype dt = dti ? ZS_F64 : ZS_F32;
+        double tol = dt == ZS_F32 ? 1e-5 : 1e-12;
+        zs_tensor *x = zt_rand_strided(dt, ZS_SHAPE(c->N, c->C, c->H, c->W), 61);
+        zs_tensor *w = zt_rand(dt, ZS_SHAPE(c->O, c->C / G, c->KH, c->KW), 62);
+        zs_tensor *b = zt_rand(dt, ZS_SHAPE(c->O), 63);
+        zs_tensor *gy = zt_rand_strided(dt, ZS_SHAPE(c->N, c->O, OH, OW), 64);
+        double *xv = zt_values(x), *wv = zt_values(w), *gyv = zt_values(gy);
+        int64_t n[3] = {zs_numel(x), zs_numel(w), c->O};
+        double *ref[3];
+        for (int k = 0; k < 3; k++)
+            ref[k] = malloc((size_t)n[k] * sizeof *ref[k]);
+        reference(c, xv, wv, NULL, gyv, NULL, ref[0], ref[1], ref[2]);
+        zs_tensor *in[3] = {x, w, gy}, *all[3] = {0};
+        for (int mask = 7; mask >= 1; mask--) {
+            conv_bw_attrs at = {c->p, mask & 1, (mask >> 1) & 1, (mask >> 2) & 1};
+            int nr = (mask & 1) + ((mask >> 1) & 1) + ((mask >> 2) & 1);
+            zs_tensor *r[3] = {0};
+            zs_status st = zsi_run_n(bw, 3, in, &at, nr, r);
+            int bad = st != ZS_OK;
+            for (int k = 0, j = 0; !bad && k < 3; k++) {
+                if (!(mask >> k & 1))
+                    continue;
+                zs_tensor *t = r[j++];
+                bad += rel_err(t, ref[k], n[k]) > tol || !zs_is_contiguous(t);
+                if (mask == 7)
+                    all[k] = zs_retain(t);
+                else
+                    bad += memcmp(zs_data(t), zs_data(all[k]), zs_nbytes(t)) != 0;
+                /* autograd with only input k wanting a gradient */
+                zs_tensor *ins[3] = {zs_detach(x), zs_detach(w), zs_detach(b)};
+                zs_set_requires_grad(ins[k], true);
+                zs_tensor *y = zs_conv2d(ins[0], ins[1], ins[2], &c->p);
+                bad += !y || zs_backward(y, gy, false) != ZS_OK ||
+                       memcmp(zs_data(zs_grad(ins[k])), zs_data(t), zs_nbytes(t)) != 0;
+                zs_release(y);
+                for (int i = 0; i < 3; i++)
+                    zs_release(ins[i]);
+            }
+            ZT_CHECK(bad == 0, "conv2d_backward %s, gx %d gw %d gb %d: %d wrong "
+                     "(seeds 61-64)", zs_dtype_name(dt), mask & 1, (mask >> 1) & 1,
+                     (mask >> 2) & 1, bad);
+            for (int k = 0; k < 3; k++)
+                zs_release(r[k]);
+        }
+        for (int k = 0; k < 3; k++) {
+            free(ref[k]);
+            zs_release(all[k]);
+        }
+        free(xv);
+        free(wv);
+        free(gyv);
+        zs_tensor *ts[] = {x, w, b, gy};
+        for (size_t i = 0; i < 4; i++)
+            zs_release(ts[i]);
+    }
+    /* cost: gx and gw wanted, counted under conv2d_backward */
+    zs_tensor *x = zt_rand(ZS_F32, ZS_SHAPE(2, 6, 9, 7), 1);
+    zs_tensor *w = zt_rand(ZS_F32, ZS_SHAPE(4, 3, 3, 2), 2);
+    zs_tensor *gy = zt_rand(ZS_F32, ZS_SHAPE(2, 4, 5, 6), 3);
+    conv_bw_attrs at = {{{2, 1}, {1, 0}, {1, 1}, 2}, true, true, false};
+    zs_tensor *r[2] = {0};
+    zs_profile_reset();
+    zs_profile_enable(true);
+    zs_status st = zsi_run_n(bw, 3, (zs_tensor *[]){x, w, gy}, &at, 2, r);
+    zs_profile_enable(false);
+    zs_op_stat stats[64];
+    int ns = zs_profile_stats(stats, 64);
+    double flops = -1, bytes = -1;
+    for (int i = 0; i < ns; i++)
+        if (!strcmp(stats[i].name, "conv2d_backward")) {
+            flops = stats[i].flops;
+            bytes = stats[i].bytes;
+        }
+    double f = 2.0 * 2 * 4 * 5 * 6 * 3 * 3 * 2;
+    double want_bytes = 4.0 * (2 * 4 * 5 * 6 + 2 * (2 * 6 * 9 * 7 + 4 * 3 * 3 * 2));
+    ZT_CHECK(st == ZS_OK && flops == 2 * f && bytes == want_bytes,
+             "conv2d_backward cost: flops %g (want %g), bytes %g (want %g)", flops,
+             2 * f, bytes, want_bytes);
+    zs_release(r[0]);
+    zs_release(r[1]);
+    /* errors */
+    conv_bw_attrs none = at;
+    none.gx = none.gw = false;
+    zs_tensor *g3 = zs_zeros(ZS_F32, ZS_SHAPE(2, 4, 5, 5));
+    zs_tensor *gd = zs_zeros(ZS_F64, ZS_SHAPE(2, 4, 5, 6));
+    ZT_EXPECT_ERROR(zsi_run_n(bw, 3, (zs_tensor *[]){x, w, gy}, &none, 1, r) < 0,
+                    "conv2d_backward: no gradient wanted");
+    ZT_EXPECT_ERROR(zsi_run_n(bw, 3, (zs_tensor *[]){x, w, g3}, &at, 2, r) < 0,
+                    "conv2d_backward: gradient [2, 4, 5, 5], expected [2, 4, 5, 6]");
+    ZT_EXPECT_ERROR(zsi_run_n(bw, 3, (zs_tensor *[]){x, w, gd}, &at, 2, r) < 0,
+                    "conv2d_backward: dtypes");
+    ZT_EXPECT_ERROR(zsi_run_n(bw, 3, (zs_tensor *[]){x, w, gy}, &at, 3, r) < 0,
+                    "conv2d_backward: 2 results, the caller expects 3");
+    zs_tensor *ts[] = {x, w, gy, g3, gd};
+    for (size_t i = 0; i < 5; i++)
+        zs_release(ts[i]);
+    zt_section("conv2d_backward run directly: every subset of gradients, cost, errors");
+}
+
 /* Every allocation of a forward + backward fails in turn: NULL or an
  * error status, never a crash or a leak. */
 static void test_alloc_failures(void)
@@ -421,6 +543,7 @@ int main(void)
     test_paths();
     test_grad();
     test_cost_model();
+    test_backward_descriptor();
     test_alloc_failures();
     test_errors();
     ZT_CHECK(zs_autograd_live_nodes() == 0, "tape freed: %lld nodes",

@@ -184,13 +184,12 @@ static double formula_err(const zsi_opdef *d, const zsi_attrs *at, zs_tensor *ou
 }
 
 /* The attributes a case's call used (the scalar formula needs them): the
- * node of a recorded call holds them (ops/op.h: p.f[0..3], p.i[4..7]). */
-static zsi_attrs attrs_of(const zs_tensor *out)
+ * node of a recorded call holds them whole (ops/op.h), as the operator's
+ * struct (the generic zsi_attrs, or a typed one such as unary.c's, which
+ * its scalar function reads through the zsi_attrs pointer). */
+static const zsi_attrs *attrs_of(const zs_tensor *out)
 {
-    const zsi_ctx *n = zsi_ctx_of(out);
-    zsi_attrs at = {{n->p.f[0], n->p.f[1], n->p.f[2], n->p.f[3]},
-                    {n->p.i[4], n->p.i[5], n->p.i[6], n->p.i[7]}, NULL};
-    return at;
+    return (const zsi_attrs *)zsi_node_attrs(zsi_ctx_of(out));
 }
 
 static void test_formulas(void)
@@ -212,9 +211,8 @@ static void test_formulas(void)
             zs_set_requires_grad(a, true); /* records the attributes */
             zs_tensor *out = cases[c].run(a, b);
             const zsi_opdef *d = out ? (const zsi_opdef *)zsi_ctx_of(out)->op : NULL;
-            zsi_attrs at = out ? attrs_of(out) : (zsi_attrs){0};
             double e = d && d->scalar && d->cls == ZSI_POINTWISE
-                           ? formula_err(d, &at, out, a, b) : -1;
+                           ? formula_err(d, attrs_of(out), out, a, b) : -1;
             ZT_CHECK(e >= 0 && e < 1e-12 && !strcmp(d->op.name, cases[c].name),
                      "%s (seed %llu): error %g against its formula '%s'",
                      cases[c].name, (unsigned long long)seed, e,

@@ -3,12 +3,14 @@
  * scaling of kept values, the same mask for the same seed at 1 and 2
  * threads, gradient = mask * scale (and a gradcheck with the seed reset
  * in the function), identity in eval mode and for p = 0, zeros for p = 1,
- * errors.
+ * the descriptor dropout_backward run directly (f32 arithmetic reproduced
+ * here: exact) and its errors, errors.
  */
 #include <stdlib.h>
 
 #include <string.h>
 
+#include "ops/op.h"
 #include "testutil.h"
 
 /* Fraction of non-zero elements; bad counts kept values != x * scale. */
@@ -120,6 +122,46 @@ static void test_grad(void)
     zt_section("gradient and gradcheck");
 }
 
+/* dropout_backward directly: a strided f32 gradient and a mask; the
+ * result is g * mask * scale in float, as the kernel computes it (exact);
+ * autograd's gradient through zs_dropout is the same bits. */
+static void test_backward_descriptor(void)
+{
+    const double p = 0.25;
+    zsi_opdef *bw = zsi_opdef_find("dropout_backward");
+    /* values in [0.5, 1): never 0, so zeros of y mark dropped elements */
+    zs_tensor *x = zs_uniform(ZS_F32, ZS_SHAPE(37, 41), 0.5, 1.0, 12);
+    zs_set_requires_grad(x, true);
+    zs_tensor *y = zs_dropout(x, p, true);
+    zs_tensor *g = zt_rand_strided(ZS_F32, ZS_SHAPE(37, 41), 13);
+    ZT_CHECK(y && zs_backward(y, g, false) == ZS_OK, "backward runs");
+    zs_tensor *m = zs_empty(ZS_U8, ZS_SHAPE(37, 41));
+    uint8_t *mv = zs_data(m);
+    for (int64_t i = 0; i < zs_numel(m); i++)
+        mv[i] = zs_get(y, i) != 0;
+    zs_tensor *gx = zsi_run(bw, 2, (zs_tensor *[]){g, m}, &p);
+    float s = (float)(1.0 / (1.0 - p));
+    int64_t bad = !gx, bad_ag = 0;
+    for (int64_t i = 0; gx && i < zs_numel(gx); i++) {
+        float want = (float)zs_get(g, i) * (float)mv[i] * s;
+        bad += ((const float *)zs_data(gx))[i] != want;
+        bad_ag += ((const float *)zs_data(zs_grad(x)))[i] != want;
+    }
+    ZT_CHECK(bad == 0 && bad_ag == 0, "dropout_backward direct: %lld wrong, "
+             "through autograd: %lld wrong (seed 12)", (long long)bad,
+             (long long)bad_ag);
+    zs_tensor *mi = zs_zeros(ZS_I32, ZS_SHAPE(37, 41));
+    zs_tensor *m2 = zs_zeros(ZS_U8, ZS_SHAPE(41, 37));
+    ZT_EXPECT_ERROR(zsi_run(bw, 2, (zs_tensor *[]){g, mi}, &p) == NULL,
+                    "dropout_backward: mask i32 [37, 41], expected u8");
+    ZT_EXPECT_ERROR(zsi_run(bw, 2, (zs_tensor *[]){g, m2}, &p) == NULL,
+                    "expected u8 of the gradient's shape [37, 41]");
+    zs_tensor *all[] = {mi, m2, gx, m, g, y, x};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        zs_release(all[i]);
+    zt_section("dropout_backward run directly: g * mask * scale, exact; errors");
+}
+
 static void test_identity(void)
 {
     zs_tensor *x = zt_rand_strided(ZS_F32, ZS_SHAPE(9, 11), 3);
@@ -194,6 +236,7 @@ int main(void)
     test_statistics();
     test_reproducible();
     test_grad();
+    test_backward_descriptor();
     test_identity();
     test_errors();
     return zt_done();

@@ -3,10 +3,13 @@
  * references (odd sizes, negative dims, non-contiguous inputs, one input,
  * hundreds of inputs, a size large enough to run threaded), gradient checks
  * in f64 (some inputs without grad, split/chunk pieces used downstream),
- * and error paths. Copies are exact, so forward tolerances are 0.
+ * concat as a descriptor (one call up to ZSI_MAX_IN inputs, groups above,
+ * replay from the node's attributes, every dtype, its cost), and error
+ * paths. Copies are exact, so forward tolerances are 0.
  */
 #include <stdlib.h>
 
+#include "ops/op.h"
 #include "testutil.h"
 
 static void unravel(int64_t i, int ndim, const int64_t *shape, int64_t *c)
@@ -317,6 +320,97 @@ static void test_grad(void)
     zt_section("gradients (concat, stack, split, chunk)");
 }
 
+/* concat is the descriptor "concat": ZSI_MAX_IN inputs are one call (one
+ * node with an input per tensor), ZSI_MAX_IN + 1 run in groups (a node
+ * with two inputs) with the same values and gradients; a recorded call
+ * replays bit-identically from its node's attributes; integer dtypes;
+ * cost = inputs read + output written; an error in a grouped concat names
+ * the input's index in the whole list. */
+static void test_concat_descriptor(void)
+{
+    enum { N = ZSI_MAX_IN + 1 };
+    zs_tensor *ts[N];
+    for (int i = 0; i < N; i++) {
+        ts[i] = zt_rand(ZS_F64, ZS_SHAPE(2, 1 + i % 3), 40 + i);
+        zs_set_requires_grad(ts[i], true);
+    }
+    zs_tensor *one = zs_concat(ZSI_MAX_IN, ts, -1), *grp = zs_concat(N, ts, 1);
+    int bad;
+    const zsi_ctx *n1 = one ? zsi_ctx_of(one) : NULL, *n2 = grp ? zsi_ctx_of(grp) : NULL;
+    ZT_CHECK(n1 && n2 && !strcmp(n1->op->name, "concat") && n1->nin == ZSI_MAX_IN &&
+             !strcmp(n2->op->name, "concat") && n2->nin == 2,
+             "%d inputs: one call; %d: two groups (node inputs %d, %d)", ZSI_MAX_IN,
+             N, n1 ? n1->nin : -1, n2 ? n2->nin : -1);
+    zs_tensor *head = grp && one ? zs_narrow(grp, 1, 0, one->shape[1]) : NULL;
+    bad = !head;
+    for (int64_t i = 0; head && i < zs_numel(one); i++)
+        bad += zs_get(head, i) != zs_get(one, i);
+    zs_release(head);
+    ZT_CHECK(bad == 0, "grouped concat begins with the one-call concat");
+    zs_tensor *r = NULL;
+    if (n1) {
+        zs_no_grad_push();
+        r = zsi_run((zsi_opdef *)n1->op, ZSI_MAX_IN, ts, zsi_node_attrs(n1));
+        zs_no_grad_pop();
+    }
+    ZT_CHECK(r && zs_same_shape(r, one) && !memcmp(zs_data(r), zs_data(one),
+                                                     zs_nbytes(one)),
+             "replay from the node's attributes");
+    /* gradients through the groups: d sum(grp * k) / d ts[i] = its columns' k */
+    zs_tensor *k = zs_arange(ZS_F64, 0, (double)zs_numel(grp), 1);
+    zs_tensor *kr = k ? zs_reshape(k, 2, grp->shape) : NULL;
+    zs_tensor *pr = kr ? zs_mul(grp, kr) : NULL;
+    zs_tensor *s = pr ? zs_sum(pr, 0, NULL, false) : NULL;
+    ZT_CHECK(s && zs_backward(s, NULL, false) == ZS_OK, "backward through groups");
+    bad = 0;
+    int64_t col = 0, W = grp ? grp->shape[1] : 0;
+    for (int i = 0; i < N; i++) {
+        const zs_tensor *g = zs_grad(ts[i]);
+        int64_t w = ts[i]->shape[1];
+        for (int64_t j = 0; j < 2 * w; j++)
+            bad += !g || zs_get(g, j) != (double)((j / w) * W + col + j % w);
+        col += w;
+    }
+    ZT_CHECK(bad == 0, "gradients of %d inputs through groups: %d wrong", N, bad);
+    zs_tensor *rel[] = {one, grp, r, k, kr, pr, s};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++)
+        zs_release(rel[i]);
+    /* integers, and the cost model */
+    zs_tensor *ia = zs_arange(ZS_I32, 0, 6, 1), *ib = zs_arange(ZS_I32, 6, 10, 1);
+    zs_profile_reset();
+    zs_profile_enable(true);
+    zs_tensor *ic = zs_concat(2, (zs_tensor *[]){ia, ib}, 0);
+    zs_profile_enable(false);
+    zs_op_stat st[64];
+    int ns = zs_profile_stats(st, 64);
+    double bytes = -1;
+    for (int i = 0; i < ns; i++)
+        if (!strcmp(st[i].name, "concat"))
+            bytes = st[i].bytes;
+    bad = !ic || ic->dtype != ZS_I32 || zs_numel(ic) != 10;
+    for (int i = 0; !bad && i < 10; i++)
+        bad += ((const int32_t *)zs_data(ic))[i] != i;
+    ZT_CHECK(bad == 0 && bytes == 2 * 40.0, "i32 concat, cost %g bytes (want 80)",
+             bytes);
+    zs_release(ia);
+    zs_release(ib);
+    zs_release(ic);
+    /* an error in the 2nd group names the input's index in the list */
+    zs_tensor *keep = ts[ZSI_MAX_IN];
+    ts[ZSI_MAX_IN] = zs_ones(ZS_F32, ZS_SHAPE(2, 1));
+    char msg[96];
+    snprintf(msg, sizeof msg, "concat: input %d has dtype f32, expected f64",
+             ZSI_MAX_IN);
+    ZT_EXPECT_ERROR(zs_concat(N, ts, 1) == NULL, msg);
+    zs_release(ts[ZSI_MAX_IN]);
+    ts[ZSI_MAX_IN] = keep;
+    for (int i = 0; i < N; i++)
+        zs_release(ts[i]);
+    ZT_CHECK(zs_autograd_live_nodes() == 0, "tape freed");
+    zt_section("concat: one call up to ZSI_MAX_IN inputs, groups above, replay, "
+               "integers, cost");
+}
+
 static void test_errors(void)
 {
     zs_tensor *a = zs_ones(ZS_F32, ZS_SHAPE(2, 3));
@@ -378,6 +472,7 @@ int main(void)
     zt_section("stack vs reference (every dim)");
     test_split_chunk();
     test_grad();
+    test_concat_descriptor();
     test_errors();
     return zt_done();
 }

@@ -2,14 +2,24 @@
  * test_pool.c - zs_max_pool2d and zs_avg_pool2d forward and backward
  * against float64 references: odd sizes, stride (0 = kernel), padding
  * (never winning a max; counted or not in an average), non-contiguous
- * inputs, f32 and f64; f64 gradient checks; error paths. Random inputs
- * have no ties, so the max-pool gradient is well defined.
+ * inputs, f32 and f64; f64 gradient checks; the backward descriptors run
+ * directly (strided gradients) against the reference, with the params
+ * the caller passed overwritten before backward (the node holds its own);
+ * error paths. Random inputs have no ties, so the max-pool gradient is
+ * well defined.
  */
 #include <stdlib.h>
 
 #include <string.h>
 
+#include "ops/op.h"
 #include "testutil.h"
+
+/* The backward descriptors' attributes (ops/pool.c). */
+typedef struct pool_bw_attrs {
+    zs_pool2d_params p;
+    int64_t H, W;
+} pool_bw_attrs;
 
 typedef struct pool_case {
     int64_t N, C, H, W;
@@ -158,6 +168,72 @@ static void test_padding_never_wins(void)
     zt_section("max-pool padding is -inf");
 }
 
+/* max_pool2d_backward and avg_pool2d_backward run directly on a strided
+ * gradient (and the indices the forward's node saved) against the
+ * reference; and autograd through a forward whose params struct was
+ * overwritten after the call. */
+static void test_backward_descriptors(void)
+{
+    zsi_opdef *bw[2] = {zsi_opdef_find("avg_pool2d_backward"),
+                        zsi_opdef_find("max_pool2d_backward")};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int max = 0; max < 2; max++) {
+            const pool_case *c = &cases[ci];
+            uint64_t seed = 300 + 7 * ci;
+            zs_dtype dt = (ci + (size_t)max) % 2 ? ZS_F64 : ZS_F32;
+            int64_t OH, OW;
+            out_hw(c, &OH, &OW);
+            zs_tensor *x = zt_rand(dt, ZS_SHAPE(c->N, c->C, c->H, c->W), seed);
+            zs_set_requires_grad(x, true);
+            zs_pool2d_params p = c->p;
+            zs_tensor *y = max ? zs_max_pool2d(x, &p) : zs_avg_pool2d(x, &p);
+            memset(&p, 0xff, sizeof p); /* the node keeps its own copy */
+            zs_tensor *gy = zt_rand_strided(dt, ZS_SHAPE(c->N, c->C, OH, OW), seed + 1);
+            int64_t nx = zs_numel(x), ny = zs_numel(gy);
+            double *xv = zt_values(x), *gyv = zt_values(gy);
+            double *ry = malloc((size_t)ny * sizeof *ry);
+            double *rgx = malloc((size_t)nx * sizeof *rgx);
+            reference(c, max, xv, gyv, ry, rgx);
+            pool_bw_attrs at = {c->p, c->H, c->W};
+            zs_tensor *in[2] = {gy, y ? zsi_ctx_of(y)->saved[0] : NULL};
+            zs_tensor *gx = y ? zsi_run(bw[max], 1 + max, in, &at) : NULL;
+            double tol = dt == ZS_F32 ? 1e-6 : 1e-14;
+            double e1 = gx ? zt_max_err(gx, rgx, nx) : INFINITY;
+            bool ok = y && zs_backward(y, gy, false) == ZS_OK;
+            double e2 = ok ? zt_max_err(zs_grad(x), rgx, nx) : INFINITY;
+            ZT_CHECK(e1 <= tol && e2 <= tol && zt_shape_is(gx, 4, x->shape),
+                     "%s case %zu %s: direct err %g, autograd err %g (seed %llu)",
+                     bw[max]->op.name, ci, zs_dtype_name(dt), e1, e2,
+                     (unsigned long long)seed);
+            free(xv);
+            free(gyv);
+            free(ry);
+            free(rgx);
+            zs_release(gx);
+            zs_release(gy);
+            zs_release(y);
+            zs_release(x);
+        }
+    /* errors: a gradient that does not fit, indices of the wrong dtype */
+    zs_tensor *g = zs_ones(ZS_F32, ZS_SHAPE(2, 3, 4, 3));
+    zs_tensor *gi = zs_ones(ZS_I32, ZS_SHAPE(2, 3, 4, 3));
+    zs_tensor *i32 = zs_zeros(ZS_I32, ZS_SHAPE(2, 3, 4, 3));
+    pool_bw_attrs at = {{{2, 2}, {0, 0}, {0, 0}, false}, 11, 7};
+    ZT_EXPECT_ERROR(zsi_run(bw[0], 1, &g, &at) == NULL,
+                    "avg_pool2d_backward: gradient [2, 3, 4, 3], expected "
+                    "[2, 3, 5, 3] for input [2, 3, 11, 7]");
+    at.H = 9;
+    ZT_EXPECT_ERROR(zsi_run(bw[1], 2, (zs_tensor *[]){g, i32}, &at) == NULL,
+                    "max_pool2d_backward: indices i32 [2, 3, 4, 3], expected i64");
+    ZT_EXPECT_ERROR(zsi_run(bw[0], 1, &gi, &at) == NULL,
+                    "avg_pool2d_backward: dtype i32");
+    zs_release(g);
+    zs_release(gi);
+    zs_release(i32);
+    ZT_CHECK(zs_autograd_live_nodes() == 0, "tape freed");
+    zt_section("backward descriptors run directly vs float64 reference; errors");
+}
+
 static zs_tensor *gc_max(void *ctx, zs_tensor **in)
 {
     return zs_max_pool2d(in[0], ctx);
@@ -252,6 +328,7 @@ int main(void)
     test_reference();
     test_padding_never_wins();
     test_grad();
+    test_backward_descriptors();
     test_errors();
     ZT_CHECK(zs_autograd_live_nodes() == 0, "tape freed: %lld nodes",
              (long long)zs_autograd_live_nodes());

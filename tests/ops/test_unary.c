@@ -4,7 +4,8 @@
  * step-2 inputs, odd sizes), a wide-range sweep of the f32 kernels (AVX-512
  * and fallback) including 0, subnormals, huge values, inf and NaN, a large
  * multithreaded case whose size is not a multiple of 16, gradient checks on
- * f64, and error paths.
+ * f64, replay of recorded calls from their typed attributes, and error
+ * paths.
  *
  * Tolerances: f32 results must be within 1e-6 relative of the double
  * reference evaluated on the same float input (a few ulp; the kernels aim
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/unary.h"
+#include "ops/op.h"
 #include "testutil.h"
 
 /* ---- references (double) ---------------------------------------------- */
@@ -415,6 +417,41 @@ static void test_grad(void)
     ZT_CHECK(zs_autograd_live_nodes() == 0, "tape freed");
 }
 
+/* ---- replay ----------------------------------------------------------- */
+
+/* A recorded call holds its attributes whole (ops/op.h): running its
+ * descriptor again on the same input with the node's attributes gives the
+ * same bits, for every operator (parameters: pow's exponent, clamp's
+ * bounds, gelu's form), and neg. */
+static void test_replay(void)
+{
+    zs_tensor *x = zt_rand(ZS_F32, ZS_SHAPE(7, 9), 77);
+    zs_tensor *xp = zs_abs(x); /* log, sqrt, pow: positive inputs */
+    zs_set_requires_grad(x, true);
+    zs_set_requires_grad(xp, true);
+    int bad = 0, n = 0;
+    for (int ci = 0; ci <= NCASES; ci++) {
+        zs_tensor *in = ci < NCASES && cases[ci].lo >= 0 ? xp : x;
+        zs_tensor *y = ci < NCASES ? run_op(&cases[ci], in) : zs_neg(in);
+        const zsi_ctx *node = y ? zsi_ctx_of(y) : NULL;
+        zs_tensor *r = NULL;
+        if (node) {
+            zs_no_grad_push();
+            r = zsi_run((zsi_opdef *)node->op, 1, &in, zsi_node_attrs(node));
+            zs_no_grad_pop();
+        }
+        bad += !r || memcmp(zs_data(r), zs_data(y), zs_nbytes(y)) != 0;
+        n++;
+        zs_release(r);
+        zs_release(y);
+    }
+    ZT_CHECK(bad == 0, "%d of %d unary calls replayed from their node's "
+             "attributes differ", bad, n);
+    zs_release(xp);
+    zs_release(x);
+    ZT_CHECK(zs_autograd_live_nodes() == 0, "tape freed");
+}
+
 /* ---- errors -------------------------------------------------------------- */
 
 static void test_errors(void)
@@ -455,6 +492,8 @@ int main(void)
     zt_section("domain: pow of negative base, log(0), 0-d and empty");
     test_grad();
     zt_section("gradients (f64 gradcheck, contiguous and transposed)");
+    test_replay();
+    zt_section("replay of recorded calls from the node's typed attributes");
     test_errors();
     zt_section("errors");
     return zt_done();
