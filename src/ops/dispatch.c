@@ -101,10 +101,12 @@ static zsi_cost default_cost(const zsi_call *c, const zs_tensor *out)
     return k;
 }
 
-bool zsi_call_records(const zsi_call *c)
+bool zsi_call_records(const zsi_call *c) { return c->records; }
+
+static bool records(int nin, zs_tensor *const *in)
 {
-    for (int i = 0; i < c->nin; i++)
-        if (zsi_grad_needed(c->in[i]))
+    for (int i = 0; i < nin; i++)
+        if (zsi_grad_needed(in[i]))
             return true;
     return false;
 }
@@ -163,6 +165,7 @@ static zs_status begin_call(zsi_call *c, zsi_opdef *def, int nin,
     c->aux = aux;
     c->nout = 1;
     c->outs = outs;
+    c->records = records(nin, in);
     if (nin > ZSI_MAX_IN || (def->arity && nin != def->arity))
         return zs_set_error("%s: %d inputs, expected %d", def->op.name, nin,
                             def->arity);

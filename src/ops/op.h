@@ -130,6 +130,10 @@ typedef struct zsi_call {
      * zsi_call_records(c) says a node will be recorded, and with scope
      * tracking paused (zsi_tracking_pause): the driver owns them. */
     zs_tensor **aux;
+    /* a node will be recorded (grad mode on and an input requires grad);
+     * kept in the call, so a backend that runs the kernel on aliases of
+     * the inputs (the test device) still makes the aux results */
+    bool records;
     /* Operators with several results (zsi_run_n): infer sets nout (1 by
      * default) and the dtype and shape of results 1.. in more[k-1]
      * (ndim -1: not wanted, left NULL); the driver allocates them on the
