@@ -1,7 +1,13 @@
 /*
- * copy.c - element access, fill, copies between layouts and dtypes.
+ * copy.c - element access, fill, copies between layouts and dtypes, on
+ * memory the CPU addresses.
  *
- * zs_copy_ walks the destination in row-major order with an n-d counter;
+ * These are core's host helpers: the public in-place operators zs_copy_
+ * and zs_fill_ are descriptors of the ops layer (ops/inplace.c) whose CPU
+ * kernels call zsi_copy_host and zsi_fill_host; core uses them directly
+ * for its own copies (host buffers, zs_full).
+ *
+ * zsi_copy_host walks the destination in row-major order with an n-d counter;
  * the innermost dim runs as a tight loop (memcpy when both sides are
  * contiguous there and share the dtype). Rows are split across the pool.
  */
@@ -224,10 +230,8 @@ static bool try_transpose_copy(zs_tensor *dst, const zs_tensor *src)
     return true;
 }
 
-zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src)
+zs_status zsi_copy_host(zs_tensor *dst, const zs_tensor *src)
 {
-    if (!dst || !src)
-        return ZS_ERR_ARG;
     if (zs_numel(dst) != zs_numel(src)) {
         char a[96], b[96];
         return zs_set_error("copy: destination %s and source %s differ in "
@@ -263,10 +267,8 @@ zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src)
     return ZS_OK;
 }
 
-zs_status zs_fill_(zs_tensor *t, double v)
+zs_status zsi_fill_host(zs_tensor *t, double v)
 {
-    if (!t)
-        return ZS_ERR_ARG;
     int64_t n = zs_numel(t);
     if (zs_is_contiguous(t)) {
         void *d = zs_data(t);
@@ -300,7 +302,7 @@ zs_status zs_copy_to_buffer(const zs_tensor *t, void *buf, size_t nbytes)
     if (!view)
         return ZS_ERR_NOMEM;
     zs_keep(view);
-    zs_status st = zs_copy_(view, t);
+    zs_status st = zsi_copy_host(view, t);
     zs_release(view);
     return st;
 }
@@ -316,7 +318,7 @@ zs_status zs_copy_from_buffer(zs_tensor *t, const void *buf, size_t nbytes)
     if (!view)
         return ZS_ERR_NOMEM;
     zs_keep(view);
-    zs_status st = zs_copy_(t, view);
+    zs_status st = zsi_copy_host(t, view);
     zs_release(view);
     return st;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "zs/ops.h"
 
 /* The one list (ops/oplist.h), complete before main. */
 #define ZSI_OP(sym) &sym,

@@ -28,6 +28,11 @@ ZSI_OP(zsi_def_conv2d)
 ZSI_OP(zsi_def_dropout)
 /* embedding.c */
 ZSI_OP(zsi_def_embedding)
+/* inplace.c */
+ZSI_OP(zsi_def_axpy_)
+ZSI_OP(zsi_def_copy_)
+ZSI_OP(zsi_def_fill_)
+ZSI_OP(zsi_def_scale_)
 /* linear.c */
 ZSI_OP(zsi_def_linear)
 ZSI_OP(zsi_def_linear_gelu)
