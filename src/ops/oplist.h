@@ -90,4 +90,8 @@ ZSI_OP(zsi_def_squeeze)
 ZSI_OP(zsi_def_to_dtype)
 ZSI_OP(zsi_def_unsqueeze)
 ZSI_OP(zsi_def_view)
+/* optim/optim.c */
+ZSI_OP(zsi_def_adam_update)
+ZSI_OP(zsi_def_sgd_update)
+ZSI_OP(zsi_def_sum_squares)
 #undef ZSI_OP
