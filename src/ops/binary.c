@@ -40,14 +40,6 @@ zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
     return st;
 }
 
-zs_status zsi_check_pair(const char *op, const zs_tensor *a, const zs_tensor *b)
-{
-    zs_status st = zsi_check_pair_dtype(op, a, b);
-    if (st == ZS_OK && (a->device != ZS_CPU || b->device != ZS_CPU))
-        st = zs_set_error("%s: tensor is not on the CPU", op);
-    return st;
-}
-
 zs_status zsi_check_same_float(const char *op, const zs_tensor *a,
                                const zs_tensor *b)
 {
