@@ -378,13 +378,9 @@ double zs_item(const zs_tensor *t);
 
 /* ---- tensors: copy and conversion ------------------------------------ */
 
-/* Copies src into dst (same numel; any layouts; any dtypes, converted). */
-zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src);
 /* Copies the elements into buf (row-major, dtype of t). */
 zs_status zs_copy_to_buffer(const zs_tensor *t, void *buf, size_t nbytes);
 zs_status zs_copy_from_buffer(zs_tensor *t, const void *buf, size_t nbytes);
-/* In-place fill. */
-zs_status zs_fill_(zs_tensor *t, double v);
 
 /* ---- printing -------------------------------------------------------- */
 

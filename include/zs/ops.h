@@ -69,9 +69,26 @@ zs_tensor *zs_div(zs_tensor *a, zs_tensor *b);
 /* a + s, a * s with a scalar s (a's dtype). */
 zs_tensor *zs_add_scalar(zs_tensor *a, double s);
 zs_tensor *zs_mul_scalar(zs_tensor *a, double s);
-/* In place, no autograd (used by optimizers and gradient accumulation):
- * dst += alpha * src, src broadcast to dst's shape. */
+
+/* ---- in place ---------------------------------------------------------- */
+/* These write into their first argument and record nothing for autograd
+ * (optimizers, gradient accumulation, loading weights). The tensors must
+ * be on one device. Under grad mode they refuse a destination that
+ * requires grad and is not a leaf (its graph may have saved it); leaves,
+ * such as parameters, may be written. ZS_OK or a negative status with a
+ * message naming the operator. */
+
+/* dst += alpha * src, src broadcast to dst's shape (f32 or f64, one
+ * dtype; dst is not a broadcast view). */
 zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src);
+/* Copies src into dst: same numel, any layouts, any dtypes (converted,
+ * rounding to nearest even); a shape that differs is read in row-major
+ * order. */
+zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src);
+/* Every element of t = v (converted to t's dtype). */
+zs_status zs_fill_(zs_tensor *t, double v);
+/* t *= s (float dtypes; s rounded to t's dtype first, as zs_mul_scalar). */
+zs_status zs_scale_(zs_tensor *t, double s);
 
 /* ---- elementwise unary ----------------------------------------------- */
 typedef enum zs_gelu_approx { ZS_GELU_ERF = 0, ZS_GELU_TANH = 1 } zs_gelu_approx;

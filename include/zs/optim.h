@@ -68,7 +68,8 @@ typedef struct zs_lr_schedule {
 double zs_lr_at(const zs_lr_schedule *s, int64_t step);
 
 /* Global L2 norm of the gradients of params (NULL grads skipped), summed
- * in double over the pool; nothing is scaled. */
+ * in double over the pool; nothing is scaled. NaN + message when the
+ * gradients cannot be summed (two devices, an integer dtype). */
 double zs_grad_norm(int n, zs_tensor **params);
 /* The factor torch.nn.utils.clip_grad_norm_ applies for a norm:
  * max_norm / (norm + 1e-6) when norm > max_norm > 0, else 1 (also for a

@@ -1,7 +1,13 @@
 /*
- * copy.c - element access, fill, copies between layouts and dtypes.
+ * copy.c - element access, fill, copies between layouts and dtypes, on
+ * memory the CPU addresses.
  *
- * zs_copy_ walks the destination in row-major order with an n-d counter;
+ * These are core's host helpers: the public in-place operators zs_copy_
+ * and zs_fill_ are descriptors of the ops layer (ops/inplace.c) whose CPU
+ * kernels call zsi_copy_host and zsi_fill_host; core uses them directly
+ * for its own copies (host buffers, zs_full).
+ *
+ * zsi_copy_host walks the destination in row-major order with an n-d counter;
  * the innermost dim runs as a tight loop (memcpy when both sides are
  * contiguous there and share the dtype). Rows are split across the pool.
  */
@@ -233,10 +239,8 @@ static bool try_transpose_copy(zs_tensor *dst, const zs_tensor *src)
     return true;
 }
 
-zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src)
+zs_status zsi_copy_host(zs_tensor *dst, const zs_tensor *src)
 {
-    if (!dst || !src)
-        return ZS_ERR_ARG;
     if (zs_numel(dst) != zs_numel(src)) {
         char a[96], b[96];
         return zs_set_error("copy: destination %s and source %s differ in "
@@ -272,10 +276,8 @@ zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src)
     return ZS_OK;
 }
 
-zs_status zs_fill_(zs_tensor *t, double v)
+zs_status zsi_fill_host(zs_tensor *t, double v)
 {
-    if (!t)
-        return ZS_ERR_ARG;
     int64_t n = zs_numel(t);
     if (zs_is_contiguous(t)) {
         void *d = zs_data(t);
@@ -298,6 +300,21 @@ zs_status zs_fill_(zs_tensor *t, double v)
     return ZS_OK;
 }
 
+/* A contiguous tensor on a device the host cannot address: one device
+ * copy between its bytes and the host buffer. */
+static zs_status device_buffer_copy(const zs_tensor *t, void *buf, size_t n,
+                                    zs_copy_kind kind)
+{
+    if (!zs_is_contiguous(t))
+        return zs_set_error("copy_%s_buffer: a strided view on %s: make it "
+                            "contiguous there first (zs_contiguous)",
+                            kind == ZS_COPY_TO_HOST ? "to" : "from",
+                            zs_device_name(t->device));
+    void *p = zsi_ptr(t); /* an address on the device, not dereferenced */
+    return kind == ZS_COPY_TO_HOST ? zsi_device_copy(t->device, buf, p, n, kind)
+                                   : zsi_device_copy(t->device, p, buf, n, kind);
+}
+
 zs_status zs_copy_to_buffer(const zs_tensor *t, void *buf, size_t nbytes)
 {
     if (!t || !buf)
@@ -305,11 +322,13 @@ zs_status zs_copy_to_buffer(const zs_tensor *t, void *buf, size_t nbytes)
     if (nbytes != zs_nbytes(t))
         return zs_set_error("copy_to_buffer: buffer holds %zu bytes, tensor "
                             "needs %zu", nbytes, zs_nbytes(t));
+    if (!zsi_device_host(t->device))
+        return device_buffer_copy(t, buf, nbytes, ZS_COPY_TO_HOST);
     zs_tensor *view = zs_from_blob(t->dtype, t->ndim, t->shape, buf);
     if (!view)
         return ZS_ERR_NOMEM;
     zs_keep(view);
-    zs_status st = zs_copy_(view, t);
+    zs_status st = zsi_copy_host(view, t);
     zs_release(view);
     return st;
 }
@@ -321,11 +340,13 @@ zs_status zs_copy_from_buffer(zs_tensor *t, const void *buf, size_t nbytes)
     if (nbytes != zs_nbytes(t))
         return zs_set_error("copy_from_buffer: buffer holds %zu bytes, tensor "
                             "needs %zu", nbytes, zs_nbytes(t));
+    if (!zsi_device_host(t->device))
+        return device_buffer_copy(t, (void *)buf, nbytes, ZS_COPY_FROM_HOST);
     zs_tensor *view = zs_from_blob(t->dtype, t->ndim, t->shape, (void *)buf);
     if (!view)
         return ZS_ERR_NOMEM;
     zs_keep(view);
-    zs_status st = zs_copy_(t, view);
+    zs_status st = zsi_copy_host(t, view);
     zs_release(view);
     return st;
 }

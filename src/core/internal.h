@@ -85,6 +85,13 @@ char *zsi_shape_fmt(int ndim, const int64_t *shape, char *buf, size_t n);
 double zsi_load(zs_dtype dt, const void *base, int64_t i);
 void zsi_store(zs_dtype dt, void *base, int64_t i, double v);
 
+/* The host copy and fill behind zs_copy_ and zs_fill_ (copy.c): dst and
+ * src of equal numel, any layouts and dtypes (converted, rounding to
+ * nearest even); both on memory the CPU addresses, not checked. Rows are
+ * split across the pool. No autograd. */
+zs_status zsi_copy_host(zs_tensor *dst, const zs_tensor *src);
+zs_status zsi_fill_host(zs_tensor *t, double v);
+
 /* True if grad mode is on and t needs grad (grad_mode.c). */
 bool zsi_grad_needed(const zs_tensor *t);
 

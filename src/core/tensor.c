@@ -269,7 +269,7 @@ zs_tensor *zs_full(zs_dtype dt, int ndim, const int64_t *shape, double v)
 {
     zs_tensor *t = zsi_new_tensor(dt, ndim, shape);
     if (t)
-        zs_fill_(t, v);
+        zsi_fill_host(t, v);
     return t;
 }
 

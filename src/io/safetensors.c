@@ -25,6 +25,7 @@
 #include "io/fileio.h"
 #include "zs/ops.h"
 #include "zs/io.h"
+#include "zs/ops.h"
 
 static const char *st_names[ZS_DTYPE_COUNT] = {
     [ZS_F32] = "F32", [ZS_F64] = "F64", [ZS_F16] = "F16", [ZS_BF16] = "BF16",

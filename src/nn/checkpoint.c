@@ -12,6 +12,7 @@
 #include "nn/internal.h"
 #include "zs/io.h"
 #include "zs/nn.h"
+#include "zs/ops.h"
 #include "zs/optim.h"
 
 #define MAX_OPT 512

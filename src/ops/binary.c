@@ -1,6 +1,6 @@
 /*
- * binary.c - add, sub, mul, div with numpy broadcasting; scalar forms;
- * in-place axpy for optimizers and gradient accumulation.
+ * binary.c - add, sub, mul, div with numpy broadcasting; scalar forms.
+ * (The in-place axpy_ is in inplace.c.)
  *
  * Backward: the gradient of a broadcast input is summed back to its shape
  * (zsi_sum_to). mul and div save their inputs.
@@ -37,14 +37,6 @@ zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
         st = zs_set_error("%s: dtypes %s and %s differ, expected equal "
                           "(convert with zs_to_dtype)", op,
                           zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
-    return st;
-}
-
-zs_status zsi_check_pair(const char *op, const zs_tensor *a, const zs_tensor *b)
-{
-    zs_status st = zsi_check_pair_dtype(op, a, b);
-    if (st == ZS_OK && (a->device != ZS_CPU || b->device != ZS_CPU))
-        st = zs_set_error("%s: tensor is not on the CPU", op);
     return st;
 }
 
@@ -201,35 +193,6 @@ zs_tensor *zs_mul_scalar(zs_tensor *a, double s)
 {
     zsi_attrs at = {.f = {s}, .i = {ZSK_MUL}};
     return zsi_run(&zsi_def_mul_scalar, 1, &a, &at);
-}
-
-zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src)
-{
-    if (!dst || !src)
-        return ZS_ERR_ARG;
-    zs_status st = zsi_check_pair("axpy_", dst, src);
-    if (st != ZS_OK)
-        return st;
-    int ndim;
-    int64_t shape[ZS_MAX_DIMS];
-    st = zsi_broadcast_shape("axpy_", dst, src, &ndim, shape);
-    if (st == ZS_OK && (ndim != dst->ndim || zsi_shape_numel(ndim, shape) != zs_numel(dst))) {
-        char a[96], b[96];
-        return zs_set_error("axpy_: source %s does not broadcast to "
-                            "destination %s", zs_shape_str(src, b, sizeof b),
-                            zs_shape_str(dst, a, sizeof a));
-    }
-    if (st != ZS_OK)
-        return st;
-    for (int d = 0; d < dst->ndim; d++)
-        if (dst->strides[d] == 0 && dst->shape[d] > 1)
-            return zs_set_error("axpy_: destination is a broadcast view");
-    int64_t ss[ZS_MAX_DIMS];
-    zsk_broadcast_strides(src->ndim, src->shape, src->strides, ndim, shape, ss);
-    zsk_iter it;
-    zsk_iter_init(&it, ndim, shape, 2, (const int64_t *[]){dst->strides, ss});
-    zsk_axpy(dst->dtype, &it, zs_data(dst), alpha, zs_data(src));
-    return ZS_OK;
 }
 
 /* ---- backward ---------------------------------------------------------- */

@@ -8,7 +8,9 @@
  * listing what exists); the output is allocated by the device; the kernel
  * runs; autograd's recorder makes a node and the descriptor saves what its
  * backward needs; the cost model is counted. zsi_run_n is the same for
- * operators with several results (fused backward kernels). The list of
+ * operators with several results (fused backward kernels). In-place
+ * operators (def->inplace: axpy_, copy_, the optimizers' updates) skip
+ * allocation and recording: their kernel writes into in[0]. The list of
  * descriptors is ops/oplist.h. Measured overhead of one call
  * on a 1-element tensor: bench/dispatch.
  */
@@ -182,6 +184,25 @@ static void count_cost(zsi_call *c, double t0, zs_tensor *out)
                cost.bytes_written);
 }
 
+/* An in-place call (def->inplace): the kernel writes into in[0], which
+ * is the result (retained); nothing is allocated or recorded. */
+static zs_tensor *run_inplace(zsi_call *c, double t0)
+{
+    zs_tensor *dst = c->in[0];
+    if (dst->node && zsi_grad_needed(dst)) {
+        zs_set_error("%s: the destination requires grad and is not a leaf: "
+                     "an in-place write would change what its graph saved "
+                     "(write under zs_no_grad_push, or into a zs_detach alias)",
+                     c->def->op.name);
+        return NULL;
+    }
+    zsi_kernel_fn k = find_kernel(c);
+    if (!k || k(c, dst) != ZS_OK)
+        return NULL;
+    count_cost(c, t0, dst);
+    return zs_retain(dst);
+}
+
 static void release_aux(zs_tensor **aux)
 {
     for (int i = 0; i < ZSI_MAX_AUX; i++)
@@ -200,6 +221,8 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
     zsi_call c; /* field by field: infer fills the shape (no zero-fill) */
     if (begin_call(&c, def, nin, in, a, aux, outs) != ZS_OK)
         return NULL;
+    if (def->inplace)
+        return run_inplace(&c, t0);
     if (c.nout != 1) {
         zs_set_error("%s: %d results: run it with zsi_run_n", def->op.name,
                      c.nout);
@@ -240,6 +263,8 @@ zs_status zsi_run_n(zsi_opdef *def, int nin, zs_tensor *const *in,
     zs_status st = begin_call(&c, def, nin, in, a, aux, outs);
     if (st != ZS_OK)
         return st;
+    if (def->inplace)
+        return zs_set_error("%s: in place: run it with zsi_run", def->op.name);
     if (c.nout != nout || nout > ZSI_MAX_OUT || def->view)
         return zs_set_error("%s: %d results, the caller expects %d",
                             def->op.name, c.nout, nout);

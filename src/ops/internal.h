@@ -14,10 +14,6 @@
 zs_status zsi_check_float_dtype(const char *op, const zs_tensor *t);
 zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
                                const zs_tensor *b);
-/* zsi_check_pair_dtype, and both on the CPU: for the few operators that
- * run without the driver (axpy_ in place). */
-zs_status zsi_check_pair(const char *op, const zs_tensor *a,
-                         const zs_tensor *b);
 /* For descriptors (any device; the driver finds the kernel): fails unless
  * a and b share a float dtype. */
 zs_status zsi_check_same_float(const char *op, const zs_tensor *a,

@@ -181,6 +181,12 @@ struct zsi_opdef {
     /* forward descriptors: the descriptors their backward rule runs
      * (NULL-terminated; for the `zs ops` table) */
     zsi_opdef *const *bw_ops;
+    /* In place: the kernel writes into in[0] itself (out == in[0]; an
+     * update rule also into the state inputs it documents); zsi_run
+     * allocates nothing, records no node and returns in[0], retained.
+     * Refused under grad mode when in[0] requires grad and is not a leaf
+     * (a node may have saved it); leaves (parameters) may be written. */
+    bool inplace;
 };
 
 /* The eager driver: runs def on nin inputs (NULL inputs: returns NULL with

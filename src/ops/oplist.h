@@ -30,6 +30,11 @@ ZSI_OP(zsi_def_dropout)
 ZSI_OP(zsi_def_dropout_backward)
 /* embedding.c */
 ZSI_OP(zsi_def_embedding)
+/* inplace.c */
+ZSI_OP(zsi_def_axpy_)
+ZSI_OP(zsi_def_copy_)
+ZSI_OP(zsi_def_fill_)
+ZSI_OP(zsi_def_scale_)
 /* join.c */
 ZSI_OP(zsi_def_concat)
 /* linear.c */
@@ -92,4 +97,8 @@ ZSI_OP(zsi_def_squeeze)
 ZSI_OP(zsi_def_to_dtype)
 ZSI_OP(zsi_def_unsqueeze)
 ZSI_OP(zsi_def_view)
+/* optim/optim.c */
+ZSI_OP(zsi_def_adam_update)
+ZSI_OP(zsi_def_sgd_update)
+ZSI_OP(zsi_def_sum_squares)
 #undef ZSI_OP

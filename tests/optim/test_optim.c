@@ -1,11 +1,16 @@
 /*
  * test_optim.c - SGD (momentum, Nesterov, weight decay), Adam and AdamW
  * against float64 re-implementations of PyTorch's update rules over
- * several steps; learning-rate schedules; gradient clipping; bad configs.
+ * several steps; learning-rate schedules; gradient clipping; bad configs;
+ * the descriptors the optimizer runs (sgd_update, adam_update,
+ * sum_squares) called directly: the zsk loops' bits, float64 references,
+ * error paths.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/optim.h"
+#include "ops/op.h"
 #include "testutil.h"
 
 #define N 1037 /* odd, spans several threads' chunks */
@@ -191,11 +196,167 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+/* ---- the descriptors ------------------------------------------------------ */
+
+/* The attribute structs of optim.c's descriptors (the same layout). */
+typedef struct { zsk_sgd_args s; } sgd_attrs;
+typedef struct { zsk_adam_args a; } adam_attrs;
+
+static bool same_bits(const zs_tensor *a, const zs_tensor *b)
+{
+    return zs_nbytes(a) == zs_nbytes(b) && memcmp(zs_data(a), zs_data(b), zs_nbytes(a)) == 0;
+}
+
+/* adam_update and sgd_update against one call of the zsk loop over the
+ * whole buffers (the pool splits them; each element's arithmetic is the
+ * same): bit-identical. */
+static void test_update_descriptors(void)
+{
+    int64_t n = 70007; /* 7 x 10001 */
+    zs_tensor *p = zt_rand(ZS_F32, ZS_SHAPE(n), 1), *g = zt_rand(ZS_F32, ZS_SHAPE(n), 2);
+    zs_tensor *m = zt_rand(ZS_F32, ZS_SHAPE(n), 3), *v = zs_mul(m, m);
+    zs_tensor *p2 = zs_clone(p), *m2 = zs_clone(m), *v2 = zs_clone(v);
+    adam_attrs aa = {{.b2 = 0.999f, .one_m_b1 = 0.1f, .one_m_b2 = 0.001f, .eps = 1e-8f,
+                      .wd = 0.1f, .decay = 0.999f, .step_size = 0.01f,
+                      .bc2_sqrt = 0.05f, .gscale = 0.5f, .decoupled = true}};
+    for (int k = 0; k < 2; k++) {
+        aa.a.decoupled = k == 0;
+        zs_tensor *r = zsi_run(&zsi_def_adam_update, 4, (zs_tensor *[]){p, g, m, v}, &aa);
+        zsk_adam_f32(&aa.a, zs_data(p2), zs_data(m2), zs_data(v2), zs_data(g), n);
+        ZT_CHECK(r == p && same_bits(p, p2) && same_bits(m, m2) && same_bits(v, v2),
+                 "adam_update (%s) = zsk_adam_f32, bits of p, m, v",
+                 k ? "adam" : "adamw");
+        zs_release(r);
+    }
+    sgd_attrs sa = {{.lr = 0.1f, .wd = 0.01f, .mu = 0.9f, .gscale = 1, .nesterov = true}};
+    for (int k = 0; k < 2; k++) {
+        sa.s.first = k == 0;
+        zs_tensor *r = zsi_run(&zsi_def_sgd_update, 3, (zs_tensor *[]){p, g, m}, &sa);
+        zsk_sgd_f32(&sa.s, zs_data(p2), zs_data(m2), zs_data(g), n);
+        ZT_CHECK(r == p && same_bits(p, p2) && same_bits(m, m2),
+                 "sgd_update with momentum (%s step) = zsk_sgd_f32", k ? "later" : "first");
+        zs_release(r);
+    }
+    zs_tensor *r = zsi_run(&zsi_def_sgd_update, 2, (zs_tensor *[]){p, g}, &sa);
+    zsk_sgd_f32(&sa.s, zs_data(p2), NULL, zs_data(g), n);
+    ZT_CHECK(r == p && same_bits(p, p2), "sgd_update without momentum = zsk_sgd_f32");
+    zs_release(r);
+
+    /* errors: shapes, dtypes, layouts, arity */
+    zs_tensor *g3 = zt_rand(ZS_F32, ZS_SHAPE(3), 4), *gd = zs_to_dtype(g, ZS_F64);
+    zs_tensor *gr = zs_reshape(g, ZS_SHAPE(7, 10001)), *gt = zs_transpose(gr, 0, 1);
+    ZT_EXPECT_ERROR(zsi_run(&zsi_def_adam_update, 4, (zs_tensor *[]){p, g3, m, v}, &aa) == NULL,
+                    "adam_update: input 1 is f32 [3], expected a contiguous f32 tensor of "
+                    "70007 elements");
+    ZT_EXPECT_ERROR(zsi_run(&zsi_def_adam_update, 4, (zs_tensor *[]){p, gd, m, v}, &aa) == NULL,
+                    "adam_update: input 1 is f64 [70007]");
+    ZT_EXPECT_ERROR(zsi_run(&zsi_def_sgd_update, 3, (zs_tensor *[]){p, gt, m}, &sa) == NULL,
+                    "sgd_update: input 1 is f32 [10001, 7]");
+    ZT_EXPECT_ERROR(zsi_run(&zsi_def_sgd_update, 1, &p, &sa) == NULL,
+                    "sgd_update: 1 inputs, expected the parameter");
+    ZT_EXPECT_ERROR(zsi_run(&zsi_def_adam_update, 3, (zs_tensor *[]){p, g, m}, &aa) == NULL,
+                    "adam_update: 3 inputs, expected 4");
+    zs_tensor *ts[] = {p, g, m, v, p2, m2, v2, g3, gd, gr, gt};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        zs_release(ts[i]);
+
+    /* an optimizer over a non-leaf that requires grad: refused under grad
+     * mode (the driver's in-place rule), nothing written */
+    zs_tensor *leaf = zt_rand(ZS_F32, ZS_SHAPE(5), 5);
+    zs_set_requires_grad(leaf, true);
+    zs_tensor *q = zs_mul_scalar(leaf, 1.0);
+    zs_optim_config c = {ZS_ADAM, 1e-3, 0, false, 0, 0, 0, 0};
+    zs_optim *o = zs_optim_new(&c, 1, &q);
+    q->grad = zs_ones(ZS_F32, ZS_SHAPE(5));
+    double q0 = zs_get(q, 0);
+    ZT_EXPECT_ERROR(o && zs_optim_step(o, 0.1) < 0,
+                    "adam_update: the destination requires grad and is not a leaf");
+    ZT_CHECK(zs_get(q, 0) == q0, "the refused step wrote nothing");
+    zs_optim_free(o);
+    zs_release(q);
+    zs_release(leaf);
+    zt_section("sgd_update and adam_update: the zsk loops' bits; errors");
+}
+
+/* The norm as zs_grad_norm summed it before it ran sum_squares: one
+ * running double, zsk_sumsq_f32 for contiguous f32, else element by
+ * element. */
+static double old_grad_norm(int n, zs_tensor **params)
+{
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        zs_tensor *g = params[i]->grad;
+        if (g && g->dtype == ZS_F32 && zs_is_contiguous(g)) {
+            total += zsk_sumsq_f32(zs_data(g), zs_numel(g));
+        } else if (g) {
+            for (int64_t k = 0; k < zs_numel(g); k++)
+                total += zs_get(g, k) * zs_get(g, k);
+        }
+    }
+    return sqrt(total);
+}
+
+static void test_sum_squares(void)
+{
+    /* float64 reference: each f32 square is exact in double; 2e5 rounded
+     * additions in double stay within 1e-11 relative */
+    int64_t n = 200003;
+    zs_tensor *x = zt_rand(ZS_F32, ZS_SHAPE(n), 7);
+    const float *xd = zs_data(x);
+    long double ref = 0;
+    for (int64_t i = 0; i < n; i++)
+        ref += (long double)xd[i] * xd[i];
+    zs_tensor *s = zsi_run(&zsi_def_sum_squares, 1, &x, NULL);
+    ZT_CHECK(s && s->dtype == ZS_F64 && s->ndim == 0 &&
+             fabs(zs_item(s) - (double)ref) < 1e-11 * (double)ref &&
+             zs_item(s) == zsk_sumsq_f32(xd, n),
+             "sum_squares f32 (pool) %.17g vs %.17g, the zsk bits", s ? zs_item(s) : 0,
+             (double)ref);
+    zs_tensor *y = zt_rand_strided(ZS_F64, ZS_SHAPE(31, 17), 8);
+    zs_tensor *t = zsi_run(&zsi_def_sum_squares, 2, (zs_tensor *[]){y, s}, NULL);
+    double want = zs_item(s);
+    for (int64_t k = 0; k < 31 * 17; k++)
+        want += zs_get(y, k) * zs_get(y, k);
+    ZT_CHECK(t && zs_item(t) == want, "sum_squares strided f64 onto a running total: "
+             "the bits of one loop");
+
+    /* zs_grad_norm: mixed dtypes and layouts, same bits as before */
+    zs_tensor *ps[4];
+    for (int i = 0; i < 4; i++) {
+        ps[i] = zs_zeros(ZS_F32, ZS_SHAPE(3));
+        zs_set_requires_grad(ps[i], true);
+    }
+    ps[0]->grad = zt_rand(ZS_F32, ZS_SHAPE(100000), 9);
+    ps[1]->grad = zt_rand_strided(ZS_F32, ZS_SHAPE(13, 29), 10);
+    ps[2]->grad = zt_rand(ZS_F64, ZS_SHAPE(77), 11);
+    ps[3]->grad = zt_rand(ZS_BF16, ZS_SHAPE(50), 12);
+    double a = zs_grad_norm(4, ps), b = old_grad_norm(4, ps);
+    ZT_CHECK(a == b, "zs_grad_norm %.17g = the old loop's %.17g (f32, strided f32, "
+             "f64, bf16 gradients)", a, b);
+
+    ZT_EXPECT_ERROR(zsi_run(&zsi_def_sum_squares, 2, (zs_tensor *[]){y, x}, NULL) == NULL,
+                    "sum_squares: running total f32 [200003], expected one f64 element");
+    zs_tensor *i32 = zs_zeros(ZS_I32, ZS_SHAPE(3));
+    ZT_EXPECT_ERROR(zsi_run(&zsi_def_sum_squares, 1, &i32, NULL) == NULL,
+                    "sum_squares: dtype i32 is not supported");
+    ZT_EXPECT_ERROR(zsi_run(&zsi_def_sum_squares, 3, (zs_tensor *[]){y, s, s}, NULL) == NULL,
+                    "sum_squares: 3 inputs");
+    zs_release(ps[3]->grad);
+    ps[3]->grad = zs_zeros(ZS_I32, ZS_SHAPE(3));
+    ZT_EXPECT_ERROR(isnan(zs_grad_norm(4, ps)), "sum_squares: dtype i32");
+    zs_tensor *ts[] = {x, s, y, t, i32, ps[0], ps[1], ps[2], ps[3]};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        zs_release(ts[i]);
+    zt_section("sum_squares vs float64 and the old norm's bits; errors");
+}
+
 int main(void)
 {
     test_rules();
     test_schedules_and_clip();
     test_fused_clip();
     test_errors();
+    test_update_descriptors();
+    test_sum_squares();
     return zt_done();
 }
