@@ -57,7 +57,9 @@ ZSI_OP(zsi_def_masked_fill)
 ZSI_OP(zsi_def_where)
 /* softmax.c */
 ZSI_OP(zsi_def_log_softmax)
+ZSI_OP(zsi_def_log_softmax_backward)
 ZSI_OP(zsi_def_softmax)
+ZSI_OP(zsi_def_softmax_backward)
 /* unary.c */
 ZSI_OP(zsi_def_abs)
 ZSI_OP(zsi_def_clamp)
