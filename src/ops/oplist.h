@@ -34,6 +34,7 @@ ZSI_OP(zsi_def_linear_gelu)
 ZSI_OP(zsi_def_linear_res)
 /* loss.c */
 ZSI_OP(zsi_def_cross_entropy)
+ZSI_OP(zsi_def_cross_entropy_backward)
 ZSI_OP(zsi_def_mse)
 /* matmul.c */
 ZSI_OP(zsi_def_matmul)
