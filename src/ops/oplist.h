@@ -28,6 +28,7 @@ ZSI_OP(zsi_def_conv2d)
 ZSI_OP(zsi_def_dropout)
 /* embedding.c */
 ZSI_OP(zsi_def_embedding)
+ZSI_OP(zsi_def_embedding_backward)
 /* linear.c */
 ZSI_OP(zsi_def_linear)
 ZSI_OP(zsi_def_linear_gelu)
