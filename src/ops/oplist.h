@@ -15,6 +15,7 @@
 #endif
 /* attention.c */
 ZSI_OP(zsi_def_attention)
+ZSI_OP(zsi_def_attention_backward)
 /* binary.c */
 ZSI_OP(zsi_def_add)
 ZSI_OP(zsi_def_add_scalar)
