@@ -52,6 +52,7 @@ ZSI_OP(zsi_def_sum)
 /* reduce_ext.c */
 ZSI_OP(zsi_def_argmax)
 ZSI_OP(zsi_def_max)
+ZSI_OP(zsi_def_max_backward)
 ZSI_OP(zsi_def_var)
 /* select.c */
 ZSI_OP(zsi_def_gather)
