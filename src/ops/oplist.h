@@ -56,7 +56,9 @@ ZSI_OP(zsi_def_max_backward)
 ZSI_OP(zsi_def_var)
 /* select.c */
 ZSI_OP(zsi_def_gather)
+ZSI_OP(zsi_def_gather_backward)
 ZSI_OP(zsi_def_index_select)
+ZSI_OP(zsi_def_index_select_backward)
 ZSI_OP(zsi_def_masked_fill)
 ZSI_OP(zsi_def_where)
 /* softmax.c */
