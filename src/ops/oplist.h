@@ -42,7 +42,9 @@ ZSI_OP(zsi_def_mse)
 ZSI_OP(zsi_def_matmul)
 /* norm.c */
 ZSI_OP(zsi_def_batch_norm)
+ZSI_OP(zsi_def_batch_norm_backward)
 ZSI_OP(zsi_def_layer_norm)
+ZSI_OP(zsi_def_layer_norm_backward)
 /* pool.c */
 ZSI_OP(zsi_def_avg_pool)
 ZSI_OP(zsi_def_max_pool)

@@ -432,7 +432,7 @@ static void test_backward_descriptor(void)
     ZT_CHECK(!zs_is_contiguous(g) && e0 <= 1e-10 && e1 <= 1e-10 && e2 <= 1e-10,
              "dq %g dk %g dv %g", e0, e1, e2);
     for (int i = 0; i < 3; i++)
-        zs_release(st == ZS_OK ? d[i] : NULL);
+        zs_release(d[i]); /* NULL on failure */
     ZT_EXPECT_ERROR(zsi_run(def, 6, in, &at) == NULL, "3 results: run it with "
                     "zsi_run_n");
     in[4] = o;
