@@ -339,7 +339,9 @@ zsi_opdef zsi_def_mse = {
     .op = {.name = "mse_loss", .backward = mse_bw}, .arity = 2,
     .cls = ZSI_OTHER, .flops = 3, .infer = infer_mse,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_mse, [ZS_F64] = cpu_mse}},
-    .save = save_mse, .cost = loss_cost};
+    .save = save_mse, .cost = loss_cost,
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_sub, &zsi_def_mul,
+                                   &zsi_def_mul_scalar, NULL}};
 
 zs_tensor *zs_mse_loss(zs_tensor *a, zs_tensor *b)
 {

@@ -341,7 +341,9 @@ zsi_opdef zsi_def_var = {
     .cls = ZSI_REDUCTION, .flops = 3, .infer = infer_var,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_var, [ZS_F64] = cpu_var}},
     .save = save_var, .cost = zsi_reduce_cost,
-    .attr_size = sizeof(var_attrs)};
+    .attr_size = sizeof(var_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_sub, &zsi_def_mul,
+                                   &zsi_def_mul_scalar, NULL}};
 
 zs_tensor *zs_var(zs_tensor *a, int naxes, const int *axes, int correction,
                   bool keepdim)

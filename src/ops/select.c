@@ -140,7 +140,8 @@ static zsi_cost move_cost(const zsi_call *c, const zs_tensor *out)
 zsi_opdef zsi_def_where = {
     .op = {.name = "where", .backward = where_bw}, .arity = 3,
     .infer = infer_where, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_where)},
-    .save = save_cond, .cost = move_cost};
+    .save = save_cond, .cost = move_cost,
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_where, &zsi_def_sum, NULL}};
 
 zs_tensor *zs_where(zs_tensor *cond, zs_tensor *a, zs_tensor *b)
 {
@@ -193,7 +194,8 @@ zsi_opdef zsi_def_masked_fill = {
     .op = {.name = "masked_fill", .backward = masked_fill_bw}, .arity = 2,
     .infer = infer_masked_fill, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_masked_fill)},
     .save = save_mask, .cost = move_cost,
-    .attr_size = sizeof(masked_fill_attrs)};
+    .attr_size = sizeof(masked_fill_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_masked_fill, NULL}};
 
 zs_tensor *zs_masked_fill(zs_tensor *a, zs_tensor *mask, double value)
 {
