@@ -83,7 +83,8 @@ zs_tensor *zs_mul_scalar(zs_tensor *a, double s);
 zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src);
 /* Copies src into dst: same numel, any layouts, any dtypes (converted,
  * rounding to nearest even); a shape that differs is read in row-major
- * order. */
+ * order. Across devices src is first copied to dst's device (it must be
+ * contiguous unless it is on the CPU), as torch's copy_ does. */
 zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src);
 /* Every element of t = v (converted to t's dtype). */
 zs_status zs_fill_(zs_tensor *t, double v);

@@ -271,6 +271,19 @@ static zs_status collect(zsi_node *root, vec *all)
     return st;
 }
 
+/* The default gradient of the root: ones like it, on its device. */
+static zs_tensor *seed_ones(const zs_tensor *root)
+{
+    if (root->device == ZS_CPU)
+        return zs_ones(root->dtype, root->ndim, root->shape);
+    zs_tensor *g = zs_empty_like(root);
+    if (g && zs_fill_(g, 1.0) != ZS_OK) {
+        zs_release(g);
+        g = NULL;
+    }
+    return g;
+}
+
 static zs_status accumulate_leaf(zs_tensor *leaf, zs_tensor *g)
 {
     if (!leaf->grad) {
@@ -396,7 +409,7 @@ zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph)
                             (long long)zs_numel(root));
     zsi_tracking_pause();
     zs_no_grad_push();
-    zs_tensor *g = grad ? zs_retain(grad) : zs_ones(root->dtype, root->ndim, root->shape);
+    zs_tensor *g = grad ? zs_retain(grad) : seed_ones(root);
     zs_status st = g ? ZS_OK : ZS_ERR_NOMEM;
     if (st == ZS_OK && !root->node) {
         st = accumulate_leaf(root, g);

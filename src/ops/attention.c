@@ -7,15 +7,16 @@
  * only the output and the per-row logsumexp lse [B, H, Tq] (dtype of q),
  * and the backward recomputes the scores tile by tile, so neither pass
  * stores a Tq x Tk matrix and memory grows linearly with the sequence.
- * The backward is a fused kernel (not itself differentiable), counted in
- * the profiler as "attention_backward".
+ * The backward rule runs the descriptor "attention_backward" (one fused
+ * kernel, not itself differentiable; results dq, dk, dv via zsi_run_n).
  *
  * q, k, v are read in place through their strides when their last dim has
  * stride 1 (views of a fused QKV projection qualify); otherwise that input
  * is copied to a contiguous buffer first. A descriptor run by zsi_run
  * (ops/op.h): the views the kernel reads and lse are its aux results,
- * lse made only when a node is recorded. Node inputs q, k, v; saved and
- * parameters: see zsi_def_attention below.
+ * lse made only when a node is recorded. Node inputs q, k, v; attributes
+ * attention_attrs (the zs_attention_params, by value) in forward and
+ * backward; saved: see zsi_def_attention below.
  *
  * Cost model: FLOPs count what is computed, 4 D per visible (query, key)
  * pair (2 D for q.k, 2 D for p v), so a causal square attention counts
@@ -34,8 +35,13 @@
 
 static zs_status attention_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-/* Profiler entry of the fused backward kernel (no node of its own). */
-static zsi_op OP_ATTENTION_BW = {.name = "attention_backward"};
+/* The attributes of attention and attention_backward. */
+typedef struct attention_attrs {
+    double scale;     /* 0: 1/sqrt(D) */
+    int64_t q_offset; /* absolute position of query row 0 */
+    bool causal, alibi;
+} attention_attrs;
+ZSI_ATTRS(attention_attrs);
 
 void zs_alibi_slopes(int64_t H, double *slopes)
 {
@@ -101,18 +107,23 @@ static bool last_dim_unit(const zs_tensor *t)
     return t->shape[3] <= 1 || t->strides[3] == 1;
 }
 
-/* t itself (retained) when its last dim has stride 1, else an untracked,
- * ungraded contiguous copy; new reference or NULL. */
-static zs_tensor *kernel_view(zs_tensor *t)
+/* An untracked, ungraded contiguous copy (or alias) of t; new reference
+ * or NULL. */
+static zs_tensor *kernel_view_copy(zs_tensor *t)
 {
-    if (last_dim_unit(t))
-        return zs_retain(t);
     zsi_tracking_pause();
     zs_no_grad_push();
     zs_tensor *c = zs_contiguous(t);
     zs_no_grad_pop();
     zsi_tracking_resume();
     return c;
+}
+
+/* t itself (retained) when its last dim has stride 1, else an untracked,
+ * ungraded contiguous copy; new reference or NULL. */
+static zs_tensor *kernel_view(zs_tensor *t)
+{
+    return last_dim_unit(t) ? zs_retain(t) : kernel_view_copy(t);
 }
 
 static void fill_args(zsk_attn *a, const zs_tensor *q, const zs_tensor *k,
@@ -166,26 +177,33 @@ static double *make_slopes(bool alibi, int64_t H, zs_status *st)
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* Inputs q, k, v; attributes: f[0] scale (0: 1/sqrt(D)), i[0] causal,
- * i[1] alibi, i[2] q_offset (node: p.f[0], p.i[4..6]); node: p.f[8] the
- * scale used. Saved: 0 q, 1 k, 2 v (as read by the kernel: its aux 0..2),
- * 3 out, 4 lse (aux 3, made only when a node is recorded). */
-#define P_SCALE 8
-#define P_CAUSAL 4
-#define P_ALIBI 5
-#define P_QOFF 6
+/* Inputs q, k, v; attributes attention_attrs. Saved: 0 q, 1 k, 2 v (as
+ * read by the kernel: its aux 0..2), 3 out, 4 lse (aux 3, made only when
+ * a node is recorded). */
 
 static zs_attention_params call_params(const zsi_call *c)
 {
-    return (zs_attention_params){.scale = c->a->f[0], .causal = c->a->i[0] != 0,
-                                 .alibi = c->a->i[1] != 0,
-                                 .q_offset = c->a->i[2]};
+    const attention_attrs *at = c->attrs;
+    return (zs_attention_params){.scale = at->scale, .causal = at->causal,
+                                 .alibi = at->alibi, .q_offset = at->q_offset};
 }
 
+/* The scale used: the attribute, or 1/sqrt(D) of q (in[0]) when it is 0. */
 static double call_scale(const zsi_call *c)
 {
+    const attention_attrs *at = c->attrs;
     int64_t D = c->in[0]->shape[3];
-    return c->a->f[0] != 0 ? c->a->f[0] : D > 0 ? 1 / sqrt((double)D) : 1;
+    return at->scale != 0 ? at->scale : D > 0 ? 1 / sqrt((double)D) : 1;
+}
+
+/* The kernel's arguments for c's q, k, v (in[0..2], last dims of stride
+ * 1) and attributes. */
+static void call_args(zsk_attn *a, const zsi_call *c, zs_tensor *const *qkv,
+                      const double *slopes)
+{
+    const attention_attrs *at = c->attrs;
+    fill_args(a, qkv[0], qkv[1], qkv[2], call_scale(c), at->causal,
+              at->q_offset, slopes);
 }
 
 static zs_status infer_attention(zsi_call *c)
@@ -202,17 +220,16 @@ static zs_status infer_attention(zsi_call *c)
 
 static zs_status cpu_attention(const zsi_call *c, zs_tensor *out)
 {
-    zs_tensor *const *kin = c->aux;
+    const attention_attrs *at = c->attrs;
     for (int i = 0; i < 3; i++)
         if (!(c->aux[i] = kernel_view(c->in[i])))
             return ZS_ERR_NOMEM;
     zs_status st;
-    double *slopes = make_slopes(c->a->i[1] != 0, c->in[0]->shape[1], &st);
+    double *slopes = make_slopes(at->alibi, c->in[0]->shape[1], &st);
     if (st != ZS_OK)
         return st;
     zsk_attn a;
-    fill_args(&a, kin[0], kin[1], kin[2], call_scale(c), c->a->i[0] != 0,
-              c->a->i[2], slopes);
+    call_args(&a, c, c->aux, slopes);
     if (zsi_call_records(c)) {
         zsi_tracking_pause();
         c->aux[3] = zsi_new_tensor(a.dt, ZS_SHAPE(a.B, a.H, a.Tq));
@@ -232,15 +249,22 @@ static void save_attention(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
         zsi_save(n, i, c->aux[i]);
     zsi_save(n, 3, out);
     zsi_save(n, 4, c->aux[3]);
-    n->p.f[P_SCALE] = call_scale(c);
+}
+
+/* The shape part of c's kernel arguments (for cost models). */
+static zsk_attn call_shape(const zsi_call *c)
+{
+    const attention_attrs *at = c->attrs;
+    const zs_tensor *q = c->in[0], *k = c->in[1];
+    return (zsk_attn){.B = q->shape[0], .H = q->shape[1], .Tq = q->shape[2],
+                      .Tk = k->shape[2], .D = q->shape[3], .causal = at->causal,
+                      .q_offset = at->q_offset};
 }
 
 static zsi_cost attention_cost(const zsi_call *c, const zs_tensor *out)
 {
     const zs_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
-    zsk_attn a = {.B = q->shape[0], .H = q->shape[1], .Tq = q->shape[2],
-                  .Tk = k->shape[2], .D = q->shape[3], .causal = c->a->i[0] != 0,
-                  .q_offset = c->a->i[2]};
+    zsk_attn a = call_shape(c);
     double lse = out->node ? (double)(a.B * a.H * a.Tq) *
                                  (double)zs_dtype_size(q->dtype) : 0;
     return (zsi_cost){forward_flops(&a),
@@ -248,54 +272,125 @@ static zsi_cost attention_cost(const zsi_call *c, const zs_tensor *out)
                       zsi_bytes(out) + lse};
 }
 
+/* ---- backward ---------------------------------------------------------- */
+
+/* Inputs q, k, v, out, lse, g (the forward's, with its checks; out and g
+ * like q, lse [B, H, Tq], one dtype); results dq, dk, dv like q, k, v
+ * (all three: the kernel writes them together). */
+static zs_status infer_attention_backward(zsi_call *c)
+{
+    const zs_tensor *q = c->in[0], *out = c->in[3], *lse = c->in[4];
+    const zs_tensor *g = c->in[5];
+    if (infer_attention(c) != ZS_OK)
+        return ZS_ERR_ARG;
+    for (int i = 3; i < 6; i++)
+        if (zsi_check_pair_dtype("attention_backward", q, c->in[i]) != ZS_OK)
+            return ZS_ERR_ARG;
+    if (!zs_same_shape(out, q) || !zs_same_shape(g, q) || lse->ndim != 3 ||
+        lse->shape[0] != q->shape[0] || lse->shape[1] != q->shape[1] ||
+        lse->shape[2] != q->shape[2]) {
+        char sq[96], so[96], sl[96], sg[96];
+        return zs_set_error("attention_backward: q %s, out %s, lse %s, g %s: "
+                            "expected out and g like q and lse [B, H, Tq]",
+                            zs_shape_str(q, sq, sizeof sq),
+                            zs_shape_str(out, so, sizeof so),
+                            zs_shape_str(lse, sl, sizeof sl),
+                            zs_shape_str(g, sg, sizeof sg));
+    }
+    c->nout = 3;
+    for (int i = 1; i < 3; i++) {
+        const zs_tensor *t = c->in[i];
+        c->more[i - 1].dtype = t->dtype;
+        c->more[i - 1].ndim = t->ndim;
+        memcpy(c->more[i - 1].shape, t->shape, sizeof t->shape);
+    }
+    return ZS_OK;
+}
+
+/* t itself (retained) when contiguous, else an untracked, ungraded
+ * contiguous copy; new reference or NULL. */
+static zs_tensor *contig(zs_tensor *t)
+{
+    return zs_is_contiguous(t) ? zs_retain(t) : kernel_view_copy(t);
+}
+
+static zs_status cpu_attention_backward(const zsi_call *c, zs_tensor *dq)
+{
+    const attention_attrs *at = c->attrs;
+    /* q, k, v and g read in place (last dims of stride 1), out and lse
+     * contiguous */
+    zs_tensor *t[6] = {kernel_view(c->in[0]), kernel_view(c->in[1]),
+                       kernel_view(c->in[2]), kernel_view(c->in[5]),
+                       contig(c->in[3]), contig(c->in[4])};
+    zs_status st = ZS_OK;
+    for (int i = 0; i < 6; i++)
+        if (!t[i])
+            st = ZS_ERR_NOMEM;
+    double *slopes = st == ZS_OK ? make_slopes(at->alibi, dq->shape[1], &st)
+                                 : NULL;
+    if (st == ZS_OK) {
+        zsk_attn a;
+        call_args(&a, c, t, slopes);
+        st = zsk_attention_backward(&a, zs_data(t[4]), zs_data(t[5]),
+                                    zs_data(t[3]), t[3]->strides, zs_data(dq),
+                                    zs_data(c->outs[1]), zs_data(c->outs[2]));
+    }
+    for (int i = 0; i < 6; i++)
+        zs_release(t[i]);
+    free(slopes);
+    return st;
+}
+
+/* 2.5 times the forward's FLOPs (recomputed q.k, do.v, then dv, dk, dq);
+ * q, k, v, out, g and lse read, dq, dk, dv written */
+static zsi_cost attention_backward_cost(const zsi_call *c, const zs_tensor *dq)
+{
+    zsk_attn a = call_shape(c);
+    zsi_cost k = {2.5 * forward_flops(&a), 0,
+                  zsi_bytes(c->in[0]) + zsi_bytes(c->in[1]) + zsi_bytes(c->in[2])};
+    for (int i = 0; i < 6; i++)
+        k.bytes_read += zsi_bytes(c->in[i]);
+    return k;
+}
+
+zsi_opdef zsi_def_attention_backward = {
+    .op = {.name = "attention_backward"}, .arity = 6,
+    .infer = infer_attention_backward,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_attention_backward,
+                           [ZS_F64] = cpu_attention_backward}},
+    .cost = attention_backward_cost, .attr_size = sizeof(attention_attrs)};
+
 zsi_opdef zsi_def_attention = {
     .op = {.name = "attention", .backward = attention_bw}, .arity = 3,
     .infer = infer_attention,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_attention, [ZS_F64] = cpu_attention}},
-    .save = save_attention, .cost = attention_cost};
+    .save = save_attention, .cost = attention_cost,
+    .attr_size = sizeof(attention_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_attention_backward, NULL}};
 
 zs_tensor *zs_attention(zs_tensor *q, zs_tensor *k, zs_tensor *v,
                         const zs_attention_params *p)
 {
     zs_attention_params prm = p ? *p : (zs_attention_params){0};
-    zsi_attrs at = {.f = {prm.scale}, .i = {prm.causal, prm.alibi, prm.q_offset}};
+    attention_attrs at = {.scale = prm.scale, .q_offset = prm.q_offset,
+                          .causal = prm.causal, .alibi = prm.alibi};
     return zsi_run(&zsi_def_attention, 3, (zs_tensor *[]){q, k, v}, &at);
 }
 
-/* ---- backward ---------------------------------------------------------- */
-
+/* dq, dk, dv from the saved tensors by attention_backward; the ones no
+ * input wants are dropped. */
 static zs_status attention_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    double t0 = zsi_op_begin(&OP_ATTENTION_BW);
-    zs_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];
-    zs_tensor *out = n->saved[3], *lse = n->saved[4];
-    zs_status st;
-    double *slopes = make_slopes(n->p.i[P_ALIBI] != 0, q->shape[1], &st);
-    if (st != ZS_OK)
-        return st;
-    zsk_attn a;
-    fill_args(&a, q, k, v, n->p.f[P_SCALE], n->p.i[P_CAUSAL] != 0,
-              n->p.i[P_QOFF], slopes);
-    zs_tensor *gc = kernel_view(g);
-    zs_tensor *d[3] = {zsi_new_tensor(a.dt, q->ndim, q->shape),
-                       zsi_new_tensor(a.dt, k->ndim, k->shape),
-                       zsi_new_tensor(a.dt, v->ndim, v->shape)};
-    st = ZS_ERR_NOMEM;
-    if (gc && d[0] && d[1] && d[2])
-        st = zsk_attention_backward(&a, zs_data(out), zs_data(lse),
-                                    zs_data(gc), gc->strides, zs_data(d[0]),
-                                    zs_data(d[1]), zs_data(d[2]));
+    zs_tensor *in[] = {n->saved[0], n->saved[1], n->saved[2], n->saved[3],
+                       n->saved[4], g};
+    zs_tensor *d[3];
+    zs_status st = zsi_run_n(&zsi_def_attention_backward, 6, in,
+                             zsi_node_attrs(n), 3, d);
     for (int i = 0; i < 3; i++) {
         if (st == ZS_OK && zsi_needs_grad(n, i))
             gin[i] = d[i];
         else
             zs_release(d[i]);
     }
-    zsi_op_end(&OP_ATTENTION_BW, t0, 2.5 * forward_flops(&a),
-               zsi_bytes(q) + zsi_bytes(k) + zsi_bytes(v) + zsi_bytes(out) +
-                   zsi_bytes(g) + zsi_bytes(lse),
-               zsi_bytes(q) + zsi_bytes(k) + zsi_bytes(v));
-    zs_release(gc);
-    free(slopes);
     return st;
 }

@@ -197,6 +197,7 @@ static zs_tensor *run_inplace(zsi_call *c, double t0)
         return NULL;
     }
     zsi_kernel_fn k = find_kernel(c);
+    c->outs[0] = dst; /* borrowed: the result is in[0] */
     if (!k || k(c, dst) != ZS_OK)
         return NULL;
     count_cost(c, t0, dst);

@@ -12,10 +12,12 @@
  * (deterministic for any thread count).
  *
  * A descriptor run by zsi_run (ops/op.h); inputs weight and idx (no
- * gradient). Saved: 0 the contiguous index tensor. Cost model: no FLOPs forward;
- * the backward, a fused kernel (not itself differentiable) counted in the
- * profiler as "embedding_backward", n*D additions. Bytes: forward indices
- * + rows read, rows written; backward indices + gout read, [V, D] written.
+ * gradient), no attributes. Saved: 0 the contiguous index tensor. The
+ * backward rule runs the descriptor "embedding_backward" (inputs idx and
+ * gout, attributes embedding_backward_attrs: V), a fused kernel not itself
+ * differentiable. Cost model: no FLOPs forward; backward n*D additions.
+ * Bytes: forward indices + rows read, rows written; backward indices +
+ * gout read, [V, D] written.
  */
 #include <string.h>
 
@@ -23,8 +25,12 @@
 
 static zs_status embedding_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-/* Profiler entry of the fused scatter-add backward (no node of its own). */
-static zsi_op OP_EMBEDDING_BW = {.name = "embedding_backward"};
+/* The attributes of embedding_backward (the forward has none: V is the
+ * weight's first dim). */
+typedef struct embedding_backward_attrs {
+    int64_t V; /* rows of the weight, the gradient's first dim */
+} embedding_backward_attrs;
+ZSI_ATTRS(embedding_backward_attrs);
 
 /* ---- kernels ----------------------------------------------------------- */
 
@@ -169,11 +175,94 @@ static zsi_cost embedding_cost(const zsi_call *c, const zs_tensor *out)
     return (zsi_cost){0, zsi_bytes(c->in[1]) + rows, rows};
 }
 
+/* ---- backward ---------------------------------------------------------- */
+
+/* Inputs idx (i32/i64, any shape) and g [idx..., D] (f32/f64); the
+ * result is [V, D] of g's dtype. Indices outside [0, V) add nothing (the
+ * forward has checked them). */
+static zs_status infer_embedding_backward(zsi_call *c)
+{
+    const embedding_backward_attrs *at = c->attrs;
+    const zs_tensor *idx = c->in[0], *g = c->in[1];
+    zs_status st = zsi_check_index("embedding_backward", idx);
+    if (st == ZS_OK)
+        st = zsi_check_float_dtype("embedding_backward", g);
+    if (st != ZS_OK)
+        return st;
+    bool match = g->ndim == idx->ndim + 1;
+    for (int d = 0; match && d < idx->ndim; d++)
+        match = g->shape[d] == idx->shape[d];
+    if (!match || at->V < 0) {
+        char si[96], sg[96];
+        return zs_set_error("embedding_backward: idx %s, g %s, V %lld: "
+                            "expected g [idx..., D] and V >= 0",
+                            zs_shape_str(idx, si, sizeof si),
+                            zs_shape_str(g, sg, sizeof sg), (long long)at->V);
+    }
+    c->key = c->dtype = g->dtype;
+    c->ndim = 2;
+    c->shape[0] = at->V;
+    c->shape[1] = g->shape[g->ndim - 1];
+    return ZS_OK;
+}
+
+/* t itself (retained) when contiguous, else a contiguous copy made
+ * without autograd or scope tracking; new reference or NULL. */
+static zs_tensor *contig(zs_tensor *t)
+{
+    if (zs_is_contiguous(t))
+        return zs_retain(t);
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *r = zs_contiguous(t);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    return r;
+}
+
+static zs_status cpu_embedding_backward(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *ic = contig(c->in[0]), *gc = ic ? contig(c->in[1]) : NULL;
+    if (!gc) {
+        zs_release(ic);
+        return ZS_ERR_NOMEM;
+    }
+    memset(zs_data(out), 0, zs_nbytes(out));
+    int64_t V = out->shape[0], D = out->shape[1], cnt = zs_numel(ic);
+    emb_ctx e = {.idt = ic->dtype, .idx = zs_data(ic), .n = cnt, .V = V,
+                 .D = D, .g = zs_data(gc), .gw = zs_data(out),
+                 .f64 = out->dtype == ZS_F64};
+    /* Each range rescans all indices: split only when the rows to add
+     * outweigh that scan. */
+    int64_t grain = cnt * D >= ZSK_GRAIN ? 1 : V;
+    zs_parallel_for(V, grain, emb_bw_vocab, &e);
+    zs_release(ic);
+    zs_release(gc);
+    return ZS_OK;
+}
+
+/* n*D additions; indices and g read, [V, D] written */
+static zsi_cost embedding_backward_cost(const zsi_call *c, const zs_tensor *out)
+{
+    const zs_tensor *idx = c->in[0], *g = c->in[1];
+    return (zsi_cost){(double)zs_numel(idx) * (double)out->shape[1],
+                      zsi_bytes(idx) + zsi_bytes(g), zsi_bytes(out)};
+}
+
+zsi_opdef zsi_def_embedding_backward = {
+    .op = {.name = "embedding_backward"}, .arity = 2,
+    .infer = infer_embedding_backward,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_embedding_backward,
+                           [ZS_F64] = cpu_embedding_backward}},
+    .cost = embedding_backward_cost,
+    .attr_size = sizeof(embedding_backward_attrs)};
+
 zsi_opdef zsi_def_embedding = {
     .op = {.name = "embedding", .backward = embedding_bw}, .arity = 2,
     .infer = infer_embedding,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_embedding, [ZS_F64] = cpu_embedding}},
-    .save = save_embedding, .cost = embedding_cost};
+    .save = save_embedding, .cost = embedding_cost,
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_embedding_backward, NULL}};
 
 zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx)
 {
@@ -182,26 +271,8 @@ zs_tensor *zs_embedding(zs_tensor *weight, zs_tensor *idx)
 
 static zs_status embedding_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    double t0 = zsi_op_begin(&OP_EMBEDDING_BW);
-    const zsi_meta *m = &n->in_meta[0];
-    zs_tensor *ic = n->saved[0];
-    zs_tensor *gc = zs_contiguous(g);
-    zs_tensor *gw = gc ? zs_zeros(m->dtype, 2, m->shape) : NULL;
-    if (!gw) {
-        zs_release(gc);
-        return ZS_ERR_NOMEM;
-    }
-    int64_t V = m->shape[0], D = m->shape[1], cnt = zs_numel(ic);
-    emb_ctx c = {.idt = ic->dtype, .idx = zs_data(ic), .n = cnt, .V = V,
-                 .D = D, .g = zs_data(gc), .gw = zs_data(gw),
-                 .f64 = m->dtype == ZS_F64};
-    /* Each range rescans all indices: split only when the rows to add
-     * outweigh that scan. */
-    int64_t grain = cnt * D >= ZSK_GRAIN ? 1 : V;
-    zs_parallel_for(V, grain, emb_bw_vocab, &c);
-    zsi_op_end(&OP_EMBEDDING_BW, t0, (double)cnt * (double)D,
-               zsi_bytes(ic) + zsi_bytes(gc), zsi_bytes(gw));
-    zs_release(gc);
-    gin[0] = gw;
-    return ZS_OK;
+    embedding_backward_attrs at = {.V = n->in_meta[0].shape[0]};
+    gin[0] = zsi_run(&zsi_def_embedding_backward, 2,
+                     (zs_tensor *[]){n->saved[0], g}, &at);
+    return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }

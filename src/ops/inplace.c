@@ -152,6 +152,19 @@ zsi_opdef zsi_def_copy_ = {
 
 zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src)
 {
+    if (dst && src && dst->device != src->device) {
+        /* across devices (as torch's copy_): src moves to dst's device
+         * first (one device copy; a strided device view is refused there),
+         * then the copy converts layout and dtype on that device */
+        zsi_tracking_pause();
+        zs_tensor *moved = zs_to_device((zs_tensor *)src, dst->device);
+        zsi_tracking_resume();
+        zs_status st = moved ? done(zsi_run(&zsi_def_copy_, 2,
+                                            (zs_tensor *[]){dst, moved}, NULL))
+                             : ZS_ERR_ARG;
+        zs_release(moved);
+        return st;
+    }
     return done(zsi_run(&zsi_def_copy_, 2, (zs_tensor *[]){dst, (zs_tensor *)src}, NULL));
 }
 

@@ -49,6 +49,11 @@ typedef struct zsi_reduce_plan {
 } zsi_reduce_plan;
 zs_status zsi_reduce_plan_make(zs_tensor *a, int64_t mask, zsi_reduce_plan *p);
 
+/* The derivative kernel `kernel` (a zsk_unop such as ZSK_GELU_TANH_GRAD)
+ * of x, elementwise, through the unary_deriv descriptor: a new reference
+ * on x's device. */
+zs_tensor *zsi_unary_deriv(zs_tensor *x, int kernel, double p0, double p1);
+
 /* Bytes of t's elements (for cost models). */
 static inline double zsi_bytes(const zs_tensor *t)
 {

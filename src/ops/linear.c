@@ -368,13 +368,9 @@ zs_tensor *zs_linear_residual(zs_tensor *x, zs_tensor *w, zs_tensor *b,
 /* g * gelu_tanh'(h), a new reference. */
 static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
 {
-    zs_tensor *d = zsi_new_tensor(h->dtype, h->ndim, h->shape);
+    zs_tensor *d = zsi_unary_deriv(h, ZSK_GELU_TANH_GRAD, 0, 0);
     if (!d)
         return NULL;
-    zsk_iter it;
-    zsk_iter_init(&it, h->ndim, h->shape, 2,
-                  (const int64_t *[]){NULL, h->strides});
-    zsk_unary(h->dtype, ZSK_GELU_TANH_GRAD, &it, zs_data(d), zs_data(h), 0, 0);
     if (d->dtype != g->dtype) { /* bf16 model: h is f32 */
         zs_tensor *dl = zs_to_dtype(d, g->dtype);
         zs_release(d);

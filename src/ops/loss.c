@@ -7,12 +7,14 @@
  * is not ignore_index, summed in row order in double (0 when every row is
  * ignored). Targets are checked by the kernel before any work: one
  * outside [0, C) that is not ignore_index fails with a message naming its
- * position. Node inputs: logits, target; attribute i[0] = ignore_index
- * (p.i[4]). Saved (aux results of the kernel, made only when a node is
- * recorded): 0 contiguous logits [N, C], 1 contiguous targets, 2 per-row
- * log-sum-exp (f64 [N]); p.i[8..10] = count, N, C. The backward is a fused
- * kernel, gx = g * (softmax(x) - onehot(t)) / count on counted rows and 0
- * on ignored ones, not itself differentiable ("cross_entropy_backward").
+ * position. Node inputs: logits, target; attributes: cross_entropy_attrs
+ * (ignore_index). Saved (aux results of the kernel, made only when a node
+ * is recorded): 0 contiguous logits [N, C], 1 contiguous targets, 2
+ * per-row log-sum-exp (f64 [N]), 3 the count of rows not ignored (0-d
+ * i64). The backward rule runs the descriptor "cross_entropy_backward" on
+ * those and g (one fused kernel, gx = g * (softmax(x) - onehot(t)) / count
+ * on counted rows and 0 on ignored ones; all 0 when count is 0), which is
+ * not itself differentiable.
  *
  * mse_loss = mean((a - b)^2) over equal shapes, a fused sum of squared
  * differences; backward (with zs_* ops): ga = 2 (a - b) g / n, gb = -ga.
@@ -23,6 +25,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/reduce_ext.h"
 #include "kernels/cpu/softmax.h"
@@ -31,7 +34,11 @@
 static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status mse_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-static zsi_op OP_CROSS_ENTROPY_BW = {.name = "cross_entropy_backward"};
+/* The attributes of cross_entropy and cross_entropy_backward. */
+typedef struct cross_entropy_attrs {
+    int64_t ignore_index; /* rows with this target count for nothing */
+} cross_entropy_attrs;
+ZSI_ATTRS(cross_entropy_attrs);
 
 /* ---- cross entropy ----------------------------------------------------- */
 
@@ -105,10 +112,11 @@ static zs_status ce_forward(zs_tensor *xc, const zsk_targets *tg, int64_t N,
     return ZS_OK;
 }
 
-/* i[0] = ignore_index. aux: 0 contiguous logits, 1 contiguous targets,
- * 2 per-row log-sum-exp, 3 the count (0-d i64), when a node is recorded. */
+/* aux: 0 contiguous logits, 1 contiguous targets, 2 per-row log-sum-exp,
+ * 3 the count (0-d i64), when a node is recorded. */
 static zs_status cpu_cross_entropy(const zsi_call *c, zs_tensor *out)
 {
+    const cross_entropy_attrs *at = c->attrs;
     zs_tensor *logits = c->in[0], *target = c->in[1];
     int64_t C = logits->shape[logits->ndim - 1], N = zs_numel(logits) / C;
     bool rec = zsi_call_records(c);
@@ -120,7 +128,7 @@ static zs_status cpu_cross_entropy(const zsi_call *c, zs_tensor *out)
     zs_no_grad_pop();
     zsi_tracking_resume();
     zsk_targets tg = {tc ? zs_data(tc) : NULL, target->dtype == ZS_I64,
-                      c->a->i[0]};
+                      at->ignore_index};
     bool have = xc && tc && lse && (cnt || !rec);
     int64_t count = have ? ce_count(&tg, N, C) : -1;
     double v = 0;
@@ -146,13 +154,8 @@ static zs_status cpu_cross_entropy(const zsi_call *c, zs_tensor *out)
 
 static void save_cross_entropy(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 {
-    const zs_tensor *x = c->in[0];
-    int64_t C = x->shape[x->ndim - 1];
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         zsi_save(n, k, c->aux[k]);
-    n->p.i[8] = *(const int64_t *)zs_data(c->aux[3]);
-    n->p.i[9] = zs_numel(x) / C;
-    n->p.i[10] = C;
 }
 
 /* def->flops FLOPs per element of in[0], every input read once, out
@@ -166,40 +169,124 @@ static zsi_cost loss_cost(const zsi_call *c, const zs_tensor *out)
     return k;
 }
 
+/* ---- cross entropy backward ------------------------------------------- */
+
+/* Inputs x (logits [..., C]), t (the N = numel(x) / C targets, i32 or
+ * i64), lse (f64, N values), count (i64, one value) and g (one value, the
+ * gradient of the mean loss); the result gx is like x. */
+static zs_status infer_cross_entropy_backward(zsi_call *c)
+{
+    const char *op = c->def->op.name;
+    const zs_tensor *x = c->in[0], *t = c->in[1], *lse = c->in[2];
+    const zs_tensor *cnt = c->in[3], *g = c->in[4];
+    zs_status st = zsi_check_float_dtype(op, x);
+    if (st == ZS_OK && (x->ndim < 1 || x->shape[x->ndim - 1] == 0))
+        st = zs_set_error("%s: logits are 0-d or have 0 classes", op);
+    if (st == ZS_OK)
+        st = zsi_check_index(op, t);
+    if (st == ZS_OK)
+        st = zsi_check_float_dtype(op, g);
+    if (st != ZS_OK)
+        return st;
+    int64_t N = zs_numel(x) / x->shape[x->ndim - 1];
+    if (zs_numel(t) != N || lse->dtype != ZS_F64 || zs_numel(lse) != N ||
+        cnt->dtype != ZS_I64 || zs_numel(cnt) != 1 || zs_numel(g) != 1) {
+        char sx[96], stt[96], sl[96], sc[96], sg[96];
+        return zs_set_error("%s: logits %s, targets %s, lse %s %s, count %s "
+                            "%s, g %s: expected %lld targets, %lld f64 lse "
+                            "values, one i64 count and one g value", op,
+                            zs_shape_str(x, sx, sizeof sx),
+                            zs_shape_str(t, stt, sizeof stt),
+                            zs_dtype_name(lse->dtype),
+                            zs_shape_str(lse, sl, sizeof sl),
+                            zs_dtype_name(cnt->dtype),
+                            zs_shape_str(cnt, sc, sizeof sc),
+                            zs_shape_str(g, sg, sizeof sg), (long long)N,
+                            (long long)N);
+    }
+    c->dtype = x->dtype;
+    c->ndim = x->ndim;
+    memcpy(c->shape, x->shape, sizeof c->shape);
+    return ZS_OK;
+}
+
+/* t itself (retained) when contiguous, else a contiguous copy made
+ * without autograd or scope tracking; new reference or NULL. */
+static zs_tensor *contig(zs_tensor *t)
+{
+    if (zs_is_contiguous(t))
+        return zs_retain(t);
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *r = zs_contiguous(t);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    return r;
+}
+
+static zs_status cpu_cross_entropy_backward(const zsi_call *c, zs_tensor *out)
+{
+    const cross_entropy_attrs *at = c->attrs;
+    zs_tensor *x = c->in[0], *t = c->in[1], *cnt = c->in[3];
+    int64_t C = x->shape[x->ndim - 1], N = zs_numel(x) / C;
+    int64_t count = (int64_t)zs_item(cnt);
+    if (count == 0) { /* every row ignored: the mean was a constant 0 */
+        memset(zs_data(out), 0, zs_nbytes(out));
+        return ZS_OK;
+    }
+    zs_tensor *xc = contig(x), *tc = xc ? contig(t) : NULL;
+    zs_tensor *lc = tc ? contig(c->in[2]) : NULL;
+    if (lc) {
+        zsk_targets tg = {zs_data(tc), t->dtype == ZS_I64, at->ignore_index};
+        zsk_cross_entropy_backward(x->dtype, zs_data(xc), &tg, N, C,
+                                   zs_data(lc), zs_item(c->in[4]) / (double)count,
+                                   zs_data(out));
+    }
+    zs_release(xc);
+    zs_release(tc);
+    zs_release(lc);
+    return lc ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+/* 4 FLOPs per logit; logits, targets and lse read, gx written */
+static zsi_cost cross_entropy_backward_cost(const zsi_call *c,
+                                            const zs_tensor *out)
+{
+    const zs_tensor *x = c->in[0];
+    return (zsi_cost){4.0 * (double)zs_numel(x),
+                      zsi_bytes(x) + zsi_bytes(c->in[1]) + zsi_bytes(c->in[2]),
+                      zsi_bytes(out)};
+}
+
+zsi_opdef zsi_def_cross_entropy_backward = {
+    .op = {.name = "cross_entropy_backward"}, .arity = 5, .cls = ZSI_OTHER,
+    .infer = infer_cross_entropy_backward,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_cross_entropy_backward,
+                           [ZS_F64] = cpu_cross_entropy_backward}},
+    .cost = cross_entropy_backward_cost,
+    .attr_size = sizeof(cross_entropy_attrs)};
+
 zsi_opdef zsi_def_cross_entropy = {
     .op = {.name = "cross_entropy", .backward = cross_entropy_bw}, .arity = 2,
     .cls = ZSI_OTHER, .flops = 5, .infer = infer_cross_entropy,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_cross_entropy,
                            [ZS_F64] = cpu_cross_entropy}},
-    .save = save_cross_entropy, .cost = loss_cost};
+    .save = save_cross_entropy, .cost = loss_cost,
+    .attr_size = sizeof(cross_entropy_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_cross_entropy_backward, NULL}};
 
 zs_tensor *zs_cross_entropy(zs_tensor *logits, zs_tensor *target,
                             int64_t ignore_index)
 {
-    zsi_attrs at = {.i = {ignore_index}};
+    cross_entropy_attrs at = {.ignore_index = ignore_index};
     return zsi_run(&zsi_def_cross_entropy, 2, (zs_tensor *[]){logits, target}, &at);
 }
 
 static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    double t0 = zsi_op_begin(&OP_CROSS_ENTROPY_BW);
-    zs_tensor *x = n->saved[0], *t = n->saved[1], *lse = n->saved[2];
-    const zsi_meta *m = &n->in_meta[0];
-    int64_t count = n->p.i[8];
-    if (count == 0) {
-        gin[0] = zs_zeros(m->dtype, m->ndim, m->shape);
-        return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
-    }
-    gin[0] = zsi_new_tensor(m->dtype, m->ndim, m->shape);
-    if (!gin[0])
-        return ZS_ERR_NOMEM;
-    zsk_targets tg = {zs_data(t), t->dtype == ZS_I64, n->p.i[4]};
-    zsk_cross_entropy_backward(x->dtype, zs_data(x), &tg, n->p.i[9],
-                               n->p.i[10], zs_data(lse),
-                               zs_item(g) / (double)count, zs_data(gin[0]));
-    zsi_op_end(&OP_CROSS_ENTROPY_BW, t0, 4.0 * (double)zs_numel(x),
-               zsi_bytes(x) + zsi_bytes(t) + zsi_bytes(lse), zsi_bytes(x));
-    return ZS_OK;
+    zs_tensor *in[] = {n->saved[0], n->saved[1], n->saved[2], n->saved[3], g};
+    gin[0] = zsi_run(&zsi_def_cross_entropy_backward, 5, in, zsi_node_attrs(n));
+    return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
 
 /* ---- mse --------------------------------------------------------------- */
@@ -252,7 +339,9 @@ zsi_opdef zsi_def_mse = {
     .op = {.name = "mse_loss", .backward = mse_bw}, .arity = 2,
     .cls = ZSI_OTHER, .flops = 3, .infer = infer_mse,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_mse, [ZS_F64] = cpu_mse}},
-    .save = save_mse, .cost = loss_cost};
+    .save = save_mse, .cost = loss_cost,
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_sub, &zsi_def_mul,
+                                   &zsi_def_mul_scalar, NULL}};
 
 zs_tensor *zs_mse_loss(zs_tensor *a, zs_tensor *b)
 {

@@ -5,19 +5,25 @@
  * Both are single fused operators rather than compositions: the forward
  * kernel makes, as aux results when a node is recorded, its per-row
  * (layer norm, dtype of x, [R]) or per-channel (batch norm, f64, [C])
- * mean and rstd = 1/sqrt(var + eps), and the backward rule calls a fused
- * kernel directly instead of composing zs_* operators. The backward is
- * therefore not itself differentiable (no double backward); it is counted
- * in the profiler as "layer_norm_backward" or "batch_norm_backward".
+ * mean and rstd = 1/sqrt(var + eps), and the backward rule runs one fused
+ * backward descriptor, "layer_norm_backward" or "batch_norm_backward",
+ * whose kernel makes gx, gw and gb together (zsi_run_n) instead of
+ * composing zs_* operators. The backward is therefore not itself
+ * differentiable (no double backward).
  *
  * Node inputs are x followed by weight and bias when given (absent ones
  * are left out), and for batch norm running_mean and running_var (which
- * the training forward updates in place). Attributes: i[0], i[1] = the
- * input slot of weight and bias or -1 (node: p.i[4], p.i[5]), f[0] = eps;
- * batch norm adds i[2], i[3] = the slots of running_mean and running_var,
- * f[1] = momentum, f[2] = training (0 or 1) and saves p.i[8] = whether
- * batch statistics were used. Saved: 0 contiguous x, 1 contiguous weight
- * (or NULL), 2 mean, 3 rstd (the kernel's aux results 0..3).
+ * the training forward updates in place). Attributes: layer_norm_attrs
+ * and batch_norm_attrs (eps, the input slot of each optional tensor or -1,
+ * batch norm's momentum and training), the same struct in the forward and
+ * its backward descriptor, which also reads the gradients wanted. Saved: 0
+ * contiguous x, 1 contiguous weight (or NULL), 2 mean, 3 rstd (the
+ * kernel's aux results 0..3).
+ *
+ * Backward descriptors: inputs x, mean, rstd, g and, when the forward had
+ * a weight, the weight (x and weight as saved: contiguous); results gx
+ * (like x; an empty [0] tensor when not wanted, since the driver always
+ * makes result 0), gw and gb ([C], or none when not wanted).
  *
  * Cost models count the minimum traffic: inputs and parameters read once,
  * outputs (and saved statistics) written once; FLOPs are about 8 per
@@ -33,9 +39,26 @@
 static zs_status layer_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status batch_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-/* Profiler entries for the fused backward kernels (no node of their own). */
-static zsi_op OP_LAYER_NORM_BW = {.name = "layer_norm_backward"};
-static zsi_op OP_BATCH_NORM_BW = {.name = "batch_norm_backward"};
+/* Bits of `want`: the results the backward descriptors are asked for. */
+enum { WANT_GX = 1, WANT_GW = 2, WANT_GB = 4 };
+
+/* The attributes of layer_norm and layer_norm_backward. */
+typedef struct layer_norm_attrs {
+    double eps;
+    int64_t weight, bias; /* input slots of the forward, -1 when absent */
+    int64_t want;         /* layer_norm_backward: WANT_* bits */
+} layer_norm_attrs;
+ZSI_ATTRS(layer_norm_attrs);
+
+/* The attributes of batch_norm and batch_norm_backward. */
+typedef struct batch_norm_attrs {
+    double eps, momentum;
+    /* input slots of the forward, -1 when absent */
+    int64_t weight, bias, running_mean, running_var;
+    int64_t want; /* batch_norm_backward: WANT_* bits */
+    bool training;
+} batch_norm_attrs;
+ZSI_ATTRS(batch_norm_attrs);
 
 /* ---- shared helpers ---------------------------------------------------- */
 
@@ -142,10 +165,146 @@ static void save_norm(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
         zsi_save(n, k, c->aux[k]);
 }
 
-static double param_bytes(const zsi_call *c)
+/* Bytes of the weight and bias in slots wi and bi (-1: absent). */
+static double param_bytes(const zsi_call *c, int64_t wi, int64_t bi)
 {
-    zs_tensor *w = slot_of(c, c->a->i[0]), *b = slot_of(c, c->a->i[1]);
+    zs_tensor *w = slot_of(c, wi), *b = slot_of(c, bi);
     return (w ? zsi_bytes(w) : 0) + (b ? zsi_bytes(b) : 0);
+}
+
+/* The WANT_* bits of a node: its inputs 0 (x), wi and bi (-1: absent)
+ * that need a gradient. */
+static int64_t want_of(const zsi_ctx *n, int64_t wi, int64_t bi)
+{
+    return (zsi_needs_grad(n, 0) ? WANT_GX : 0) |
+           (wi >= 0 && zsi_needs_grad(n, (int)wi) ? WANT_GW : 0) |
+           (bi >= 0 && zsi_needs_grad(n, (int)bi) ? WANT_GB : 0);
+}
+
+/* Runs a backward descriptor on the saved x, mean, rstd, weight and g,
+ * and hands its results to gin[0], gin[wi], gin[bi] (releasing the ones
+ * not wanted). */
+static zs_status run_norm_backward(zsi_opdef *def, zsi_ctx *n, zs_tensor *g,
+                                   const void *attrs, int64_t want,
+                                   int64_t wi, int64_t bi, zs_tensor **gin)
+{
+    zs_tensor *in[5] = {n->saved[0], n->saved[2], n->saved[3], g, n->saved[1]};
+    zs_tensor *r[3];
+    zs_status st = zsi_run_n(def, wi >= 0 ? 5 : 4, in, attrs, 3, r);
+    if (st != ZS_OK)
+        return st;
+    if (want & WANT_GX)
+        gin[0] = r[0];
+    else
+        zs_release(r[0]);
+    if (r[1])
+        gin[wi] = r[1];
+    if (r[2])
+        gin[bi] = r[2];
+    return ZS_OK;
+}
+
+/* The backward descriptors' checks and results: inputs x (float; layer
+ * norm [..., C] with statistics per row, batch norm [N, C, ...] with
+ * statistics per channel), mean and rstd (stats_dt, one value per row or
+ * channel), g (like x) and, when has_w, the weight ([C], x's dtype);
+ * results gx, gw, gb as `want` says. */
+static zs_status infer_norm_backward(zsi_call *c, bool layer, bool has_w,
+                                     int64_t want, zs_dtype stats_dt)
+{
+    const char *op = c->def->op.name;
+    const zs_tensor *x = c->in[0], *mean = c->in[1], *rstd = c->in[2];
+    const zs_tensor *g = c->in[3];
+    if (c->nin != (has_w ? 5 : 4))
+        return zs_set_error("%s: %d inputs, expected %d (x, mean, rstd, g%s)",
+                            op, c->nin, has_w ? 5 : 4, has_w ? ", weight" : "");
+    zs_status st = zsi_check_float_dtype(op, x);
+    if (st == ZS_OK)
+        st = zsi_check_pair_dtype(op, x, g);
+    if (st == ZS_OK && has_w)
+        st = zsi_check_pair_dtype(op, x, c->in[4]);
+    if (st != ZS_OK)
+        return st;
+    int min_dims = layer ? 1 : 2;
+    int64_t C = x->ndim < min_dims ? -1 : layer ? x->shape[x->ndim - 1] : x->shape[1];
+    int64_t nstats = !layer ? C : C > 0 ? zs_numel(x) / C : 0;
+    const zs_tensor *w = has_w ? c->in[4] : NULL;
+    if (x->ndim < min_dims || !zs_same_shape(x, g) || mean->dtype != stats_dt ||
+        rstd->dtype != stats_dt || zs_numel(mean) != nstats ||
+        zs_numel(rstd) != nstats || (w && (w->ndim != 1 || w->shape[0] != C)) ||
+        ((want & WANT_GW) && !w)) {
+        char sx[96], sg[96], sm[96], sw[96];
+        return zs_set_error("%s: x %s, g %s, mean and rstd %s %s%s%s%s: "
+                            "expected g like x, %lld %s statistics%s", op,
+                            zs_shape_str(x, sx, sizeof sx),
+                            zs_shape_str(g, sg, sizeof sg),
+                            zs_dtype_name(mean->dtype),
+                            zs_shape_str(mean, sm, sizeof sm),
+                            w ? ", weight " : "",
+                            w ? zs_shape_str(w, sw, sizeof sw) : "",
+                            want & WANT_GW ? ", gw wanted" : "",
+                            (long long)nstats, zs_dtype_name(stats_dt),
+                            w ? " and a [C] weight" : "");
+    }
+    c->dtype = x->dtype;
+    c->ndim = want & WANT_GX ? x->ndim : 1;
+    memcpy(c->shape, x->shape, sizeof c->shape);
+    if (!(want & WANT_GX))
+        c->shape[0] = 0; /* not wanted: an empty result 0 */
+    c->nout = 3;
+    for (int k = 0; k < 2; k++)
+        c->more[k] = (zsi_meta){.dtype = x->dtype,
+                                .ndim = want & (k ? WANT_GB : WANT_GW) ? 1 : -1,
+                                .shape = {C}};
+    return ZS_OK;
+}
+
+/* t itself (retained) when contiguous, else a contiguous copy made
+ * without autograd or scope tracking; new reference or NULL. */
+static zs_tensor *contig(zs_tensor *t)
+{
+    if (zs_is_contiguous(t))
+        return zs_retain(t);
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *r = zs_contiguous(t);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    return r;
+}
+
+/* Contiguous versions of the backward descriptors' inputs (t[4] NULL
+ * without a weight); ZS_OK or ZS_ERR_NOMEM (all released). */
+static zs_status contig_backward_inputs(const zsi_call *c, zs_tensor **t)
+{
+    bool ok = true;
+    for (int i = 0; i < 5; i++) {
+        t[i] = i < c->nin ? contig(c->in[i]) : NULL;
+        ok = ok && (t[i] || i >= c->nin);
+    }
+    if (ok)
+        return ZS_OK;
+    for (int i = 0; i < 5; i++)
+        zs_release(t[i]);
+    return ZS_ERR_NOMEM;
+}
+
+/* The data of a wanted result (NULL for an empty gx or a result not
+ * made). */
+static void *result_data(zs_tensor *t)
+{
+    return t && zs_numel(t) > 0 ? zs_data(t) : NULL;
+}
+
+/* flops_per_elem FLOPs per element of x; x and g read, the results
+ * written */
+static zsi_cost norm_backward_cost(const zsi_call *c, double flops_per_elem)
+{
+    double written = 0;
+    for (int k = 0; k < 3; k++)
+        written += c->outs[k] ? zsi_bytes(c->outs[k]) : 0;
+    return (zsi_cost){flops_per_elem * (double)zs_numel(c->in[0]),
+                      zsi_bytes(c->in[0]) + zsi_bytes(c->in[3]), written};
 }
 
 /* ---- layer norm -------------------------------------------------------- */
@@ -153,8 +312,9 @@ static double param_bytes(const zsi_call *c)
 /* x [..., C], weight and bias [C] of x's dtype; the output is like x */
 static zs_status infer_layer_norm(zsi_call *c)
 {
-    zs_tensor *x = c->in[0], *w = slot_of(c, c->a->i[0]);
-    zs_tensor *b = slot_of(c, c->a->i[1]);
+    const layer_norm_attrs *at = c->attrs;
+    zs_tensor *x = c->in[0], *w = slot_of(c, at->weight);
+    zs_tensor *b = slot_of(c, at->bias);
     zs_status st = zsi_check_float_dtype("layer_norm", x);
     if (st == ZS_OK && x->ndim < 1)
         st = zs_set_error("layer_norm: x is 0-d, expected at least 1 dim "
@@ -164,7 +324,7 @@ static zs_status infer_layer_norm(zsi_call *c)
     int64_t C = x->shape[x->ndim - 1];
     if ((st = check_vec("layer_norm", "weight", x, w, C, true)) != ZS_OK ||
         (st = check_vec("layer_norm", "bias", x, b, C, true)) != ZS_OK ||
-        (st = check_eps("layer_norm", c->a->f[0])) != ZS_OK)
+        (st = check_eps("layer_norm", at->eps)) != ZS_OK)
         return st;
     c->dtype = x->dtype;
     c->ndim = x->ndim;
@@ -174,8 +334,9 @@ static zs_status infer_layer_norm(zsi_call *c)
 
 static zs_status cpu_layer_norm(const zsi_call *c, zs_tensor *out)
 {
+    const layer_norm_attrs *at = c->attrs;
     zs_tensor *x = c->in[0], *xc, *wc, *bc;
-    if (contig_inputs(x, slot_of(c, c->a->i[0]), slot_of(c, c->a->i[1]), &xc,
+    if (contig_inputs(x, slot_of(c, at->weight), slot_of(c, at->bias), &xc,
                       &wc, &bc) != ZS_OK)
         return ZS_ERR_NOMEM;
     int64_t C = x->shape[x->ndim - 1];
@@ -186,7 +347,7 @@ static zs_status cpu_layer_norm(const zsi_call *c, zs_tensor *out)
     zs_status st = !rec || (mean && rstd) ? ZS_OK : ZS_ERR_NOMEM;
     if (st == ZS_OK)
         zsk_layer_norm(x->dtype, zs_data(xc), wc ? zs_data(wc) : NULL,
-                       bc ? zs_data(bc) : NULL, R, C, c->a->f[0], zs_data(out),
+                       bc ? zs_data(bc) : NULL, R, C, at->eps, zs_data(out),
                        mean ? zs_data(mean) : NULL, rstd ? zs_data(rstd) : NULL);
     zs_release(bc);
     return keep_aux(c, st, xc, wc, mean, rstd);
@@ -196,19 +357,64 @@ static zs_status cpu_layer_norm(const zsi_call *c, zs_tensor *out)
  * (2 R values) written */
 static zsi_cost layer_norm_cost(const zsi_call *c, const zs_tensor *out)
 {
+    const layer_norm_attrs *at = c->attrs;
     const zs_tensor *x = c->in[0];
     int64_t C = x->shape[x->ndim - 1];
     int64_t R = C > 0 ? zs_numel(x) / C : 0;
-    return (zsi_cost){8.0 * (double)zs_numel(x), zsi_bytes(x) + param_bytes(c),
+    return (zsi_cost){8.0 * (double)zs_numel(x),
+                      zsi_bytes(x) + param_bytes(c, at->weight, at->bias),
                       zsi_bytes(x) + 2.0 * (double)R *
                                          (double)zs_dtype_size(x->dtype)};
 }
+
+/* ---- layer norm backward ----------------------------------------------- */
+
+/* x [..., C], mean and rstd (x's dtype, R = numel / C values), g like x,
+ * weight [C] when the forward had one. */
+static zs_status infer_layer_norm_backward(zsi_call *c)
+{
+    const layer_norm_attrs *at = c->attrs;
+    return infer_norm_backward(c, true, at->weight >= 0, at->want,
+                               c->in[0]->dtype);
+}
+
+static zs_status cpu_layer_norm_backward(const zsi_call *c, zs_tensor *gx)
+{
+    zs_tensor *t[5]; /* x, mean, rstd, g, weight (or NULL) */
+    if (contig_backward_inputs(c, t) != ZS_OK)
+        return ZS_ERR_NOMEM;
+    zs_tensor *x = t[0];
+    int64_t C = x->shape[x->ndim - 1];
+    int64_t R = C > 0 ? zs_numel(x) / C : 0;
+    zs_status st = zsk_layer_norm_backward(
+        x->dtype, zs_data(x), t[4] ? zs_data(t[4]) : NULL, zs_data(t[1]),
+        zs_data(t[2]), zs_data(t[3]), R, C, result_data(gx),
+        result_data(c->outs[1]), result_data(c->outs[2]));
+    for (int i = 0; i < 5; i++)
+        zs_release(t[i]);
+    return st;
+}
+
+/* 10 FLOPs per element; x and g read, the gradients written */
+static zsi_cost layer_norm_backward_cost(const zsi_call *c, const zs_tensor *gx)
+{
+    return norm_backward_cost(c, 10.0);
+}
+
+zsi_opdef zsi_def_layer_norm_backward = {
+    .op = {.name = "layer_norm_backward"}, .cls = ZSI_OTHER,
+    .infer = infer_layer_norm_backward,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_layer_norm_backward,
+                           [ZS_F64] = cpu_layer_norm_backward}},
+    .cost = layer_norm_backward_cost, .attr_size = sizeof(layer_norm_attrs)};
 
 zsi_opdef zsi_def_layer_norm = {
     .op = {.name = "layer_norm", .backward = layer_norm_bw},
     .cls = ZSI_OTHER, .infer = infer_layer_norm,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_layer_norm, [ZS_F64] = cpu_layer_norm}},
-    .save = save_norm, .cost = layer_norm_cost};
+    .save = save_norm, .cost = layer_norm_cost,
+    .attr_size = sizeof(layer_norm_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_layer_norm_backward, NULL}};
 
 zs_tensor *zs_layer_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
                          double eps)
@@ -216,48 +422,16 @@ zs_tensor *zs_layer_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
     zs_tensor *in[3];
     int64_t slot[2];
     int n = pack_inputs(x, (zs_tensor *[]){weight, bias}, 2, in, slot);
-    zsi_attrs at = {.f = {eps}, .i = {slot[0], slot[1]}};
+    layer_norm_attrs at = {.eps = eps, .weight = slot[0], .bias = slot[1]};
     return zsi_run(&zsi_def_layer_norm, n, in, &at);
 }
 
 static zs_status layer_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    double t0 = zsi_op_begin(&OP_LAYER_NORM_BW);
-    zs_tensor *x = n->saved[0], *w = n->saved[1];
-    int64_t wi = n->p.i[4], bi = n->p.i[5];
-    zs_dtype dt = x->dtype;
-    int64_t C = x->shape[x->ndim - 1];
-    int64_t R = C > 0 ? zs_numel(x) / C : 0;
-    const zsi_meta *m = &n->in_meta[0];
-    zs_tensor *gc = zs_contiguous(g);
-    zs_tensor *gx = zsi_needs_grad(n, 0) ? zsi_new_tensor(dt, m->ndim, m->shape) : NULL;
-    zs_tensor *gw = wi >= 0 && zsi_needs_grad(n, (int)wi) ? new_untracked(dt, C) : NULL;
-    zs_tensor *gb = bi >= 0 && zsi_needs_grad(n, (int)bi) ? new_untracked(dt, C) : NULL;
-    zs_status st = ZS_ERR_NOMEM;
-    if (gc && (gx || !zsi_needs_grad(n, 0)) &&
-        (gw || wi < 0 || !zsi_needs_grad(n, (int)wi)) &&
-        (gb || bi < 0 || !zsi_needs_grad(n, (int)bi)))
-        st = zsk_layer_norm_backward(
-            dt, zs_data(x), w ? zs_data(w) : NULL, zs_data(n->saved[2]),
-            zs_data(n->saved[3]), zs_data(gc), R, C, gx ? zs_data(gx) : NULL,
-            gw ? zs_data(gw) : NULL, gb ? zs_data(gb) : NULL);
-    zs_release(gc);
-    if (st != ZS_OK) {
-        zs_release(gx);
-        zs_release(gw);
-        zs_release(gb);
-        return st;
-    }
-    gin[0] = gx;
-    if (gw)
-        gin[wi] = gw;
-    if (gb)
-        gin[bi] = gb;
-    double bytes = zsi_bytes(x) + zsi_bytes(g);
-    zsi_op_end(&OP_LAYER_NORM_BW, t0, 10.0 * (double)zs_numel(x), bytes,
-               (gx ? zsi_bytes(gx) : 0) + (gw ? zsi_bytes(gw) : 0) +
-                   (gb ? zsi_bytes(gb) : 0));
-    return ZS_OK;
+    layer_norm_attrs at = *(const layer_norm_attrs *)zsi_node_attrs(n);
+    at.want = want_of(n, at.weight, at.bias);
+    return run_norm_backward(&zsi_def_layer_norm_backward, n, g, &at, at.want,
+                             at.weight, at.bias, gin);
 }
 
 /* ---- batch norm -------------------------------------------------------- */
@@ -274,11 +448,11 @@ typedef struct bn_args {
  * at least 2 dims. */
 static bn_args bn_args_of(const zsi_call *c)
 {
-    const zsi_attrs *t = c->a;
-    bn_args a = {.x = c->in[0], .w = slot_of(c, t->i[0]),
-                 .b = slot_of(c, t->i[1]), .rm = slot_of(c, t->i[2]),
-                 .rv = slot_of(c, t->i[3]), .training = t->f[2] != 0,
-                 .momentum = t->f[1], .eps = t->f[0]};
+    const batch_norm_attrs *t = c->attrs;
+    bn_args a = {.x = c->in[0], .w = slot_of(c, t->weight),
+                 .b = slot_of(c, t->bias), .rm = slot_of(c, t->running_mean),
+                 .rv = slot_of(c, t->running_var), .training = t->training,
+                 .momentum = t->momentum, .eps = t->eps};
     if (a.x->ndim >= 2) {
         a.N = a.x->shape[0];
         a.C = a.x->shape[1];
@@ -403,27 +577,112 @@ static zs_status cpu_batch_norm(const zsi_call *c, zs_tensor *out)
     return keep_aux(c, st, xc, wc, mean, rstd);
 }
 
-static void save_batch_norm(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
-{
-    save_norm(n, c, out);
-    n->p.i[8] = bn_args_of(c).batch_stats;
-}
-
 /* 5 FLOPs per element with batch statistics, 2 with running ones; x and
  * the parameters read, y written */
 static zsi_cost batch_norm_cost(const zsi_call *c, const zs_tensor *out)
 {
+    const batch_norm_attrs *at = c->attrs;
     const zs_tensor *x = c->in[0];
     return (zsi_cost){(bn_args_of(c).batch_stats ? 5.0 : 2.0) *
                           (double)zs_numel(x),
-                      zsi_bytes(x) + param_bytes(c), zsi_bytes(x)};
+                      zsi_bytes(x) + param_bytes(c, at->weight, at->bias),
+                      zsi_bytes(x)};
 }
+
+/* ---- batch norm backward ----------------------------------------------- */
+
+/* Per-channel coefficients of gx = a*g + b*x + k, the folded form of
+ * gx = w*rstd*(g - mean(g) - xhat*mean(g*xhat)): a = w*rstd; with batch
+ * statistics (M values per channel) b = -a*rstd^2*sum(g*(x-mean))/M and
+ * k = -a*sum(g)/M - b*mean; with running statistics (constants) b = k = 0.
+ * w may be NULL (1). */
+static void bn_dx_coefs(const zs_tensor *w, const double *mean,
+                        const double *rstd, bool batch_stats, int64_t C,
+                        double M, const double *sg, const double *sgx,
+                        double *a, double *b, double *k)
+{
+    for (int64_t c = 0; c < C; c++) {
+        a[c] = (w ? vec_at(w, c) : 1.0) * rstd[c];
+        b[c] = k[c] = 0;
+        if (batch_stats) {
+            b[c] = -a[c] * rstd[c] * rstd[c] * sgx[c] / M;
+            k[c] = -a[c] * sg[c] / M - b[c] * mean[c];
+        }
+    }
+}
+
+/* x [N, C, ...], mean and rstd f64 [C], g like x, weight [C] when the
+ * forward had one. */
+static zs_status infer_batch_norm_backward(zsi_call *c)
+{
+    const batch_norm_attrs *at = c->attrs;
+    return infer_norm_backward(c, false, at->weight >= 0, at->want, ZS_F64);
+}
+
+/* Per-channel sums of g and g*(x - mean), then gw = sum(g*(x-mean))*rstd,
+ * gb = sum(g) and gx from the folded coefficients; with batch statistics
+ * when the forward trained or had no running statistics. */
+static zs_status cpu_batch_norm_backward(const zsi_call *c, zs_tensor *gx)
+{
+    const batch_norm_attrs *at = c->attrs;
+    zs_tensor *t[5]; /* x, mean, rstd, g, weight (or NULL) */
+    if (contig_backward_inputs(c, t) != ZS_OK)
+        return ZS_ERR_NOMEM;
+    zs_tensor *x = t[0], *gw = c->outs[1], *gb = c->outs[2];
+    int64_t N = x->shape[0], C = x->shape[1];
+    int64_t S = zsi_shape_numel(x->ndim - 2, x->shape + 2);
+    zs_dtype dt = x->dtype;
+    double *buf = malloc((size_t)(5 * C + 1) * sizeof *buf);
+    if (!buf) {
+        for (int i = 0; i < 5; i++)
+            zs_release(t[i]);
+        return zs_set_error_code(ZS_ERR_NOMEM, "batch_norm: out of memory "
+                                 "in backward");
+    }
+    double *sg = buf, *sgx = buf + C;
+    const double *mean = zs_data(t[1]), *rstd = zs_data(t[2]);
+    zsk_batch_norm_grad_sums(dt, zs_data(x), zs_data(t[3]), N, C, S, mean, sg,
+                             sgx);
+    for (int64_t ch = 0; ch < C; ch++) {
+        if (gw)
+            zsi_store(dt, zs_data(gw), ch, sgx[ch] * rstd[ch]);
+        if (gb)
+            zsi_store(dt, zs_data(gb), ch, sg[ch]);
+    }
+    if (result_data(gx)) {
+        double *a = buf + 2 * C, *b = buf + 3 * C, *k = buf + 4 * C;
+        bool batch_stats = at->training || at->running_mean < 0;
+        bn_dx_coefs(t[4], mean, rstd, batch_stats, C, (double)(N * S), sg, sgx,
+                    a, b, k);
+        zsk_batch_norm_backward_x(dt, zs_data(x), zs_data(t[3]), N, C, S, a, b,
+                                  k, zs_data(gx));
+    }
+    free(buf);
+    for (int i = 0; i < 5; i++)
+        zs_release(t[i]);
+    return ZS_OK;
+}
+
+/* 6 FLOPs per element; x and g read, the gradients written */
+static zsi_cost batch_norm_backward_cost(const zsi_call *c, const zs_tensor *gx)
+{
+    return norm_backward_cost(c, 6.0);
+}
+
+zsi_opdef zsi_def_batch_norm_backward = {
+    .op = {.name = "batch_norm_backward"}, .cls = ZSI_OTHER,
+    .infer = infer_batch_norm_backward,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_batch_norm_backward,
+                           [ZS_F64] = cpu_batch_norm_backward}},
+    .cost = batch_norm_backward_cost, .attr_size = sizeof(batch_norm_attrs)};
 
 zsi_opdef zsi_def_batch_norm = {
     .op = {.name = "batch_norm", .backward = batch_norm_bw},
     .cls = ZSI_OTHER, .infer = infer_batch_norm,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_batch_norm, [ZS_F64] = cpu_batch_norm}},
-    .save = save_batch_norm, .cost = batch_norm_cost};
+    .save = save_norm, .cost = batch_norm_cost,
+    .attr_size = sizeof(batch_norm_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_batch_norm_backward, NULL}};
 
 zs_tensor *zs_batch_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
                          zs_tensor *running_mean, zs_tensor *running_var,
@@ -433,82 +692,16 @@ zs_tensor *zs_batch_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
     int64_t slot[4];
     int n = pack_inputs(x, (zs_tensor *[]){weight, bias, running_mean,
                                            running_var}, 4, in, slot);
-    zsi_attrs at = {.f = {eps, momentum, training},
-                    .i = {slot[0], slot[1], slot[2], slot[3]}};
+    batch_norm_attrs at = {.eps = eps, .momentum = momentum, .weight = slot[0],
+                           .bias = slot[1], .running_mean = slot[2],
+                           .running_var = slot[3], .training = training};
     return zsi_run(&zsi_def_batch_norm, n, in, &at);
-}
-
-/* Per-channel coefficients of gx = a*g + b*x + k, the folded form of
- * gx = w*rstd*(g - mean(g) - xhat*mean(g*xhat)): a = w*rstd; with batch
- * statistics (M values per channel) b = -a*rstd^2*sum(g*(x-mean))/M and
- * k = -a*sum(g)/M - b*mean; with running statistics (constants) b = k = 0. */
-static void bn_dx_coefs(const zsi_ctx *n, int64_t C, double M,
-                        const double *sg, const double *sgx, double *a,
-                        double *b, double *k)
-{
-    const double *mean = zs_data(n->saved[2]), *rstd = zs_data(n->saved[3]);
-    zs_tensor *w = n->saved[1];
-    for (int64_t c = 0; c < C; c++) {
-        a[c] = (w ? vec_at(w, c) : 1.0) * rstd[c];
-        b[c] = k[c] = 0;
-        if (n->p.i[8]) {
-            b[c] = -a[c] * rstd[c] * rstd[c] * sgx[c] / M;
-            k[c] = -a[c] * sg[c] / M - b[c] * mean[c];
-        }
-    }
 }
 
 static zs_status batch_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    double t0 = zsi_op_begin(&OP_BATCH_NORM_BW);
-    zs_tensor *x = n->saved[0];
-    int64_t wi = n->p.i[4], bi = n->p.i[5];
-    int64_t N = x->shape[0], C = x->shape[1];
-    int64_t S = zsi_shape_numel(x->ndim - 2, x->shape + 2);
-    zs_dtype dt = x->dtype;
-    bool need_w = wi >= 0 && zsi_needs_grad(n, (int)wi);
-    bool need_b = bi >= 0 && zsi_needs_grad(n, (int)bi);
-    zs_tensor *gc = zs_contiguous(g);
-    double *buf = malloc((size_t)(5 * C + 1) * sizeof *buf);
-    zs_tensor *gx = zsi_needs_grad(n, 0) ? zsi_new_tensor(dt, x->ndim, x->shape) : NULL;
-    zs_tensor *gw = need_w ? new_untracked(dt, C) : NULL;
-    zs_tensor *gb = need_b ? new_untracked(dt, C) : NULL;
-    if (!gc || !buf || (zsi_needs_grad(n, 0) && !gx) || (need_w && !gw) ||
-        (need_b && !gb)) {
-        zs_release(gc);
-        free(buf);
-        zs_release(gx);
-        zs_release(gw);
-        zs_release(gb);
-        return zs_set_error_code(ZS_ERR_NOMEM, "batch_norm: out of memory "
-                                 "in backward");
-    }
-    double *sg = buf, *sgx = buf + C;
-    const double *mean = zs_data(n->saved[2]), *rstd = zs_data(n->saved[3]);
-    zsk_batch_norm_grad_sums(dt, zs_data(x), zs_data(gc), N, C, S, mean, sg,
-                             sgx);
-    for (int64_t c = 0; c < C; c++) {
-        if (gw)
-            zsi_store(dt, zs_data(gw), c, sgx[c] * rstd[c]);
-        if (gb)
-            zsi_store(dt, zs_data(gb), c, sg[c]);
-    }
-    if (gx) {
-        double *a = buf + 2 * C, *b = buf + 3 * C, *k = buf + 4 * C;
-        bn_dx_coefs(n, C, (double)(N * S), sg, sgx, a, b, k);
-        zsk_batch_norm_backward_x(dt, zs_data(x), zs_data(gc), N, C, S, a, b,
-                                  k, zs_data(gx));
-    }
-    zs_release(gc);
-    free(buf);
-    gin[0] = gx;
-    if (gw)
-        gin[wi] = gw;
-    if (gb)
-        gin[bi] = gb;
-    zsi_op_end(&OP_BATCH_NORM_BW, t0, 6.0 * (double)zs_numel(x),
-               zsi_bytes(x) + zsi_bytes(g),
-               (gx ? zsi_bytes(gx) : 0) + (gw ? zsi_bytes(gw) : 0) +
-                   (gb ? zsi_bytes(gb) : 0));
-    return ZS_OK;
+    batch_norm_attrs at = *(const batch_norm_attrs *)zsi_node_attrs(n);
+    at.want = want_of(n, at.weight, at.bias);
+    return run_norm_backward(&zsi_def_batch_norm_backward, n, g, &at, at.want,
+                             at.weight, at.bias, gin);
 }

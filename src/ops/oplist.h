@@ -15,6 +15,7 @@
 #endif
 /* attention.c */
 ZSI_OP(zsi_def_attention)
+ZSI_OP(zsi_def_attention_backward)
 /* binary.c */
 ZSI_OP(zsi_def_add)
 ZSI_OP(zsi_def_add_scalar)
@@ -30,6 +31,7 @@ ZSI_OP(zsi_def_dropout)
 ZSI_OP(zsi_def_dropout_backward)
 /* embedding.c */
 ZSI_OP(zsi_def_embedding)
+ZSI_OP(zsi_def_embedding_backward)
 /* inplace.c */
 ZSI_OP(zsi_def_axpy_)
 ZSI_OP(zsi_def_copy_)
@@ -43,12 +45,15 @@ ZSI_OP(zsi_def_linear_gelu)
 ZSI_OP(zsi_def_linear_res)
 /* loss.c */
 ZSI_OP(zsi_def_cross_entropy)
+ZSI_OP(zsi_def_cross_entropy_backward)
 ZSI_OP(zsi_def_mse)
 /* matmul.c */
 ZSI_OP(zsi_def_matmul)
 /* norm.c */
 ZSI_OP(zsi_def_batch_norm)
+ZSI_OP(zsi_def_batch_norm_backward)
 ZSI_OP(zsi_def_layer_norm)
+ZSI_OP(zsi_def_layer_norm_backward)
 /* pool.c */
 ZSI_OP(zsi_def_avg_pool)
 ZSI_OP(zsi_def_avg_pool_backward)
@@ -60,15 +65,20 @@ ZSI_OP(zsi_def_sum)
 /* reduce_ext.c */
 ZSI_OP(zsi_def_argmax)
 ZSI_OP(zsi_def_max)
+ZSI_OP(zsi_def_max_backward)
 ZSI_OP(zsi_def_var)
 /* select.c */
 ZSI_OP(zsi_def_gather)
+ZSI_OP(zsi_def_gather_backward)
 ZSI_OP(zsi_def_index_select)
+ZSI_OP(zsi_def_index_select_backward)
 ZSI_OP(zsi_def_masked_fill)
 ZSI_OP(zsi_def_where)
 /* softmax.c */
 ZSI_OP(zsi_def_log_softmax)
+ZSI_OP(zsi_def_log_softmax_backward)
 ZSI_OP(zsi_def_softmax)
+ZSI_OP(zsi_def_softmax_backward)
 /* unary.c */
 ZSI_OP(zsi_def_abs)
 ZSI_OP(zsi_def_clamp)

@@ -1,26 +1,29 @@
 /*
  * reduce_ext.c - max, argmax and var over any set of axes as descriptors
  * (class ZSI_REDUCTION), on the mask, shape rule and [O, R, K] plan of
- * reduce.c (kernels in kernels/cpu/reduce_ext.c). Attributes as reduce.c:
- * i[0] = mask of reduced axes, i[1] = keepdim (node: p.i[4], p.i[5]).
+ * reduce.c (kernels in kernels/cpu/reduce_ext.c). Typed attributes, one
+ * struct per operator: max_attrs and var_attrs hold the mask of reduced
+ * axes (bit d = axis d) and keepdim, argmax_attrs one dim and keepdim.
  *
  * max: NaN counts as the maximum. Its gradient is split equally among tied
- * maxima (as torch.amax; a single maximum gets all of it). The backward is
- * a fused kernel (zsk_reduce_max_backward) on the plan's [O, R, K] layout,
- * permuted back to the input's layout when the axes were not one block; it
- * is not itself differentiable. Saved: 0 input, 1 output.
+ * maxima (as torch.amax; a single maximum gets all of it). The backward
+ * rule runs the descriptor "max_backward" (inputs x, y, g; one fused
+ * kernel, zsk_reduce_max_backward, on the plan's [O, R, K] layout, not
+ * itself differentiable) and permutes its result back to the input's
+ * layout when the axes were not one block. Saved: 0 input, 1 output.
  *
- * argmax: index (i64) of the first maximum along one dim (i[0] = dim); no
- * node (it runs with grad mode off).
+ * argmax: index (i64) of the first maximum along one dim; no node (it runs
+ * with grad mode off).
  *
  * var: fused two-pass kernel in double (mean, then squared deviations),
- * divisor max(0, n - correction), i[2] = correction (p.i[6]). Backward,
+ * divisor max(0, n - correction). Backward,
  * written with zs_* ops: gx = 2 (x - mean) / (n - correction) * g. Saved:
  * 0 input, 1 the mean in the keepdim shape (an aux result of the forward
  * kernel, made only when a node is recorded).
  *
  * Cost models (zsi_reduce_cost): each element read once; max and argmax
- * 1 FLOP per element, var 3.
+ * 1 FLOP per element, var 3. max_backward: 1 FLOP per input element, x, y
+ * and g read, gx written.
  */
 #include <string.h>
 
@@ -29,6 +32,44 @@
 
 static zs_status max_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status var_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
+
+/* The attributes of max and max_backward. */
+typedef struct max_attrs {
+    int64_t mask; /* bit d: axis d is reduced */
+    bool keepdim;
+} max_attrs;
+ZSI_ATTRS(max_attrs);
+
+typedef struct argmax_attrs {
+    int64_t dim; /* any sign */
+    bool keepdim;
+} argmax_attrs;
+ZSI_ATTRS(argmax_attrs);
+
+typedef struct var_attrs {
+    int64_t mask;       /* bit d: axis d is reduced */
+    int64_t correction; /* divisor n - correction; >= 0 */
+    bool keepdim;
+} var_attrs;
+ZSI_ATTRS(var_attrs);
+
+/* The reductions' shape rule (as zsi_infer_reduce, from a typed mask and
+ * keepdim): an f32 or f64 input; the output has its dtype and the shape
+ * with the masked dims dropped (kept as 1 with keepdim). */
+static zs_status infer_reduced(zsi_call *c, int64_t mask, bool keepdim)
+{
+    const zs_tensor *a = c->in[0];
+    if (zsi_check_float_dtype(c->def->op.name, a) != ZS_OK)
+        return ZS_ERR_ARG;
+    int64_t keep[ZS_MAX_DIMS];
+    zsi_reduce_keep(a->ndim, a->shape, mask, keep);
+    c->dtype = a->dtype;
+    c->ndim = 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (!(mask >> d & 1) || keepdim)
+            c->shape[c->ndim++] = keep[d];
+    return ZS_OK;
+}
 
 static zs_status check_nonempty(const zsi_call *c, int64_t mask)
 {
@@ -46,15 +87,17 @@ static zs_status check_nonempty(const zsi_call *c, int64_t mask)
 
 static zs_status infer_max(zsi_call *c)
 {
-    if (zsi_infer_reduce(c) != ZS_OK)
+    const max_attrs *at = c->attrs;
+    if (infer_reduced(c, at->mask, at->keepdim) != ZS_OK)
         return ZS_ERR_ARG;
-    return check_nonempty(c, c->a->i[0]);
+    return check_nonempty(c, at->mask);
 }
 
 static zs_status cpu_max(const zsi_call *c, zs_tensor *out)
 {
+    const max_attrs *at = c->attrs;
     zsi_reduce_plan p;
-    if (zsi_reduce_plan_make(c->in[0], c->a->i[0], &p) != ZS_OK)
+    if (zsi_reduce_plan_make(c->in[0], at->mask, &p) != ZS_OK)
         return ZS_ERR_NOMEM;
     zsk_reduce_max(out->dtype, zs_data(p.x), p.O, p.R, p.K, zs_data(out), NULL);
     zs_release(p.x);
@@ -67,51 +110,128 @@ static void save_in_out(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
     zsi_save(n, 1, out);
 }
 
-zsi_opdef zsi_def_max = {
-    .op = {.name = "max", .backward = max_bw}, .arity = 1,
-    .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_max,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max, [ZS_F64] = cpu_max}},
-    .save = save_in_out, .cost = zsi_reduce_cost};
+/* ---- max backward ------------------------------------------------------ */
 
-zs_tensor *zs_max(zs_tensor *a, int naxes, const int *axes, bool keepdim)
+/* The layout of max's gradient as its kernel writes it: x's dims in the
+ * plan's order (kept dims, then reduced ones, when the reduced axes are
+ * not one block; else x's own order): shape[k] = x's dim order[k], and
+ * inv[d] = the position of x's dim d. Returns whether the axes are one
+ * block (the layout is x's). */
+static bool max_grad_layout(int nd, const int64_t *xshape, int64_t mask,
+                            int64_t *shape, int *inv)
 {
-    int64_t mask = a ? zsi_axes_bits("max", a->ndim, naxes, axes) : -1;
-    zsi_attrs at = {.i = {mask, keepdim}};
-    return mask < 0 ? NULL : zsi_run(&zsi_def_max, 1, &a, &at);
-}
-
-/* gx in the plan's layout [kept..., reduced...] (or a's own layout when
- * the reduced axes are one block), then viewed back in a's dim order. */
-static zs_status max_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
-{
-    zs_tensor *x = n->saved[0], *y = n->saved[1];
-    int64_t mask = n->p.i[4];
-    int nd = x->ndim, naxes = 0, first = -1, last = -1;
+    int naxes = 0, first = -1, last = -1, k = 0;
     for (int d = 0; d < nd; d++)
         if (mask >> d & 1) {
             naxes++;
             first = first < 0 ? d : first;
             last = d;
         }
-    zsi_reduce_plan p;
-    if (zsi_reduce_plan_make(x, mask, &p) != ZS_OK)
-        return ZS_ERR_NOMEM;
     bool block = naxes == 0 || last - first + 1 == naxes;
-    int inv[ZS_MAX_DIMS], k = 0; /* gx dim inv[d] is x's dim d */
-    int64_t pshape[ZS_MAX_DIMS];
     for (int pass = block ? 1 : 0; pass < 2; pass++)
         for (int d = 0; d < nd; d++)
             if (block || (int)(mask >> d & 1) == pass) {
                 inv[d] = k;
-                pshape[k++] = x->shape[d];
+                shape[k++] = xshape[d];
             }
-    zs_tensor *gc = zs_contiguous(g);
-    zs_tensor *gx = gc ? zsi_new_tensor(x->dtype, nd, pshape) : NULL;
-    if (gx)
-        zsk_reduce_max_backward(x->dtype, zs_data(p.x), zs_data(y),
+    return block;
+}
+
+/* Inputs x, y = max(x) and g (like y, or any shape with y's element
+ * count), one float dtype; the result gx in max_grad_layout's layout. */
+static zs_status infer_max_backward(zsi_call *c)
+{
+    const max_attrs *at = c->attrs;
+    const zs_tensor *x = c->in[0], *y = c->in[1], *g = c->in[2];
+    if (infer_reduced(c, at->mask, at->keepdim) != ZS_OK ||
+        zsi_check_pair_dtype("max_backward", x, y) != ZS_OK ||
+        zsi_check_pair_dtype("max_backward", x, g) != ZS_OK)
+        return ZS_ERR_ARG;
+    int64_t m = zsi_shape_numel(c->ndim, c->shape);
+    if (zs_numel(y) != m || zs_numel(g) != m) {
+        char sx[96], sy[96], sg[96];
+        return zs_set_error("max_backward: x %s, y %s, g %s: expected y and "
+                            "g of %lld elements (x reduced by the mask)",
+                            zs_shape_str(x, sx, sizeof sx),
+                            zs_shape_str(y, sy, sizeof sy),
+                            zs_shape_str(g, sg, sizeof sg), (long long)m);
+    }
+    int inv[ZS_MAX_DIMS];
+    c->ndim = x->ndim;
+    max_grad_layout(x->ndim, x->shape, at->mask, c->shape, inv);
+    return ZS_OK;
+}
+
+/* t itself (retained) when contiguous, else a contiguous copy made
+ * without autograd or scope tracking; new reference or NULL. */
+static zs_tensor *contig(zs_tensor *t)
+{
+    if (zs_is_contiguous(t))
+        return zs_retain(t);
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *r = zs_contiguous(t);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    return r;
+}
+
+static zs_status cpu_max_backward(const zsi_call *c, zs_tensor *gx)
+{
+    const max_attrs *at = c->attrs;
+    zsi_reduce_plan p;
+    if (zsi_reduce_plan_make(c->in[0], at->mask, &p) != ZS_OK)
+        return ZS_ERR_NOMEM;
+    zs_tensor *yc = contig(c->in[1]), *gc = yc ? contig(c->in[2]) : NULL;
+    if (gc)
+        zsk_reduce_max_backward(gx->dtype, zs_data(p.x), zs_data(yc),
                                 zs_data(gc), p.O, p.R, p.K, zs_data(gx));
     zs_release(p.x);
+    zs_release(yc);
     zs_release(gc);
+    return gc ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+/* 1 FLOP per input element; x, y and g read, gx written */
+static zsi_cost max_backward_cost(const zsi_call *c, const zs_tensor *gx)
+{
+    return (zsi_cost){(double)zs_numel(gx),
+                      zsi_bytes(c->in[0]) + zsi_bytes(c->in[1]) +
+                          zsi_bytes(c->in[2]),
+                      zsi_bytes(gx)};
+}
+
+zsi_opdef zsi_def_max_backward = {
+    .op = {.name = "max_backward"}, .arity = 3, .infer = infer_max_backward,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max_backward,
+                           [ZS_F64] = cpu_max_backward}},
+    .cost = max_backward_cost, .attr_size = sizeof(max_attrs)};
+
+zsi_opdef zsi_def_max = {
+    .op = {.name = "max", .backward = max_bw}, .arity = 1,
+    .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_max,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max, [ZS_F64] = cpu_max}},
+    .save = save_in_out, .cost = zsi_reduce_cost,
+    .attr_size = sizeof(max_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_max_backward, NULL}};
+
+zs_tensor *zs_max(zs_tensor *a, int naxes, const int *axes, bool keepdim)
+{
+    int64_t mask = a ? zsi_axes_bits("max", a->ndim, naxes, axes) : -1;
+    max_attrs at = {.mask = mask, .keepdim = keepdim};
+    return mask < 0 ? NULL : zsi_run(&zsi_def_max, 1, &a, &at);
+}
+
+/* gx by max_backward in its layout, then viewed back in x's dim order. */
+static zs_status max_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
+{
+    const max_attrs *at = zsi_node_attrs(n);
+    const zsi_meta *m = &n->in_meta[0];
+    int64_t shape[ZS_MAX_DIMS];
+    int inv[ZS_MAX_DIMS]; /* gx dim inv[d] is x's dim d */
+    bool block = max_grad_layout(m->ndim, m->shape, at->mask, shape, inv);
+    zs_tensor *gx = zsi_run(&zsi_def_max_backward, 3,
+                            (zs_tensor *[]){n->saved[0], n->saved[1], g}, at);
     gin[0] = block || !gx ? zs_retain(gx) : zs_permute(gx, inv);
     zs_release(gx);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
@@ -119,12 +239,13 @@ static zs_status max_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 
 /* ---- argmax ------------------------------------------------------------ */
 
-/* i[0] = dim, i[1] = keepdim; a 0-d input (torch: the only element is at
- * index 0) accepts dim 0 or -1. */
+/* A 0-d input (torch: the only element is at index 0) accepts dim 0 or
+ * -1. */
 static zs_status infer_argmax(zsi_call *c)
 {
+    const argmax_attrs *at = c->attrs;
     const zs_tensor *a = c->in[0];
-    int dim = (int)c->a->i[0];
+    int dim = (int)at->dim;
     if (zsi_check_float_dtype("argmax", a) != ZS_OK)
         return ZS_ERR_ARG;
     c->dtype = ZS_I64;
@@ -137,19 +258,20 @@ static zs_status infer_argmax(zsi_call *c)
     if (d < 0)
         return ZS_ERR_ARG;
     for (int i = 0; i < a->ndim; i++)
-        if (i != d || c->a->i[1])
+        if (i != d || at->keepdim)
             c->shape[c->ndim++] = i == d ? 1 : a->shape[i];
     return check_nonempty(c, (int64_t)1 << d);
 }
 
 static zs_status cpu_argmax(const zsi_call *c, zs_tensor *out)
 {
+    const argmax_attrs *at = c->attrs;
     zs_tensor *a = c->in[0];
     if (a->ndim == 0) {
         *(int64_t *)zs_data(out) = 0;
         return ZS_OK;
     }
-    int d = (int)c->a->i[0] < 0 ? (int)c->a->i[0] + a->ndim : (int)c->a->i[0];
+    int d = (int)at->dim < 0 ? (int)at->dim + a->ndim : (int)at->dim;
     zsi_reduce_plan p;
     if (zsi_reduce_plan_make(a, (int64_t)1 << d, &p) != ZS_OK)
         return ZS_ERR_NOMEM;
@@ -162,11 +284,11 @@ zsi_opdef zsi_def_argmax = {
     .op = {.name = "argmax"}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_argmax,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_argmax, [ZS_F64] = cpu_argmax}},
-    .cost = zsi_reduce_cost};
+    .cost = zsi_reduce_cost, .attr_size = sizeof(argmax_attrs)};
 
 zs_tensor *zs_argmax(zs_tensor *a, int dim, bool keepdim)
 {
-    zsi_attrs at = {.i = {dim, keepdim}};
+    argmax_attrs at = {.dim = dim, .keepdim = keepdim};
     zs_no_grad_push(); /* not differentiable: no node */
     zs_tensor *out = zsi_run(&zsi_def_argmax, 1, &a, &at);
     zs_no_grad_pop();
@@ -177,20 +299,22 @@ zs_tensor *zs_argmax(zs_tensor *a, int dim, bool keepdim)
 
 static zs_status infer_var(zsi_call *c)
 {
-    if (zsi_infer_reduce(c) != ZS_OK)
+    const var_attrs *at = c->attrs;
+    if (infer_reduced(c, at->mask, at->keepdim) != ZS_OK)
         return ZS_ERR_ARG;
-    if (c->a->i[2] < 0)
+    if (at->correction < 0)
         return zs_set_error("var: correction %d, expected >= 0",
-                            (int)c->a->i[2]);
+                            (int)at->correction);
     return ZS_OK;
 }
 
 /* aux[0]: the mean in the keepdim shape, when a node is recorded. */
 static zs_status cpu_var(const zsi_call *c, zs_tensor *out)
 {
+    const var_attrs *at = c->attrs;
     zs_tensor *a = c->in[0];
     zsi_reduce_plan p;
-    if (zsi_reduce_plan_make(a, c->a->i[0], &p) != ZS_OK)
+    if (zsi_reduce_plan_make(a, at->mask, &p) != ZS_OK)
         return ZS_ERR_NOMEM;
     zs_tensor *mean = NULL;
     if (zsi_call_records(c)) {
@@ -200,7 +324,7 @@ static zs_status cpu_var(const zsi_call *c, zs_tensor *out)
         zsi_tracking_resume();
     }
     if (mean || !zsi_call_records(c))
-        zsk_reduce_var(a->dtype, zs_data(p.x), p.O, p.R, p.K, c->a->i[2],
+        zsk_reduce_var(a->dtype, zs_data(p.x), p.O, p.R, p.K, at->correction,
                        zs_data(out), mean ? zs_data(mean) : NULL);
     zs_release(p.x);
     return mean || !zsi_call_records(c) ? ZS_OK : ZS_ERR_NOMEM;
@@ -216,22 +340,26 @@ zsi_opdef zsi_def_var = {
     .op = {.name = "var", .backward = var_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 3, .infer = infer_var,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_var, [ZS_F64] = cpu_var}},
-    .save = save_var, .cost = zsi_reduce_cost};
+    .save = save_var, .cost = zsi_reduce_cost,
+    .attr_size = sizeof(var_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_sub, &zsi_def_mul,
+                                   &zsi_def_mul_scalar, NULL}};
 
 zs_tensor *zs_var(zs_tensor *a, int naxes, const int *axes, int correction,
                   bool keepdim)
 {
     int64_t mask = a ? zsi_axes_bits("var", a->ndim, naxes, axes) : -1;
-    zsi_attrs at = {.i = {mask, keepdim, correction}};
+    var_attrs at = {.mask = mask, .correction = correction, .keepdim = keepdim};
     return mask < 0 ? NULL : zsi_run(&zsi_def_var, 1, &a, &at);
 }
 
 static zs_status var_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
+    const var_attrs *at = zsi_node_attrs(n);
     zs_tensor *x = n->saved[0], *mean = n->saved[1];
     int64_t keep[ZS_MAX_DIMS];
-    double div = (double)zsi_reduce_keep(x->ndim, x->shape, n->p.i[4], keep) -
-                 (double)n->p.i[6];
+    double div = (double)zsi_reduce_keep(x->ndim, x->shape, at->mask, keep) -
+                 (double)at->correction;
     zs_tensor *d = zs_sub(x, mean);
     zs_tensor *gk = zs_reshape(g, x->ndim, keep);
     zs_tensor *t = d && gk ? zs_mul(d, gk) : NULL;

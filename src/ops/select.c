@@ -6,15 +6,22 @@
  * (zeros elsewhere) and sums it to each input's shape. index_select and
  * gather share one indexed copy over an [O, L, K] index space (select.h):
  * the space is the output's shape split around dim; index_select's index
- * varies along L only, gather's along all three. Their backward
+ * varies along L only, gather's along all three. Their backward rule runs
+ * the descriptor "index_select_backward" or "gather_backward", which
  * scatter-adds g into zeros of the input's shape, so repeated indices
  * accumulate. Indices are checked before any access: an index out of range
  * gives an error naming its value and position, never a crash.
  *
  * All four are descriptors run by zsi_run (ops/op.h): cond, mask and idx
- * are inputs of the node (they get no gradient). The kernels move
- * elements by size, so all four work for every dtype;
- * gradients exist for f32 and f64 (the dtypes that can require grad).
+ * are inputs of the node (they get no gradient). Attributes: where has
+ * none, masked_fill masked_fill_attrs, index_select and gather (and their
+ * backward descriptors) index_attrs. The kernels move elements by size, so
+ * all four work for every dtype; gradients exist for f32 and f64 (the
+ * dtypes that can require grad).
+ *
+ * Cost models: no FLOPs forward, every input read, the output written; the
+ * backward scatter-add 1 FLOP per element of g, g and the indices read,
+ * the gradient written.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +33,19 @@ static zs_status where_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status masked_fill_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status index_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
+typedef struct masked_fill_attrs {
+    double value; /* written where the mask is nonzero */
+} masked_fill_attrs;
+ZSI_ATTRS(masked_fill_attrs);
+
+/* The attributes of index_select, gather and their backward descriptors. */
+typedef struct index_attrs {
+    int64_t dim;  /* any sign */
+    /* backward descriptors only: the input's shape (the gradient's) */
+    int64_t ndim;
+    int64_t shape[ZS_MAX_DIMS];
+} index_attrs;
+ZSI_ATTRS(index_attrs);
 
 /* ---- where, masked_fill ------------------------------------------------ */
 
@@ -120,14 +140,15 @@ static zsi_cost move_cost(const zsi_call *c, const zs_tensor *out)
 zsi_opdef zsi_def_where = {
     .op = {.name = "where", .backward = where_bw}, .arity = 3,
     .infer = infer_where, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_where)},
-    .save = save_cond, .cost = move_cost};
+    .save = save_cond, .cost = move_cost,
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_where, &zsi_def_sum, NULL}};
 
 zs_tensor *zs_where(zs_tensor *cond, zs_tensor *a, zs_tensor *b)
 {
     return zsi_run(&zsi_def_where, 3, (zs_tensor *[]){cond, a, b}, NULL);
 }
 
-/* Inputs a, mask; attributes: f[0] = the value; saved 0 the mask. */
+/* Inputs a, mask; attributes masked_fill_attrs; saved 0 the mask. */
 static zs_status infer_masked_fill(zsi_call *c)
 {
     const zs_tensor *a = c->in[0], *mask = c->in[1];
@@ -149,9 +170,10 @@ static zs_status infer_masked_fill(zsi_call *c)
 
 static zs_status cpu_masked_fill(const zsi_call *c, zs_tensor *out)
 {
+    const masked_fill_attrs *at = c->attrs;
     const zs_tensor *a = c->in[0], *mask = c->in[1];
     uint64_t v = 0; /* value in a's dtype, read as a stride-0 operand */
-    zsi_store(a->dtype, &v, 0, c->a->f[0]);
+    zsi_store(a->dtype, &v, 0, at->value);
     int64_t sm[ZS_MAX_DIMS], zero[ZS_MAX_DIMS] = {0};
     zsk_broadcast_strides(mask->ndim, mask->shape, mask->strides, a->ndim,
                           a->shape, sm);
@@ -171,11 +193,13 @@ static void save_mask(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 zsi_opdef zsi_def_masked_fill = {
     .op = {.name = "masked_fill", .backward = masked_fill_bw}, .arity = 2,
     .infer = infer_masked_fill, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_masked_fill)},
-    .save = save_mask, .cost = move_cost};
+    .save = save_mask, .cost = move_cost,
+    .attr_size = sizeof(masked_fill_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_masked_fill, NULL}};
 
 zs_tensor *zs_masked_fill(zs_tensor *a, zs_tensor *mask, double value)
 {
-    zsi_attrs at = {.f = {value}};
+    masked_fill_attrs at = {.value = value};
     return zsi_run(&zsi_def_masked_fill, 2, (zs_tensor *[]){a, mask}, &at);
 }
 
@@ -284,16 +308,19 @@ static zs_status check_range(const char *op, const zs_tensor *idx64, int d,
                         (long long)size);
 }
 
-/* Inputs a, idx; attributes: i[0] = dim, i[1] = 1 for gather. Node:
- * p.i[8] the normalised dim, p.i[5] gather; saved 0 the i64 indices (the
- * kernel's aux 0). */
-#define P_DIM 8
-#define P_GATHER 5
+/* Inputs a, idx; attributes index_attrs (dim); saved 0 the i64 indices
+ * (the kernel's aux 0). */
+
+static bool is_gather(const zsi_call *c)
+{
+    return c->def == &zsi_def_gather || c->def == &zsi_def_gather_backward;
+}
 
 static zs_status infer_index_select(zsi_call *c)
 {
+    const index_attrs *at = c->attrs;
     const zs_tensor *a = c->in[0], *idx = c->in[1];
-    int d = zsi_norm_dim("index_select", (int)c->a->i[0], a->ndim);
+    int d = zsi_norm_dim("index_select", (int)at->dim, a->ndim);
     if (d < 0 || zsi_check_index("index_select", idx) != ZS_OK)
         return ZS_ERR_ARG;
     if (idx->ndim > 1) {
@@ -310,8 +337,9 @@ static zs_status infer_index_select(zsi_call *c)
 
 static zs_status infer_gather(zsi_call *c)
 {
+    const index_attrs *at = c->attrs;
     const zs_tensor *a = c->in[0], *idx = c->in[1];
-    int d = zsi_norm_dim("gather", (int)c->a->i[0], a->ndim);
+    int d = zsi_norm_dim("gather", (int)at->dim, a->ndim);
     if (d < 0 || zsi_check_index("gather", idx) != ZS_OK)
         return ZS_ERR_ARG;
     char si[96], sa[96];
@@ -333,7 +361,8 @@ static zs_status infer_gather(zsi_call *c)
 
 static int call_dim(const zsi_call *c)
 {
-    return zsi_norm_dim(c->def->op.name, (int)c->a->i[0], c->in[0]->ndim);
+    const index_attrs *at = c->attrs;
+    return zsi_norm_dim(c->def->op.name, (int)at->dim, c->in[0]->ndim);
 }
 
 /* The shared forward: out = a indexed by idx along d. */
@@ -348,7 +377,7 @@ static zs_status cpu_index(const zsi_call *c, zs_tensor *out)
         return ZS_ERR_ARG;
     zsk_index_plan p;
     if (plan_make(a->ndim, out->shape, a->strides, d, zs_data(ix),
-                  c->a->i[1] != 0, &p) != ZS_OK)
+                  is_gather(c), &p) != ZS_OK)
         return ZS_ERR_NOMEM;
     zsk_index_gather(zs_dtype_size(a->dtype), &p, zs_data(out), zs_data(a));
     plan_free(&p);
@@ -357,7 +386,6 @@ static zs_status cpu_index(const zsi_call *c, zs_tensor *out)
 
 static void save_index(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 {
-    n->p.i[P_DIM] = call_dim(c);
     zsi_save(n, 0, c->aux[0]);
 }
 
@@ -367,25 +395,116 @@ static zsi_cost index_cost(const zsi_call *c, const zs_tensor *out)
     return (zsi_cost){0, zsi_bytes(out) + zsi_bytes(c->in[1]), zsi_bytes(out)};
 }
 
+/* ---- index_select, gather backward ------------------------------------- */
+
+/* Inputs g (f32 or f64) and idx (the forward's i64 indices, contiguous:
+ * 1-D for index_select, g's shape for gather); attributes index_attrs with
+ * the input's shape, which must hold g around dim (index_select: equal
+ * off dim, idx's length along it; gather: at least g's sizes off dim).
+ * The indices must lie in [0, shape[dim]) (the forward checked them). The
+ * result has that shape and g's dtype. */
+static zs_status infer_index_backward(zsi_call *c)
+{
+    const index_attrs *at = c->attrs;
+    const char *op = c->def->op.name;
+    const zs_tensor *g = c->in[0], *idx = c->in[1];
+    bool gather = is_gather(c);
+    if (zsi_check_float_dtype(op, g) != ZS_OK)
+        return ZS_ERR_ARG;
+    int d = zsi_norm_dim(op, (int)at->dim, g->ndim);
+    if (d < 0)
+        return ZS_ERR_ARG;
+    bool ok = idx->dtype == ZS_I64 && at->ndim == g->ndim &&
+              (gather ? zs_same_shape(idx, g) : zs_numel(idx) == g->shape[d]);
+    for (int k = 0; ok && k < g->ndim; k++)
+        ok = k == d ? at->shape[k] >= 0
+                    : gather ? g->shape[k] <= at->shape[k] : g->shape[k] == at->shape[k];
+    if (!ok) {
+        char sg[96], si[96], sa[96];
+        return zs_set_error("%s: g %s, idx %s %s, input %s: expected i64 "
+                            "indices of the forward and g the forward's "
+                            "output for that input", op,
+                            zs_shape_str(g, sg, sizeof sg),
+                            zs_dtype_name(idx->dtype),
+                            zs_shape_str(idx, si, sizeof si),
+                            zsi_shape_fmt((int)at->ndim > 0 && at->ndim <= ZS_MAX_DIMS
+                                              ? (int)at->ndim : 0,
+                                          at->shape, sa, sizeof sa));
+    }
+    c->dtype = g->dtype;
+    c->ndim = g->ndim;
+    memcpy(c->shape, at->shape, (size_t)g->ndim * sizeof *c->shape);
+    return ZS_OK;
+}
+
+/* gx = 0, then gx[indexed (o, l, k)] += g[o, l, k]. */
+static zs_status cpu_index_backward(const zsi_call *c, zs_tensor *gx)
+{
+    const index_attrs *at = c->attrs;
+    zs_tensor *g = c->in[0], *idx = c->in[1];
+    int d = zsi_norm_dim(c->def->op.name, (int)at->dim, g->ndim);
+    zsi_tracking_pause();
+    zs_no_grad_push();
+    zs_tensor *gc = zs_contiguous(g), *ic = zs_contiguous(idx);
+    zs_no_grad_pop();
+    zsi_tracking_resume();
+    zsk_index_plan p;
+    zs_status st = ZS_ERR_NOMEM;
+    if (gc && ic &&
+        plan_make(g->ndim, g->shape, gx->strides, d, zs_data(ic), is_gather(c),
+                  &p) == ZS_OK) {
+        memset(zs_data(gx), 0, zs_nbytes(gx));
+        zsk_index_scatter_add(gx->dtype, &p, zs_data(gx), zs_data(gc));
+        plan_free(&p);
+        st = ZS_OK;
+    }
+    zs_release(gc);
+    zs_release(ic);
+    return st;
+}
+
+/* 1 FLOP per element of g; g and the indices read, gx written */
+static zsi_cost index_backward_cost(const zsi_call *c, const zs_tensor *gx)
+{
+    return (zsi_cost){(double)zs_numel(c->in[0]),
+                      zsi_bytes(c->in[0]) + zsi_bytes(c->in[1]), zsi_bytes(gx)};
+}
+
+zsi_opdef zsi_def_index_select_backward = {
+    .op = {.name = "index_select_backward"}, .arity = 2,
+    .infer = infer_index_backward,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_index_backward,
+                           [ZS_F64] = cpu_index_backward}},
+    .cost = index_backward_cost, .attr_size = sizeof(index_attrs)};
+
+zsi_opdef zsi_def_gather_backward = {
+    .op = {.name = "gather_backward"}, .arity = 2,
+    .infer = infer_index_backward,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_index_backward,
+                           [ZS_F64] = cpu_index_backward}},
+    .cost = index_backward_cost, .attr_size = sizeof(index_attrs)};
+
 zsi_opdef zsi_def_index_select = {
     .op = {.name = "index_select", .backward = index_bw}, .arity = 2,
     .infer = infer_index_select, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_index)},
-    .save = save_index, .cost = index_cost};
+    .save = save_index, .cost = index_cost, .attr_size = sizeof(index_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_index_select_backward, NULL}};
 
 zsi_opdef zsi_def_gather = {
     .op = {.name = "gather", .backward = index_bw}, .arity = 2,
     .infer = infer_gather, .kernel = {[ZS_CPU] = ALL_DTYPES(cpu_index)},
-    .save = save_index, .cost = index_cost};
+    .save = save_index, .cost = index_cost, .attr_size = sizeof(index_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_gather_backward, NULL}};
 
 zs_tensor *zs_index_select(zs_tensor *a, int dim, zs_tensor *idx)
 {
-    zsi_attrs at = {.i = {dim, 0}};
+    index_attrs at = {.dim = dim};
     return zsi_run(&zsi_def_index_select, 2, (zs_tensor *[]){a, idx}, &at);
 }
 
 zs_tensor *zs_gather(zs_tensor *a, int dim, zs_tensor *idx)
 {
-    zsi_attrs at = {.i = {dim, 1}};
+    index_attrs at = {.dim = dim};
     return zsi_run(&zsi_def_gather, 2, (zs_tensor *[]){a, idx}, &at);
 }
 
@@ -417,26 +536,19 @@ static zs_status masked_fill_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
 
-/* Scatter-adds g (the output's shape) into zeros of the input's shape. */
+/* Scatter-adds g (the output's shape) into zeros of the input's shape, by
+ * the backward descriptor of n's operator. */
 static zs_status index_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
-    int d = (int)n->p.i[P_DIM];
     if (m->dtype != ZS_F32 && m->dtype != ZS_F64)
         return zs_set_error("%s: no gradient for dtype %s", n->op->name,
                             zs_dtype_name(m->dtype));
-    zs_tensor *z = zs_zeros(m->dtype, m->ndim, m->shape);
-    zs_tensor *gc = z ? zs_contiguous(g) : NULL;
-    zsk_index_plan p;
-    if (!gc || plan_make(g->ndim, g->shape, z->strides, d,
-                         zs_data(n->saved[0]), n->p.i[P_GATHER], &p) != ZS_OK) {
-        zs_release(z);
-        zs_release(gc);
-        return ZS_ERR_NOMEM;
-    }
-    zsk_index_scatter_add(m->dtype, &p, zs_data(z), zs_data(gc));
-    plan_free(&p);
-    zs_release(gc);
-    gin[0] = z;
-    return ZS_OK;
+    index_attrs at = *(const index_attrs *)zsi_node_attrs(n);
+    at.ndim = m->ndim;
+    memcpy(at.shape, m->shape, sizeof at.shape);
+    zsi_opdef *def = n->op == &zsi_def_gather.op ? &zsi_def_gather_backward
+                                                 : &zsi_def_index_select_backward;
+    gin[0] = zsi_run(def, 2, (zs_tensor *[]){g, n->saved[0]}, &at);
+    return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }

@@ -350,6 +350,12 @@ zsi_opdef zsi_def_deriv = {
     .kernel = CPU_KERNELS(cpu_unary, cpu_unary_lowp),
     .attr_size = sizeof(unary_attrs)};
 
+zs_tensor *zsi_unary_deriv(zs_tensor *x, int kernel, double p0, double p1)
+{
+    unary_attrs d = {.p0 = p0, .p1 = p1, .kernel = kernel};
+    return zsi_run(&zsi_def_deriv, 1, &x, &d);
+}
+
 static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const unary_attrs *a = zsi_node_attrs(n);

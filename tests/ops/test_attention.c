@@ -5,8 +5,9 @@
  * H = 3, 8, 12, the KV-cache form (Tq < Tk with q_offset), inputs that are
  * strided views (a permuted fused QKV tensor, read in place) or have a
  * strided last dim (copied); f32 and f64. Backward against the float64
- * formulas on multi-tile sizes, gradient checks in f64 (also through a
- * fused QKV tensor), peak memory of forward + backward growing linearly
+ * formulas on multi-tile sizes, the descriptor attention_backward run
+ * directly (strided inputs, lse from float64; its errors), gradient checks
+ * in f64 (also through a fused QKV tensor), peak memory of forward + backward growing linearly
  * in T, and error paths.
  *
  * Tolerances: outputs are convex combinations of values in [-1, 1], so
@@ -19,6 +20,7 @@
 
 #include <string.h>
 
+#include "ops/op.h"
 #include "testutil.h"
 
 typedef struct cfg {
@@ -54,9 +56,10 @@ static double scale_of(const cfg *c)
     return c->scale != 0 ? c->scale : 1 / sqrt((double)c->D);
 }
 
-/* Probabilities P [Tq, Tk] of head (b, h); q, k row-major [B, H, T, D]. */
+/* Probabilities P [Tq, Tk] of head (b, h); q, k row-major [B, H, T, D];
+ * the rows' log-sum-exp in lse [Tq] unless it is NULL. */
 static void ref_probs(const cfg *c, const double *q, const double *k,
-                      int64_t bh, double *P)
+                      int64_t bh, double *P, double *lse)
 {
     double slopes[64];
     ref_slopes(c->H, slopes);
@@ -77,6 +80,8 @@ static void ref_probs(const cfg *c, const double *q, const double *k,
             sum += row[j] = exp(row[j] - mx);
         for (int64_t j = 0; j < c->Tk; j++)
             row[j] /= sum;
+        if (lse)
+            lse[i] = mx + log(sum);
     }
 }
 
@@ -85,7 +90,7 @@ static void ref_forward(const cfg *c, const double *q, const double *k,
 {
     double *P = malloc((size_t)(c->Tq * c->Tk) * sizeof *P);
     for (int64_t bh = 0; bh < c->B * c->H; bh++) {
-        ref_probs(c, q, k, bh, P);
+        ref_probs(c, q, k, bh, P, NULL);
         const double *vh = v + bh * c->Tk * c->D;
         for (int64_t i = 0; i < c->Tq; i++)
             for (int64_t d = 0; d < c->D; d++) {
@@ -108,7 +113,7 @@ static void ref_backward(const cfg *c, const double *q, const double *k,
     double *P = malloc((size_t)(Tq * Tk) * sizeof *P);
     double *dS = malloc((size_t)(Tq * Tk) * sizeof *dS), sc = scale_of(c);
     for (int64_t bh = 0; bh < c->B * c->H; bh++) {
-        ref_probs(c, q, k, bh, P);
+        ref_probs(c, q, k, bh, P, NULL);
         const double *qh = q + bh * Tq * D, *kh = k + bh * Tk * D,
                      *vh = v + bh * Tk * D, *gh = g + bh * Tq * D;
         for (int64_t i = 0; i < Tq; i++) {
@@ -384,6 +389,73 @@ static void test_backward_ref(zs_dtype dt)
     zt_section(name);
 }
 
+/* The layout of attention_attrs (src/ops/attention.c). */
+typedef struct attn_attrs {
+    double scale;
+    int64_t q_offset;
+    bool causal, alibi;
+} attn_attrs;
+
+/* attention_backward called directly, as a backward rule on any device
+ * does: q, k, v and g with a strided last dim (copied by the kernel), lse
+ * from float64; dq, dk, dv by zsi_run_n against the float64 formulas. */
+static void test_backward_descriptor(void)
+{
+    zsi_opdef *def = zsi_opdef_find("attention_backward");
+    zsi_opdef *fw = zsi_opdef_find("attention");
+    ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def && !fw->bw_ops[1] &&
+                 !def->op.backward, "attention's bw_ops");
+    if (!def)
+        return;
+    cfg c = {1, 3, 9, 12, 8, true, true, 3, 0.4};
+    zs_tensor *t[3], *fused;
+    make_qkv(ZS_F64, &c, 1, 4500, t, &fused);
+    zs_tensor *g = zt_rand_strided(ZS_F64, ZS_SHAPE(c.B, c.H, c.Tq, c.D), 4510);
+    zs_attention_params p = params_of(&c);
+    zs_tensor *o = zs_attention(t[0], t[1], t[2], &p);
+    zs_tensor *lse = zs_empty(ZS_F64, ZS_SHAPE(c.B, c.H, c.Tq));
+    double *q = zt_values(t[0]), *k = zt_values(t[1]), *v = zt_values(t[2]);
+    double *gv = zt_values(g), *P = malloc((size_t)(c.Tq * c.Tk) * sizeof *P);
+    for (int64_t bh = 0; bh < c.B * c.H; bh++)
+        ref_probs(&c, q, k, bh, P, (double *)zs_data(lse) + bh * c.Tq);
+    int64_t nq = zs_numel(t[0]), nk = zs_numel(t[1]);
+    double *dq = malloc((size_t)nq * sizeof *dq);
+    double *dk = malloc((size_t)nk * sizeof *dk), *dv = malloc((size_t)nk * sizeof *dv);
+    ref_backward(&c, q, k, v, gv, dq, dk, dv);
+    attn_attrs at = {c.scale, c.off, c.causal, c.alibi};
+    zs_tensor *d[3];
+    zs_tensor *in[6] = {t[0], t[1], t[2], o, lse, g};
+    zs_status st = zsi_run_n(def, 6, in, &at, 3, d);
+    double e0 = st == ZS_OK ? zt_max_err(d[0], dq, nq) : 1;
+    double e1 = st == ZS_OK ? zt_max_err(d[1], dk, nk) : 1;
+    double e2 = st == ZS_OK ? zt_max_err(d[2], dv, nk) : 1;
+    ZT_CHECK(!zs_is_contiguous(g) && e0 <= 1e-10 && e1 <= 1e-10 && e2 <= 1e-10,
+             "dq %g dk %g dv %g", e0, e1, e2);
+    for (int i = 0; i < 3; i++)
+        zs_release(d[i]); /* NULL on failure */
+    ZT_EXPECT_ERROR(zsi_run(def, 6, in, &at) == NULL, "3 results: run it with "
+                    "zsi_run_n");
+    in[4] = o;
+    ZT_EXPECT_ERROR(zsi_run_n(def, 6, in, &at, 3, d) < 0, "attention_backward: "
+                    "q [1, 3, 9, 8], out [1, 3, 9, 8], lse [1, 3, 9, 8]");
+    at.q_offset = 4;
+    in[4] = lse;
+    ZT_EXPECT_ERROR(zsi_run_n(def, 6, in, &at, 3, d) < 0, "needs Tk >= 13");
+    free(q);
+    free(k);
+    free(v);
+    free(gv);
+    free(P);
+    free(dq);
+    free(dk);
+    free(dv);
+    release3(t);
+    zs_release(g);
+    zs_release(o);
+    zs_release(lse);
+    zt_section("attention_backward run directly: strided inputs, errors");
+}
+
 static zs_tensor *attn_fn(void *ctx, zs_tensor **in)
 {
     zs_attention_params p = params_of(ctx);
@@ -548,6 +620,7 @@ int main(void)
     test_offset(ZS_F64);
     test_backward_ref(ZS_F32);
     test_backward_ref(ZS_F64);
+    test_backward_descriptor();
     test_gradcheck();
     test_memory();
     test_errors();

@@ -2,8 +2,10 @@
  * test_embedding.c - zs_embedding: forward (i32 and i64 indices of several
  * ranks, strided weight and indices, f32 and f64) against direct lookup;
  * backward: repeated indices accumulate, a multi-threaded scatter-add
- * against a float64 reference, gradcheck of the weight; errors, including
- * an out-of-range index named with its position.
+ * against a float64 reference, gradcheck of the weight; the descriptor
+ * embedding_backward run directly (strided gout and indices, an index
+ * outside [0, V) adds nothing, its errors); errors, including an
+ * out-of-range index named with its position.
  *
  * Forward results are copies, so they must match exactly; the backward
  * reference sums in double, f64 results within 1e-12.
@@ -12,6 +14,7 @@
 
 #include <string.h>
 
+#include "ops/op.h"
 #include "testutil.h"
 
 /* Index tensor of dtype dt with values (i * 7 + 3) % V (repeats when
@@ -202,12 +205,58 @@ static void test_embedding_shapes(void)
     zt_section("embedding: [idx..., D] on random shapes");
 }
 
+/* The layout of embedding_backward_attrs (src/ops/embedding.c). */
+typedef struct emb_bw_attrs {
+    int64_t V;
+} emb_bw_attrs;
+
+/* embedding_backward called directly, as a backward rule on any device
+ * does: strided f64 gout [3, 5, D] and strided i32 indices with repeats
+ * and one index out of range (V), against a float64 scatter-add. */
+static void test_backward_descriptor(void)
+{
+    zsi_opdef *def = zsi_opdef_find("embedding_backward");
+    zsi_opdef *fw = zsi_opdef_find("embedding");
+    ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def && !fw->bw_ops[1] &&
+                 !def->op.backward, "embedding's bw_ops");
+    if (!def)
+        return;
+    int64_t V = 6, D = 4;
+    zs_tensor *ib = make_idx(ZS_I32, ZS_SHAPE(5, 3), V);
+    ((int32_t *)zs_data(ib))[4] = (int32_t)V; /* out of range: skipped */
+    zs_tensor *idx = zs_transpose(ib, 0, 1);  /* [3, 5], strided */
+    zs_tensor *g = zt_rand_strided(ZS_F64, ZS_SHAPE(3, 5, D), 9);
+    double ref[6 * 4] = {0};
+    for (int64_t i = 0; i < 15; i++) {
+        int64_t v = (int64_t)zs_get(idx, i);
+        for (int64_t d = 0; v < V && d < D; d++)
+            ref[v * D + d] += zs_get(g, i * D + d);
+    }
+    emb_bw_attrs at = {V};
+    zs_tensor *gw = zsi_run(def, 2, (zs_tensor *[]){idx, g}, &at);
+    double err = gw ? zt_max_err(gw, ref, V * D) : 1;
+    ZT_CHECK(!zs_is_contiguous(idx) && zt_shape_is(gw, ZS_SHAPE(V, D)) &&
+                 err <= 1e-12, "scatter-add: err %g", err);
+    zs_tensor *g2 = zt_rand(ZS_F64, ZS_SHAPE(3, 4, D), 9);
+    ZT_EXPECT_ERROR(!zsi_run(def, 2, (zs_tensor *[]){idx, g2}, &at),
+                    "embedding_backward: idx [3, 5], g [3, 4, 4], V 6: "
+                    "expected g [idx..., D]");
+    ZT_EXPECT_ERROR(!zsi_run(def, 2, (zs_tensor *[]){g, g}, &at), "embedding_backward");
+    zs_release(ib);
+    zs_release(idx);
+    zs_release(g);
+    zs_release(g2);
+    zs_release(gw);
+    zt_section("embedding_backward run directly: strided inputs, skipped index, errors");
+}
+
 int main(void)
 {
     test_embedding_shapes();
     test_forward();
     test_accumulate();
     test_grad();
+    test_backward_descriptor();
     test_errors();
     return zt_done();
 }

@@ -263,12 +263,19 @@ static zs_status dev_fill(const zsi_call *c, zs_tensor *out)
 
 static void test_device(void)
 {
-    zs_device_ops ops = {"testdev", false, dev_alloc, dev_free, dev_copy, NULL};
+    zs_device_ops ops = {.name = "testdev", .alloc = dev_alloc, .free = dev_free,
+                         .copy = dev_copy};
     ZT_CHECK(zs_device_register(TESTDEV, &ops) == ZS_OK, "register");
     zs_tensor *x = zt_rand(ZS_F32, ZS_SHAPE(3, 5), 1);
     zs_tensor *xd = zs_to_device(x, TESTDEV);
     ZT_EXPECT_ERROR(zs_fill_(xd, 1.0) < 0, "fill_: no kernel for f32 on testdev");
-    ZT_EXPECT_ERROR(zs_copy_(x, xd) < 0, "copy_: inputs on cpu and testdev");
+    /* across devices src moves to dst's device first: a CPU destination
+     * takes the device's bytes; axpy_ still refuses two devices */
+    zs_tensor *h = zs_zeros(ZS_F32, ZS_SHAPE(3, 5));
+    ZT_CHECK(zs_copy_(h, xd) == ZS_OK && !memcmp(zs_data(h), zs_data(x), 60),
+             "copy_ from the device to the host moves the bytes");
+    ZT_EXPECT_ERROR(zs_axpy_(h, 1, xd) < 0, "axpy_: inputs on cpu and testdev");
+    zs_release(h);
     ZT_CHECK(zsi_op_set_kernel(&zsi_def_fill_, TESTDEV, ZS_F32, dev_fill) == ZS_OK,
              "set kernel");
     zs_tensor *back = NULL;

@@ -3,7 +3,9 @@
  * references: class counts 1, 7, 1000 and 50257, [N, C] and [..., C]
  * logits with i32 and i64 targets (matching or flattened), ignore_index
  * (some and all rows ignored), strided logits, f32 and f64; the fused
- * cross-entropy backward against (softmax - onehot) / count; mse on odd
+ * cross-entropy backward against (softmax - onehot) / count, also run
+ * directly as the descriptor cross_entropy_backward (strided inputs, a
+ * count of 0, its errors); mse on odd
  * and >1M sizes; gradient checks in f64; error paths (target shape and
  * dtype, class index out of range, mse shape mismatch).
  *
@@ -13,6 +15,7 @@
  */
 #include <stdlib.h>
 
+#include "ops/op.h"
 #include "testutil.h"
 
 #define IGNORE (-100)
@@ -128,6 +131,68 @@ static void test_cross_entropy(void)
                 check_ce(dti ? ZS_F64 : ZS_F32, k ? ZS_I64 : ZS_I32, &cases[i],
                          k == 1, seed++);
     zt_section("cross_entropy forward and fused backward vs float64");
+}
+
+/* The layout of cross_entropy_attrs (src/ops/loss.c). */
+typedef struct ce_attrs {
+    int64_t ignore_index;
+} ce_attrs;
+
+/* cross_entropy_backward called directly, as a backward rule on any
+ * device does: strided f64 logits [N, C] (made contiguous by the kernel),
+ * i32 targets with ignored rows, lse from float64, g = 0.7. */
+static void test_ce_descriptor(void)
+{
+    zsi_opdef *def = zsi_opdef_find("cross_entropy_backward");
+    zsi_opdef *fw = zsi_opdef_find("cross_entropy");
+    ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def && !fw->bw_ops[1] &&
+                 !def->op.backward, "cross_entropy's bw_ops");
+    if (!def)
+        return;
+    int64_t N = 13, C = 9, tv[13];
+    zs_tensor *x = zt_rand_strided(ZS_F64, ZS_SHAPE(N, C), 5);
+    zs_tensor *t = make_targets(ZS_I32, 1, &N, C, true, 6, tv);
+    double *v = zt_values(x), *gref = malloc((size_t)(N * C) * sizeof *gref);
+    ce_ref(v, tv, N, C, IGNORE, gref);
+    zs_tensor *lse = zs_empty(ZS_F64, ZS_SHAPE(N));
+    int64_t count = 0;
+    for (int64_t i = 0; i < N; i++) {
+        double m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < C; j++)
+            m = fmax(m, v[i * C + j]);
+        for (int64_t j = 0; j < C; j++)
+            s += exp(v[i * C + j] - m);
+        ((double *)zs_data(lse))[i] = m + log(s);
+        count += tv[i] != IGNORE;
+    }
+    for (int64_t i = 0; i < N * C; i++)
+        gref[i] *= 0.7;
+    zs_tensor *cnt = zs_full(ZS_I64, 0, NULL, (double)count);
+    zs_tensor *zero = zs_full(ZS_I64, 0, NULL, 0);
+    zs_tensor *g = zs_full(ZS_F64, 0, NULL, 0.7);
+    ce_attrs at = {IGNORE};
+    zs_tensor *gx = zsi_run(def, 5, (zs_tensor *[]){x, t, lse, cnt, g}, &at);
+    double err = gx ? zt_max_err(gx, gref, N * C) : 1;
+    ZT_CHECK(gx && zs_same_shape(gx, x) && err <= 1e-12,
+             "strided logits: err %g", err);
+    zs_tensor *g0 = zsi_run(def, 5, (zs_tensor *[]){x, t, lse, zero, g}, &at);
+    bool zeros = g0 != NULL;
+    for (int64_t i = 0; zeros && i < N * C; i++)
+        zeros = zs_get(g0, i) == 0;
+    ZT_CHECK(zeros, "count 0: gx = 0");
+    zs_tensor *l32 = zs_to_dtype(lse, ZS_F32);
+    ZT_EXPECT_ERROR(!zsi_run(def, 5, (zs_tensor *[]){x, t, l32, cnt, g}, &at),
+                    "expected 13 targets, 13 f64 lse values");
+    ZT_EXPECT_ERROR(!zsi_run(def, 5, (zs_tensor *[]){x, lse, lse, cnt, g}, &at),
+                    "cross_entropy_backward");
+    ZT_EXPECT_ERROR(!zsi_run(def, 4, (zs_tensor *[]){x, t, lse, cnt}, &at),
+                    "4 inputs, expected 5");
+    free(v);
+    free(gref);
+    zs_tensor *all[] = {x, t, lse, cnt, zero, g, gx, g0, l32};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        zs_release(all[i]);
+    zt_section("cross_entropy_backward run directly: strided logits, count 0, errors");
 }
 
 static void test_ce_special(void)
@@ -314,6 +379,7 @@ int main(void)
     test_random_shapes();
     test_cross_entropy();
     test_ce_special();
+    test_ce_descriptor();
     test_grad();
     test_mse();
     test_errors();

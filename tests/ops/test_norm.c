@@ -3,7 +3,10 @@
  * references: odd shapes, non-contiguous inputs, with and without
  * weight/bias, f32 and f64; fused backward against a float64 reference
  * on a multi-threaded size and gradient checks in f64 (batch norm in
- * training and inference mode); running-statistics updates; error paths.
+ * training and inference mode); the descriptors layer_norm_backward and
+ * batch_norm_backward run directly (strided inputs, statistics from
+ * float64, every subset of results, with and without weight, their
+ * errors); running-statistics updates; error paths.
  *
  * Tolerances: f32 results are normalised values of order 1 computed with
  * float accumulation over at most a few thousand terms, so 2e-5 relative
@@ -11,6 +14,7 @@
  */
 #include <stdlib.h>
 
+#include "ops/op.h"
 #include "testutil.h"
 
 static double tol_of(zs_dtype dt) { return dt == ZS_F32 ? 2e-5 : 1e-12; }
@@ -360,6 +364,188 @@ static void test_batch_norm(void)
     zt_section("batch_norm gradcheck (training and inference)");
 }
 
+/* ---- backward descriptors run directly --------------------------------- */
+
+/* The layouts of layer_norm_attrs and batch_norm_attrs (src/ops/norm.c)
+ * and the bits of their `want`. */
+typedef struct ln_attrs {
+    double eps;
+    int64_t weight, bias, want;
+} ln_attrs;
+typedef struct bn_attrs {
+    double eps, momentum;
+    int64_t weight, bias, running_mean, running_var, want;
+    bool training;
+} bn_attrs;
+enum { GX = 1, GW = 2, GB = 4 };
+
+/* max |a - b| over equal shapes (bit-equal results give 0). */
+static double diff(const zs_tensor *a, const zs_tensor *b)
+{
+    if (!a || !b || !zs_same_shape(a, b))
+        return INFINITY;
+    double m = 0;
+    for (int64_t i = 0; i < zs_numel(a); i++)
+        m = fmax(m, fabs(zs_get(a, i) - zs_get(b, i)));
+    return m;
+}
+
+/* layer_norm_backward called directly, as a backward rule on any device
+ * does: strided f64 x [4, 6, 11] and g, mean and rstd from float64, with
+ * and without weight, every subset of results. */
+static void test_ln_backward_descriptor(void)
+{
+    zsi_opdef *def = zsi_opdef_find("layer_norm_backward");
+    zsi_opdef *fw = zsi_opdef_find("layer_norm");
+    ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def && !fw->bw_ops[1] &&
+                 !def->op.backward, "layer_norm's bw_ops");
+    if (!def)
+        return;
+    const int64_t R = 24, C = 11;
+    zs_tensor *x = zt_rand_strided(ZS_F64, ZS_SHAPE(4, 6, C), 500);
+    zs_tensor *g = zt_rand_strided(ZS_F64, ZS_SHAPE(4, 6, C), 501);
+    zs_tensor *w = zt_rand(ZS_F64, 1, &C, 502);
+    zs_tensor *mean = zs_empty(ZS_F64, 1, &R), *rstd = zs_empty(ZS_F64, 1, &R);
+    for (int hw = 1; hw >= 0; hw--) {
+        double gx[24 * 11], gw[11] = {0}, gb[11] = {0};
+        for (int64_t i = 0; i < R; i++) {
+            double m = 0, v = 0, a = 0, bb = 0;
+            for (int64_t j = 0; j < C; j++)
+                m += zs_get(x, i * C + j) / (double)C;
+            for (int64_t j = 0; j < C; j++)
+                v += pow(zs_get(x, i * C + j) - m, 2) / (double)C;
+            double rs = 1.0 / sqrt(v + 1e-5);
+            ((double *)zs_data(mean))[i] = m;
+            ((double *)zs_data(rstd))[i] = rs;
+            for (int64_t j = 0; j < C; j++) {
+                double xh = (zs_get(x, i * C + j) - m) * rs, gy = zs_get(g, i * C + j);
+                double d = gy * (hw ? zs_get(w, j) : 1.0);
+                a += d;
+                bb += d * xh;
+                gw[j] += gy * xh;
+                gb[j] += gy;
+            }
+            for (int64_t j = 0; j < C; j++) {
+                double xh = (zs_get(x, i * C + j) - m) * rs;
+                double d = zs_get(g, i * C + j) * (hw ? zs_get(w, j) : 1.0);
+                gx[i * C + j] = rs * (d - a / (double)C - xh * bb / (double)C);
+            }
+        }
+        ln_attrs at = {1e-5, hw ? 1 : -1, 2, GX | GB | (hw ? GW : 0)};
+        zs_tensor *in[5] = {x, mean, rstd, g, w}, *all[3], *r[3];
+        zs_status st = zsi_run_n(def, hw ? 5 : 4, in, &at, 3, all);
+        double ex = st == ZS_OK ? zt_max_err(all[0], gx, R * C) : 1;
+        double ew = st == ZS_OK && hw ? zt_max_err(all[1], gw, C) : 0;
+        double eb = st == ZS_OK ? zt_max_err(all[2], gb, C) : 1;
+        ZT_CHECK(st == ZS_OK && (hw || !all[1]) && ex <= 1e-12 && ew <= 1e-12 &&
+                     eb <= 1e-12, "weight %d: gx %g gw %g gb %g", hw, ex, ew, eb);
+        /* each subset alone: the same values, the others not made */
+        for (int64_t want = 1; st == ZS_OK && want < 8; want++) {
+            if ((want & GW) && !hw)
+                continue;
+            at.want = want;
+            bool ok = zsi_run_n(def, hw ? 5 : 4, in, &at, 3, r) == ZS_OK;
+            ok = ok && ((want & GX) ? diff(r[0], all[0]) == 0 : zs_numel(r[0]) == 0);
+            ok = ok && ((want & GW) ? diff(r[1], all[1]) == 0 : !r[1]);
+            ok = ok && ((want & GB) ? diff(r[2], all[2]) == 0 : !r[2]);
+            ZT_CHECK(ok, "weight %d, results %lld alone", hw, (long long)want);
+            for (int k = 0; k < 3; k++)
+                zs_release(r[k]); /* NULL when not made */
+        }
+        for (int k = 0; k < 3; k++)
+            zs_release(all[k]);
+    }
+    ln_attrs at = {1e-5, -1, -1, GW};
+    zs_tensor *in[5] = {x, mean, rstd, g, w}, *r[3];
+    ZT_EXPECT_ERROR(zsi_run_n(def, 4, in, &at, 3, r) < 0, "gw wanted");
+    at.want = GX;
+    ZT_EXPECT_ERROR(zsi_run_n(def, 5, in, &at, 3, r) < 0,
+                    "layer_norm_backward: 5 inputs, expected 4 (x, mean, rstd, g)");
+    zs_tensor *in2[4] = {x, w, rstd, g};
+    ZT_EXPECT_ERROR(zsi_run_n(def, 4, in2, &at, 3, r) < 0,
+                    "expected g like x, 24 f64 statistics");
+    zs_tensor *t[] = {x, g, w, mean, rstd};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        zs_release(t[i]);
+    zt_section("layer_norm_backward run directly: strided, subsets, errors");
+}
+
+/* batch_norm_backward called directly: strided f64 x [3, 4, 5] and g,
+ * with batch statistics (training) and constant ones (inference with
+ * running statistics), against the float64 formulas. */
+static void test_bn_backward_descriptor(void)
+{
+    zsi_opdef *def = zsi_opdef_find("batch_norm_backward");
+    zsi_opdef *fw = zsi_opdef_find("batch_norm");
+    ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def && !fw->bw_ops[1] &&
+                 !def->op.backward, "batch_norm's bw_ops");
+    if (!def)
+        return;
+    const int64_t N = 3, C = 4, S = 5, M = N * S;
+    zs_tensor *x = zt_rand_strided(ZS_F64, ZS_SHAPE(N, C, S), 510);
+    zs_tensor *g = zt_rand_strided(ZS_F64, ZS_SHAPE(N, C, S), 511);
+    zs_tensor *w = zt_rand(ZS_F64, 1, &C, 512);
+    zs_tensor *mean = zs_empty(ZS_F64, 1, &C), *rstd = zs_empty(ZS_F64, 1, &C);
+    for (int training = 1; training >= 0; training--) {
+        double gx[60], gw[4] = {0}, gb[4] = {0};
+        for (int64_t c = 0; c < C; c++) {
+            double m = 0, v = 0, sg = 0, sgx = 0;
+            for (int64_t i = 0; i < M; i++) {
+                int64_t f = (i / S * C + c) * S + i % S;
+                m += zs_get(x, f) / (double)M;
+            }
+            for (int64_t i = 0; i < M; i++) {
+                int64_t f = (i / S * C + c) * S + i % S;
+                v += pow(zs_get(x, f) - m, 2) / (double)M;
+            }
+            if (!training) { /* running statistics: constants */
+                m = 0.1 * (double)c - 0.2;
+                v = 0.5 + 0.25 * (double)c;
+            }
+            double rs = 1.0 / sqrt(v + 1e-5), a = zs_get(w, c) * rs;
+            ((double *)zs_data(mean))[c] = m;
+            ((double *)zs_data(rstd))[c] = rs;
+            for (int64_t i = 0; i < M; i++) {
+                int64_t f = (i / S * C + c) * S + i % S;
+                sg += zs_get(g, f);
+                sgx += zs_get(g, f) * (zs_get(x, f) - m) * rs;
+            }
+            gw[c] = sgx;
+            gb[c] = sg;
+            for (int64_t i = 0; i < M; i++) {
+                int64_t f = (i / S * C + c) * S + i % S;
+                double xh = (zs_get(x, f) - m) * rs;
+                gx[f] = training ? a * (zs_get(g, f) - sg / (double)M -
+                                        xh * sgx / (double)M)
+                                 : a * zs_get(g, f);
+            }
+        }
+        bn_attrs at = {1e-5, 0.1, 1, 2, training ? -1 : 3, training ? -1 : 4,
+                       GX | GW | GB, training};
+        zs_tensor *r[3];
+        zs_status st = zsi_run_n(def, 5, (zs_tensor *[]){x, mean, rstd, g, w},
+                                 &at, 3, r);
+        double ex = st == ZS_OK ? zt_max_err(r[0], gx, N * C * S) : 1;
+        double ew = st == ZS_OK ? zt_max_err(r[1], gw, C) : 1;
+        double eb = st == ZS_OK ? zt_max_err(r[2], gb, C) : 1;
+        ZT_CHECK(ex <= 1e-12 && ew <= 1e-12 && eb <= 1e-12,
+                 "%s: gx %g gw %g gb %g", training ? "batch statistics"
+                                                   : "running statistics",
+                 ex, ew, eb);
+        for (int k = 0; k < 3; k++)
+            zs_release(r[k]);
+    }
+    zs_tensor *m32 = zs_to_dtype(mean, ZS_F32), *r[3];
+    bn_attrs at = {1e-5, 0.1, -1, -1, -1, -1, GX, true};
+    ZT_EXPECT_ERROR(zsi_run_n(def, 4, (zs_tensor *[]){x, m32, rstd, g}, &at, 3, r) < 0,
+                    "batch_norm_backward: x [3, 4, 5], g [3, 4, 5], mean and "
+                    "rstd f32 [4]: expected g like x, 4 f64 statistics");
+    zs_tensor *t[] = {x, g, w, mean, rstd, m32};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        zs_release(t[i]);
+    zt_section("batch_norm_backward run directly: batch and running statistics, errors");
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static void test_errors(void)
@@ -451,6 +637,8 @@ int main(void)
     test_random_shapes();
     test_layer_norm();
     test_batch_norm();
+    test_ln_backward_descriptor();
+    test_bn_backward_descriptor();
     test_errors();
     return zt_done();
 }

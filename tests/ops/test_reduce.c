@@ -3,8 +3,9 @@
  * float64 reference over many axis sets (single, non-adjacent, negative,
  * all, keepdim), contiguous, strided and transposed inputs, the [R, K]
  * leading-axis layout, sizes above 1M elements (threaded row, part and
- * strip paths, with 3 pool threads), ties and NaN, gradient checks in f64
- * and error paths.
+ * strip paths, with 3 pool threads), ties and NaN, the descriptor
+ * max_backward run directly (strided inputs with ties over non-adjacent
+ * axes, its layout and errors), gradient checks in f64 and error paths.
  *
  * Tolerances (relative to max(1, |ref|)): f32 sums and variances
  * accumulate in double after float lanes of at most 256 terms, so 1e-5;
@@ -12,6 +13,7 @@
  */
 #include <stdlib.h>
 
+#include "ops/op.h"
 #include "testutil.h"
 
 typedef enum kind { SUM, MEAN, VAR, MAX, ARGMAX } kind;
@@ -300,6 +302,61 @@ static void test_ties_nan(void)
     zt_section("ties, NaN, -inf, 0-d");
 }
 
+/* The layout of max_attrs (src/ops/reduce_ext.c). */
+typedef struct max_attrs {
+    int64_t mask;
+    bool keepdim;
+} max_attrs;
+
+/* max_backward called directly, as a backward rule on any device does:
+ * x [4, 5, 6] strided with ties, axes {0, 2} (not one block: the result
+ * is in the layout [5, 4, 6], kept dim first), y and a strided g, against
+ * g / (number of ties) where x == y. */
+static void test_max_backward_descriptor(void)
+{
+    zsi_opdef *def = zsi_opdef_find("max_backward");
+    zsi_opdef *fw = zsi_opdef_find("max");
+    ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def && !fw->bw_ops[1] &&
+                 !def->op.backward, "max's bw_ops");
+    if (!def)
+        return;
+    zs_tensor *x0 = zt_rand(ZS_F64, ZS_SHAPE(4, 5, 6), 950);
+    double *xv = zs_data(x0);
+    for (int64_t i = 0; i < 120; i += 7)
+        xv[i] = 0.995; /* ties at the maximum in most kept columns */
+    zs_tensor *xt = zs_transpose(x0, 0, 2), *xc = zs_contiguous(xt);
+    zs_tensor *x = zs_transpose(xc, 0, 2); /* strided, x0's values */
+    zs_tensor *y = zs_max(x, 2, (int[]){0, 2}, true);
+    zs_tensor *g = zt_rand_strided(ZS_F64, ZS_SHAPE(5, 1), 951);
+    double ref[120];
+    for (int64_t j = 0; j < 5; j++) {
+        int ties = 0;
+        for (int64_t i = 0; i < 4; i++)
+            for (int64_t k = 0; k < 6; k++)
+                ties += xv[(i * 5 + j) * 6 + k] == zs_get(y, j);
+        for (int64_t i = 0; i < 4; i++)
+            for (int64_t k = 0; k < 6; k++) {
+                int64_t f = (i * 5 + j) * 6 + k;
+                ref[(j * 4 + i) * 6 + k] = xv[f] == zs_get(y, j)
+                                               ? zs_get(g, j) / ties : 0;
+            }
+    }
+    max_attrs at = {.mask = 5, .keepdim = true};
+    zs_tensor *gx = zsi_run(def, 3, (zs_tensor *[]){x, y, g}, &at);
+    double err = gx ? zt_max_err(gx, ref, 120) : 1;
+    ZT_CHECK(!zs_is_contiguous(x) && zt_shape_is(gx, ZS_SHAPE(5, 4, 6)) &&
+                 err <= 1e-15, "strided x with ties over axes {0, 2}: err %g",
+             err);
+    zs_tensor *g4 = zt_rand(ZS_F64, ZS_SHAPE(4), 952);
+    ZT_EXPECT_ERROR(!zsi_run(def, 3, (zs_tensor *[]){x, y, g4}, &at),
+                    "max_backward: x [4, 5, 6], y [1, 5, 1], g [4]: expected "
+                    "y and g of 5 elements");
+    zs_tensor *all[] = {x0, xt, xc, x, y, g, gx, g4};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        zs_release(all[i]);
+    zt_section("max_backward run directly: strided x with ties, layout, errors");
+}
+
 /* ---- gradients --------------------------------------------------------- */
 
 typedef struct red_args {
@@ -431,6 +488,7 @@ int main(void)
     test_random_shapes();
     test_large();
     test_ties_nan();
+    test_max_backward_descriptor();
     test_grad();
     test_errors();
     ZT_CHECK(zs_autograd_live_nodes() == 0, "no live nodes");

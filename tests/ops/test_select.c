@@ -2,14 +2,17 @@
  * test_select.c - where, masked_fill, index_select, gather: forward against
  * float64 references (three-way broadcasting, odd sizes, negative dims,
  * non-contiguous inputs and indices, repeated indices, integer dtypes, a
- * size large enough to run threaded), gradient checks in f64, and error
- * paths (cond/mask not u8, dtype and shape mismatch, indices out of range
+ * size large enough to run threaded), gradient checks in f64, the
+ * descriptors index_select_backward and gather_backward run directly
+ * (strided g, repeated indices, against a float64 scatter-add; their
+ * errors), and error paths (cond/mask not u8, dtype and shape mismatch, indices out of range
  * named with their value and position). Selection is exact: tolerance 0.
  */
 #include <stdlib.h>
 
 #include <string.h>
 
+#include "ops/op.h"
 #include "testutil.h"
 
 static void unravel(int64_t i, int ndim, const int64_t *shape, int64_t *c)
@@ -397,6 +400,62 @@ static void test_grad(void)
     zt_section("gradients (where, masked_fill, index_select, gather)");
 }
 
+/* The layout of index_attrs (src/ops/select.c). */
+typedef struct index_attrs {
+    int64_t dim;
+    int64_t ndim;
+    int64_t shape[ZS_MAX_DIMS];
+} index_attrs;
+
+/* index_select_backward and gather_backward called directly, as a backward
+ * rule on any device does: strided f64 g, i64 indices with repeats, into
+ * an input of shape [5, 6, 4] along dim 1 (given as -2), against a float64
+ * scatter-add; errors. */
+static void test_index_backward_descriptor(void)
+{
+    for (int gather = 0; gather < 2; gather++) {
+        const char *name = gather ? "gather_backward" : "index_select_backward";
+        zsi_opdef *def = zsi_opdef_find(name);
+        zsi_opdef *fw = zsi_opdef_find(gather ? "gather" : "index_select");
+        ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def &&
+                     !fw->bw_ops[1] && !def->op.backward, "%s: bw_ops", name);
+        if (!def)
+            continue;
+        int64_t ashape[3] = {5, 6, 4};
+        int64_t gshape[3] = {gather ? 4 : 5, 9, gather ? 3 : 4};
+        zs_tensor *g = zt_rand_strided(ZS_F64, 3, gshape, 700 + gather);
+        zs_tensor *idx = gather ? rand_index(ZS_I64, 3, gshape, 6, 710)
+                                : rand_index(ZS_I64, 1, (int64_t[]){9}, 6, 711);
+        double ref[120] = {0};
+        int64_t c[3];
+        for (int64_t i = 0; i < zs_numel(g); i++) {
+            unravel(i, 3, gshape, c);
+            int64_t j = (int64_t)zs_get(idx, gather ? i : c[1]);
+            ref[(c[0] * 6 + j) * 4 + c[2]] += zs_get(g, i);
+        }
+        index_attrs at = {.dim = -2, .ndim = 3, .shape = {5, 6, 4}};
+        zs_tensor *gx = zsi_run(def, 2, (zs_tensor *[]){g, idx}, &at);
+        double err = gx ? zt_max_err(gx, ref, 120) : 1;
+        ZT_CHECK(!zs_is_contiguous(g) && zt_shape_is(gx, 3, ashape) && err <= 1e-15,
+                 "%s: err %g", name, err);
+        zs_tensor *i32 = zs_to_dtype(idx, ZS_I32);
+        ZT_EXPECT_ERROR(!zsi_run(def, 2, (zs_tensor *[]){g, i32}, &at),
+                        "expected i64 indices of the forward");
+        at.shape[gather ? 0 : 2] = 3; /* smaller than g off dim */
+        ZT_EXPECT_ERROR(!zsi_run(def, 2, (zs_tensor *[]){g, idx}, &at),
+                        gather ? "gather_backward: g [4, 9, 3], idx i64 [4, 9, "
+                                 "3], input [3, 6, 4]"
+                               : "index_select_backward: g [5, 9, 4], idx i64 "
+                                 "[9], input [5, 6, 3]");
+        zs_release(g);
+        zs_release(idx);
+        zs_release(i32);
+        zs_release(gx);
+    }
+    zt_section("index_select_backward, gather_backward run directly: strided g, "
+               "repeats, errors");
+}
+
 static void test_errors(void)
 {
     zs_tensor *a = zs_ones(ZS_F32, ZS_SHAPE(2, 3));
@@ -527,6 +586,7 @@ int main(void)
     test_index(ZS_F64);
     zt_section("index_select and gather vs reference");
     test_grad();
+    test_index_backward_descriptor();
     test_errors();
     return zt_done();
 }

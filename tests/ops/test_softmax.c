@@ -4,7 +4,8 @@
  * and rows of 1, 7, 1000 and 50257 elements (vector tails), contiguous,
  * strided and transposed inputs, f32 and f64; large logits (stability),
  * -inf entries; fused backward against the float64 formulas on a threaded
- * size; gradient checks in f64; error paths.
+ * size; the backward descriptors run directly on strided y and g (f64,
+ * every dim) and their errors; gradient checks in f64; error paths.
  *
  * Tolerances (relative to max(1, |ref|)): f32 uses a polynomial exp with
  * ~2 ulp relative error and a sum in double, so outputs (<= 1, or log
@@ -12,6 +13,7 @@
  */
 #include <stdlib.h>
 
+#include "ops/op.h"
 #include "testutil.h"
 
 static double tol_of(zs_dtype dt) { return dt == ZS_F32 ? 5e-6 : 1e-12; }
@@ -209,6 +211,70 @@ static void test_backward(void)
     zt_section("fused backward vs float64 (f32, threaded size)");
 }
 
+/* The layout of softmax_attrs (src/ops/softmax.c). */
+typedef struct sm_attrs {
+    int64_t dim;
+} sm_attrs;
+
+/* A strided view with t's values (transposed copy, transposed back). */
+static zs_tensor *strided_copy(zs_tensor *t)
+{
+    zs_tensor *a = zs_transpose(t, 0, t->ndim - 1), *b = zs_contiguous(a);
+    zs_tensor *r = zs_transpose(b, 0, t->ndim - 1);
+    zs_release(a);
+    zs_release(b);
+    return r;
+}
+
+/* softmax_backward and log_softmax_backward called directly (as a backward
+ * rule on any device does) on strided y and g, against float64. */
+static void test_backward_descriptor(void)
+{
+    uint64_t seed = 80;
+    for (int lg = 0; lg < 2; lg++) {
+        const char *name = lg ? "log_softmax_backward" : "softmax_backward";
+        zsi_opdef *def = zsi_opdef_find(name);
+        zsi_opdef *fw = zsi_opdef_find(lg ? "log_softmax" : "softmax");
+        ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def && !fw->bw_ops[1]
+                     && !def->op.backward, "%s: the forward's bw_ops", name);
+        for (int dim = -1; def && dim < 3; dim++) {
+            zs_tensor *x = zt_rand(ZS_F64, ZS_SHAPE(5, 6, 7), seed++);
+            zs_tensor *g = zt_rand_strided(ZS_F64, ZS_SHAPE(5, 6, 7), seed++);
+            zs_tensor *y0 = lg ? zs_log_softmax(x, dim) : zs_softmax(x, dim);
+            zs_tensor *y = strided_copy(y0);
+            sm_attrs at = {dim};
+            zs_tensor *gx = zsi_run(def, 2, (zs_tensor *[]){y, g}, &at);
+            int64_t n = zs_numel(x);
+            double *yv = zt_values(y0), *gv = zt_values(g);
+            double *ref = malloc((size_t)n * sizeof *ref);
+            sm_bw_ref(x, yv, gv, dim < 0 ? 2 : dim, lg, ref);
+            double err = gx ? zt_max_err(gx, ref, n) : 1;
+            ZT_CHECK(!zs_is_contiguous(y) && gx && zs_same_shape(gx, x) &&
+                         err <= 1e-12, "%s dim %d: err %g", name, dim, err);
+            free(yv);
+            free(gv);
+            free(ref);
+            zs_tensor *all[] = {x, g, y0, y, gx};
+            for (int k = 0; k < 5; k++)
+                zs_release(all[k]);
+        }
+        zs_tensor *y = zt_rand(ZS_F64, ZS_SHAPE(3, 4), 1);
+        zs_tensor *g = zt_rand(ZS_F64, ZS_SHAPE(4, 3), 2);
+        zs_tensor *g32 = zt_rand(ZS_F32, ZS_SHAPE(3, 4), 3);
+        sm_attrs at = {1}, bad = {2};
+        ZT_EXPECT_ERROR(def && !zsi_run(def, 2, (zs_tensor *[]){y, g}, &at),
+                        "does not match y [3, 4]");
+        ZT_EXPECT_ERROR(def && !zsi_run(def, 2, (zs_tensor *[]){y, g32}, &at),
+                        "dtype");
+        ZT_EXPECT_ERROR(def && !zsi_run(def, 2, (zs_tensor *[]){y, y}, &bad),
+                        "out of range");
+        zs_release(y);
+        zs_release(g);
+        zs_release(g32);
+    }
+    zt_section("backward descriptors run directly: strided y, g vs float64; errors");
+}
+
 typedef struct sm_args {
     int dim;
     bool lg;
@@ -305,6 +371,7 @@ int main(void)
     test_random_shapes();
     test_stability();
     test_backward();
+    test_backward_descriptor();
     test_grad();
     test_errors();
     ZT_CHECK(zs_autograd_live_nodes() == 0, "no live nodes");
