@@ -24,8 +24,8 @@
  *     matmul             2 per GEMM above (dX, dW): 4NCV + L*2*2N(3C^2 +
  *                        C^2 + 2CF)
  *     layer_norm_backward 10NC each
- *     mul                GeLU's gradient g * gelu'(h): NF (gelu' itself
- *                        is a kernel the engine does not count)
+ *     unary_deriv        gelu'(h) of the fused c_fc: 2NF
+ *     mul                GeLU's gradient g * gelu'(h): NF
  *     sum                bias gradients: 3NC + NC + NF + NC per layer;
  *                        GPT-2 wpe's gradient summed over the batch, NC
  *     attention_backward 2.5 x forward (recomputed q.k, then dv, dp, dq, dk)
@@ -36,7 +36,7 @@
  *                        T, d] by slice backward and summed (2 x 3NC)
  *     embedding_backward scatter-add of the token gradients, NC
  * Views, copies and the embedding gather count no FLOPs and are not
- * listed. Real work the engine does not count: gelu' (above) and the
+ * listed. Real work the engine does not count: the
  * leaf accumulation of the tied wte's two gradients (zs_axpy_, VC adds).
  *
  * Textbook relation. The GEMMs alone are 72NLC^2 + 6NCV = 6 x (12LC^2 +
@@ -143,6 +143,7 @@ static void backward(zs_engine_flops *o, const zs_model_config *c, double N,
     bwd(o, "matmul", 2 + 8 * L,
         4.0 * NC * V + l * 4.0 * N * (3.0 * C * C + C * C + 2.0 * C * F));
     bwd(o, "layer_norm_backward", norms, 10.0 * NC * (double)norms);
+    bwd(o, "unary_deriv", L, l * 2.0 * NF);
     bwd(o, "mul", L, l * NF);
     bwd(o, "sum", 4 * L + pos, l * (5.0 * NC + NF) + (double)pos * NC);
     bwd(o, "attention_backward", L, l * 2.5 * attn);
