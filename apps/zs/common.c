@@ -127,3 +127,20 @@ void app_progress(bool tty, int64_t step, int64_t steps, double loss,
     }
 }
 
+
+int app_device(const char *cmd, const char *name)
+{
+    if (name && !strcmp(name, "test") && zs_test_device_enable() != ZS_OK) {
+        fprintf(stderr, "%s: %s\n", cmd, zs_last_error());
+        return -1;
+    }
+    int d = zs_device_find(name);
+    if (d < 0) {
+        /* the test device is always available from the command line */
+        fprintf(stderr, "%s: --device: no device named '%s' (devices: %s%s)\n",
+                cmd, name, zs_device_list(),
+                zs_device_get(ZS_TEST_DEVICE) ? "" : ", test");
+        return -1;
+    }
+    return d;
+}

@@ -24,7 +24,7 @@
 /* The flags: the trainer's own fields are parsed into t directly. */
 typedef struct gpt_cfg {
     zs_trainer_config t;
-    const char *preset, *data, *out;
+    const char *preset, *data, *out, *device;
     int64_t vocab, batch, seq, warmup;
     double minutes, bucket_mb, comm_timeout;
     uint64_t seed;
@@ -77,7 +77,9 @@ static void usage(FILE *f)
             "                    synchronous; async = rank 0 serves, the others push\n"
             "                    gradients and pull parameters without waiting for each\n"
             "                    other; ssp = async with a bounded clock difference\n"
-            "  --staleness N     ssp: most gradients a worker may run ahead (default 2)\n");
+            "  --staleness N     ssp: most gradients a worker may run ahead (default 2)\n"
+            "  --device NAME     cpu (default), or test: the test device (host memory\n"
+            "                    the host may not touch, running the CPU kernels)\n");
 }
 
 /* Parses argv (argv[0] = "gpt") into c: FLAGS_OK, FLAGS_HELP or
@@ -85,6 +87,7 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, gpt_cfg *c)
 {
     *c = (gpt_cfg){.t = zs_trainer_defaults(), .preset = "small", .out = "runs/gpt",
+                   .device = "cpu",
                    .vocab = 4096, .batch = 8, .warmup = 100, .bucket_mb = 8,
                    .comm_timeout = 300, .seed = 1};
     zs_trainer_config *t = &c->t;
@@ -116,8 +119,11 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         FLAG_NUM("--zero", &t->zero, 0, 3),
         FLAG_CHOICE("--sync", &c->sync, "allreduce|ps|async|ssp"), /* zs_sync_mode */
         FLAG_NUM("--staleness", &t->staleness, 0, 1e6),
+        FLAG_STR("--device", &c->device),
     };
     int p = flags_parse("zs train gpt", f, NFLAGS(f), usage, argc, argv);
+    if (p == FLAGS_OK && (t->device = app_device("zs train gpt", c->device)) < 0)
+        p = FLAGS_BAD;
     t->sync = (zs_sync_mode)c->sync;
     t->schedule = (zs_lr_schedule){ZS_LR_COSINE, t->optim.lr, c->warmup, t->steps,
                                    t->optim.lr / 10, 0, 0};

@@ -19,8 +19,8 @@
 #include "apps/zs/flags.h"
 
 typedef struct train_cfg {
-    const char *model, *data, *out, *optim, *schedule;
-    int epochs, threads, stop_after;
+    const char *model, *data, *out, *optim, *schedule, *device;
+    int epochs, threads, stop_after, dev;
     int64_t batch, limit;
     double lr, momentum, wd;
     uint64_t seed;
@@ -53,15 +53,17 @@ static void usage(FILE *f)
             "  --limit N         train on the first N images only (all of them\n"
             "                    when the set has fewer)\n"
             "  --resume          continue from DIR/checkpoint.safetensors\n"
-            "  --stop-after N    stop after epoch N (to test --resume)\n",
+            "  --stop-after N    stop after epoch N (to test --resume)\n"
+            "  --device NAME     cpu (default), or test: the test device (host memory\n"
+            "                    the host may not touch, running the CPU kernels)\n",
             ZS_FMNIST_DIR);
 }
 
 /* Parses argv into c: FLAGS_OK, FLAGS_HELP or FLAGS_BAD (printed). */
 static int parse_args(int argc, char **argv, train_cfg *c)
 {
-    *c = (train_cfg){NULL, ZS_FMNIST_DIR, NULL, "adam", "constant", 5, 0, 0, 64, 0,
-                     -1, 0.9, 0, 1, false};
+    *c = (train_cfg){NULL, ZS_FMNIST_DIR, NULL, "adam", "constant", "cpu", 5, 0, 0,
+                     0, 64, 0, -1, 0.9, 0, 1, false};
     flag t[] = {
         FLAG_ARG("MODEL", &c->model, "lenet|resnet|gpt"),
         FLAG_NUM("--epochs", &c->epochs, 1, 1000),
@@ -78,10 +80,13 @@ static int parse_args(int argc, char **argv, train_cfg *c)
         FLAG_NUM("--limit", &c->limit, 1, 1e9),
         FLAG_SWITCH("--resume", &c->resume),
         FLAG_NUM("--stop-after", &c->stop_after, 1, 1000),
+        FLAG_STR("--device", &c->device),
     };
     int p = flags_parse("zs train", t, NFLAGS(t), usage, argc, argv);
     if (p != FLAGS_OK)
         return p;
+    if ((c->dev = app_device("zs train", c->device)) < 0)
+        return FLAGS_BAD;
     if (!c->model)
         return flags_error("zs train", "which model? (lenet or resnet; "
                               "see zs train --help)");
@@ -246,6 +251,7 @@ static zs_trainer_config cnn_config(const train_cfg *c, cnn_run *r, const char *
     t.on_step = on_step, t.on_step_ctx = r;
     t.checkpoint = ckpt;
     t.metadata = r->meta;
+    t.device = c->dev;
     return t;
 }
 

@@ -64,19 +64,21 @@ void zs_ops_print(FILE *f)
     for (int d = 0; d < ZS_MAX_DEVICES; d++)
         if (zs_device_get(d))
             devs[nd++] = d;
-    fprintf(f, "%-22s %-9s", "operator", "class");
+    /* columns are separated by two spaces or more (a dtype list has
+     * single spaces), so a script may split on "  +" */
+    fprintf(f, "%-22s  %-9s", "operator", "class");
     for (int j = 0; j < nd; j++)
-        fprintf(f, " %-20s", zs_device_name(devs[j]));
-    fprintf(f, " %s\n", "backward");
+        fprintf(f, "  %-16s", zs_device_name(devs[j]));
+    fprintf(f, "  %s\n", "backward");
     zsi_opdef *const *all = zsi_opdefs();
     for (int i = 0; all[i]; i++) {
         char buf[160];
-        fprintf(f, "%-22s %-9s", all[i]->op.name, class_name(all[i]->cls));
+        fprintf(f, "%-22s  %-9s", all[i]->op.name, class_name(all[i]->cls));
         for (int j = 0; j < nd; j++) {
             dtypes_text(all[i], devs[j], buf, sizeof buf);
-            fprintf(f, " %-20s", buf[0] ? buf : "-");
+            fprintf(f, "  %-16s", buf[0] ? buf : "-");
         }
         backward_text(all[i], buf, sizeof buf);
-        fprintf(f, " %s\n", buf);
+        fprintf(f, "  %s\n", buf);
     }
 }
