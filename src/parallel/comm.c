@@ -144,7 +144,11 @@ zs_status zsi_check_tensor(const char *op, const zs_tensor *t, bool sum)
 {
     if (!t)
         return zs_set_error("%s: NULL tensor", op);
-    if (!zs_is_contiguous(t) || t->device != ZS_CPU)
+    if (t->device != ZS_CPU)
+        return zs_set_error("%s: the tensor is on %s: the collectives take host "
+                            "tensors (no device transport yet; copy it with "
+                            "zs_to_device)", op, zs_device_name(t->device));
+    if (!zs_is_contiguous(t))
         return zs_set_error("%s: tensor must be contiguous and on the CPU", op);
     if (sum && t->dtype != ZS_F32 && t->dtype != ZS_F64 &&
         t->dtype != ZS_I32 && t->dtype != ZS_I64)

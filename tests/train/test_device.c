@@ -4,7 +4,8 @@
  *
  * Checked: the test device's memory faults when the host reads it raw (in
  * a child process), zs_data refuses it with a message naming the device,
- * zs_item / zs_get / zs_print copy explicitly; streams, events, memset,
+ * zs_item / zs_get / zs_print copy explicitly, the collectives refuse it
+ * naming the device; streams, events, memset,
  * asynchronous copies and the allocator counters; every descriptor with a
  * CPU kernel has one there for the same dtypes; GPT (gpt2 and bloom),
  * LeNet and ResNet train 20 steps through zs_trainer with losses
@@ -55,6 +56,10 @@ static void test_memory(void)
     ZT_CHECK(buf && strstr(buf, "device=test") && strstr(buf, "["), "zs_print copies "
              "to the host: %s", buf ? buf : "");
     free(buf);
+    ZT_EXPECT_ERROR(zs_comm_allreduce(zs_comm_world(), d, false, ZS_ALLREDUCE_MPI) != ZS_OK,
+                    "allreduce: the tensor is on test: the collectives take host tensors");
+    ZT_EXPECT_ERROR(zs_comm_broadcast(zs_comm_world(), d, 0) != ZS_OK,
+                    "broadcast: the tensor is on test");
     zs_tensor *back = zs_to_device(d, ZS_CPU);
     ZT_CHECK(back && !memcmp(zs_data(back), zs_data(x), zs_nbytes(x)), "round trip");
     zs_release(back);
