@@ -298,9 +298,9 @@ int main(void)
         printf("test device: %s\n", zs_last_error());
         return 1;
     }
+    test_complete(); /* first: before any operator has run */
     test_memory();
     test_interface();
-    test_complete();
     test_refusals();
     test_train("gpt2");
     test_train("bloom");
