@@ -4,8 +4,8 @@
  * weights there, the engine its KV pool and work buffers, and every
  * computation of a step runs through the driver (ops/infer_ops.h).
  *
- * Checked, for a tiny GPT-2 in f32 and Q8_0 and a BLOOM in f32 with a
- * bf16 KV cache: zs_llm_logits and an engine serving several requests at
+ * Checked, for a tiny GPT-2 in f32, Q8_0, LLM.int8() and f64 and a BLOOM
+ * in f32 with a bf16 KV cache: zs_llm_logits and an engine serving several requests at
  * once (greedy and seeded sampling, n = 2 samples sharing blocks through
  * copy-on-write, a pool small enough to preempt, prefix-cache hits) give
  * the CPU's tokens, logits and log probabilities bit for bit; the weights
@@ -214,6 +214,12 @@ int main(void)
     compare(g, (zs_llm_options){.quant = ZS_QUANT_Q8_0}, ZS_F32, "gpt2 q8_0");
     zt_section("bloom f32, bf16 KV cache, on the test device = cpu");
     compare(gb, (zs_llm_options){0}, ZS_BF16, "bloom f32 bf16-kv");
+    zt_section("gpt2 int8 (LLM.int8()) and f64 on the test device = cpu");
+    compare(g, (zs_llm_options){.quant = ZS_QUANT_INT8}, ZS_F32, "gpt2 int8");
+    zs_module *g64 = tiny_gpt(ZS_GPT2);
+    ZT_CHECK(zs_module_to_dtype(g64, ZS_F64) == ZS_OK, "to f64");
+    compare(g64, (zs_llm_options){0}, ZS_F32, "gpt2 f64");
+    zs_module_free(g64);
     test_steady(g);
     zs_module_free(g);
     zs_module_free(gb);
