@@ -3,7 +3,8 @@
  * samples from a GPT checkpoint (float or quantized) through the inference
  * engine: paged KV cache, continuous batching of every prompt of the file,
  * prefix caching. One prompt streams its text as it is produced; several
- * are printed in file order when all are done.
+ * are printed in file order when all are done. --device NAME runs the model
+ * on a device (test: the test device, for checking device-neutral code).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ typedef struct gen_cfg {
     zs_engine_config e;
     int threads, n;
     const char *kv; /* --kv-dtype: auto, bf16 or f16 */
+    const char *device; /* --device: cpu (default), test, or a registered one */
 } gen_cfg;
 
 static void usage(FILE *f)
@@ -49,7 +51,11 @@ static void usage(FILE *f)
             "                    an f32 model in 16 bits, half the KV memory\n"
             "  --max-batched-tokens N  tokens per engine step (default 512)\n"
             "  --max-num-seqs N  sequences decoding at once (default 64)\n"
-            "  --threads N       worker threads\n");
+            "  --threads N       worker threads\n"
+            "  --device NAME     where the model and its KV cache live and the forward\n"
+            "                    pass runs: cpu (default), test (the test device: memory\n"
+            "                    the host may not touch, for checking), or a registered\n"
+            "                    device\n");
 }
 
 /* Parses argv into c: FLAGS_OK, FLAGS_HELP or FLAGS_BAD (printed). */
@@ -79,6 +85,7 @@ static int parse(int argc, char **argv, gen_cfg *c)
         FLAG_NUM("--max-batched-tokens", &c->e.max_batched_tokens, 1, 1e7),
         FLAG_NUM("--max-num-seqs", &c->e.max_num_seqs, 1, 1e6),
         FLAG_NUM("--threads", &c->threads, 1, 256),
+        FLAG_STR("--device", &c->device),
     };
     int p = flags_parse("zs generate", t, NFLAGS(t), usage, argc, argv);
     if (p != FLAGS_OK)
@@ -232,6 +239,21 @@ static int generate(const gen_cfg *c, zs_llm *m, const zs_bpe *bpe, job *jobs, i
     return 0;
 }
 
+/* The id of --device NAME (enabling the test device for "test"), or -1 +
+ * a message that lists the devices. */
+static int device_of(const char *name)
+{
+    if (!name || !strcmp(name, "cpu"))
+        return ZS_CPU;
+    if (!strcmp(name, "test"))
+        return zs_test_device_enable() == ZS_OK ? ZS_TEST_DEVICE : -1;
+    int d = zs_device_find(name);
+    if (d < 0)
+        zs_set_error("--device %s: no such device (devices: %s, test)", name,
+                     zs_device_list());
+    return d;
+}
+
 int cmd_generate(int argc, char **argv)
 {
     gen_cfg c;
@@ -246,6 +268,8 @@ int cmd_generate(int argc, char **argv)
     char *buf = NULL;
     job *jobs = NULL;
     int n = 0, rc = c.quant && zs_quant_parse(c.quant, &o.quant) != ZS_OK ? 2 : 0;
+    if (!rc && (o.device = device_of(c.device)) < 0)
+        rc = 2;
     if (!rc && o.quant == ZS_QUANT_W8A8) {
         zs_set_error("--quant w8a8 needs calibration: make the checkpoint with zs quantize");
         rc = 2;

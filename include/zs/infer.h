@@ -103,6 +103,11 @@ typedef struct zs_llm_options {
     double smooth_alpha;   /* ZS_QUANT_W8A8; 0: 0.5 */
     const int32_t *calib;  /* ZS_QUANT_W8A8: calibration tokens (required) */
     int64_t n_calib;
+    int device;            /* where the weights live and the forward pass
+                            * runs: ZS_CPU (0) or a registered device
+                            * (zs_device_find); its engines keep their KV
+                            * pool and work buffers there too, and only the
+                            * logits come back to the host */
 } zs_llm_options;
 
 typedef struct zs_llm zs_llm;
@@ -117,7 +122,7 @@ zs_quant zs_llm_quant(const zs_llm *m);
 zs_dtype zs_llm_dtype(const zs_llm *m);     /* compute dtype: f32 or f64 */
 int64_t zs_llm_weight_bytes(const zs_llm *m); /* read per decode step */
 
-/* Writes m as safetensors at path (atomically): the GPT's tensor names,
+/* Writes m (a model on the CPU) as safetensors at path (atomically): the GPT's tensor names,
  * quantized tensors as U8 blocks or I8 rows (+ ".scale", ".smooth"), the
  * format of each in the metadata ("quant", "quant.<name>"), beside the
  * GPT config and extra_metadata's keys (a JSON object of strings or NULL). */

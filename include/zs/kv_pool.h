@@ -55,12 +55,18 @@ typedef struct zs_kv_pool_stats {
 
 /* NULL + error for a bad config or when the pool does not fit in memory. */
 zs_kv_pool *zs_kv_pool_new(const zs_kv_pool_config *c);
+/* The same with the blocks on device (ZS_CPU, or a registered device);
+ * the tables, counts and the prefix cache stay on the host. */
+zs_kv_pool *zs_kv_pool_new_on(const zs_kv_pool_config *c, int device);
 void zs_kv_pool_free(zs_kv_pool *p);
 const zs_kv_pool_config *zs_kv_pool_config_of(const zs_kv_pool *p);
 /* Block 0's first element: block b starts b * 2 * layers * block_size *
  * heads * head_dim elements further (the layout above), for kernels that
- * read through block tables. */
+ * read through block tables: an address on the pool's device. */
 void *zs_kv_pool_data(zs_kv_pool *p);
+/* The whole pool as one 1-D tensor of its dtype on its device (borrowed:
+ * valid while the pool lives), for the operators that read and write it. */
+zs_tensor *zs_kv_pool_tensor(zs_kv_pool *p);
 
 /* An empty sequence (no blocks). */
 void zs_kv_seq_init(zs_kv_seq *s);
@@ -76,7 +82,7 @@ zs_status zs_kv_seq_fork(zs_kv_pool *p, const zs_kv_seq *src, zs_kv_seq *dst);
  * s is unchanged. */
 zs_status zs_kv_seq_append(zs_kv_pool *p, zs_kv_seq *s, int64_t n);
 /* The K (kv 0) or V (kv 1) row of position pos of layer, heads * head_dim
- * elements; pos < s->n_tokens. */
+ * elements; pos < s->n_tokens. An address on the pool's device. */
 void *zs_kv_seq_row(zs_kv_pool *p, const zs_kv_seq *s, int kv, int64_t layer,
                     int64_t pos);
 

@@ -214,7 +214,7 @@ zs_engine *zs_engine_new(const zs_llm *m, const zs_bpe *tokenizer,
     e->row = malloc((size_t)m->c.vocab * sizeof *e->row);
     e->tmp = malloc((size_t)m->c.vocab * sizeof *e->tmp);
     e->pads = c.static_batching ? malloc((size_t)c.max_num_seqs * sizeof *e->pads) : NULL;
-    if (!(e->pool = zs_kv_pool_new(&pc)) || !e->row || !e->tmp ||
+    if (!(e->pool = zs_kv_pool_new_on(&pc, m->device)) || !e->row || !e->tmp ||
         (c.static_batching && !e->pads)) {
         if (e->pool)
             oom();

@@ -10,45 +10,53 @@
  * its prompt was chunked or on what else ran in the step (batch
  * invariance). The fused causal kernel of training is not used here: its
  * tiling follows the chunk's length.
+ *
+ * Devices: the weights, the work buffers and the pool are tensors on the
+ * model's device, and every computation is a driver call of one of
+ * ops/infer_ops.h's descriptors, so the same code runs on the CPU (where
+ * the tensors wrap the host buffers: no copies) and on any device with
+ * kernels for them. Per step the host builds the metadata (ids, positions,
+ * block tables) and copies it there once, and copies the logits back once.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "infer/internal.h"
-#include "kernels/cpu/norm.h"
-#include "kernels/cpu/paged_attention.h"
+#include "ops/op.h"
 
-static void *grow(void *p, size_t n)
+/* A new untracked tensor of n elements on device, replacing *t. */
+static bool renew(zs_tensor **t, int device, zs_dtype dt, int64_t n)
 {
-    void *q = realloc(p, n ? n : 1);
-    if (!q)
-        free(p);
-    return q;
+    zs_release(*t);
+    zsi_tracking_pause();
+    *t = zsi_new_tensor_on(device, dt, 1, (int64_t[]){n > 0 ? n : 1});
+    zsi_tracking_resume();
+    return *t != NULL;
 }
 
 zs_status zsi_work_reserve(zsi_work *w, const zs_llm *m, int64_t rows, int64_t out_rows)
 {
-    int64_t C = m->c.width;
-    size_t es = zs_dtype_size(m->dt);
+    int64_t C = m->c.width, V = m->c.vocab;
+    int dev = m->device;
+    if (w->device != dev || !w->x) { /* a fresh work, or another model's */
+        zsi_work_free(w);
+        w->device = dev;
+    }
     if (rows > w->rows) {
-        w->x = grow(w->x, (size_t)(rows * C) * es);
-        w->h = grow(w->h, (size_t)(rows * C) * es);
-        w->big = grow(w->big, (size_t)(rows * 4 * C) * es);
-        w->att = grow(w->att, (size_t)(rows * C) * es);
-        w->q = grow(w->q, (size_t)(rows * C) * es);
-        w->len = grow(w->len, (size_t)rows * sizeof *w->len);
         w->rows = rows;
-        if (!w->x || !w->h || !w->big || !w->att || !w->q || !w->len) {
+        if (!renew(&w->x, dev, m->dt, rows * C) || !renew(&w->h, dev, m->dt, rows * C) ||
+            !renew(&w->big, dev, m->dt, rows * 4 * C) ||
+            !renew(&w->att, dev, m->dt, rows * C) || !renew(&w->q, dev, m->dt, rows * C)) {
             zsi_work_free(w);
             return zs_set_error_code(ZS_ERR_NOMEM, "llm: out of memory for a batch "
                                      "of %lld tokens", (long long)rows);
         }
     }
     if (out_rows > w->out_rows) {
-        w->hout = grow(w->hout, (size_t)(out_rows * C) * es);
         w->out_rows = out_rows;
-        if (!w->hout) {
+        if (!renew(&w->hout, dev, m->dt, out_rows * C) ||
+            (dev != ZS_CPU && !renew(&w->logits, dev, m->dt, out_rows * V))) {
             zsi_work_free(w);
             return zs_set_error_code(ZS_ERR_NOMEM, "llm: out of memory");
         }
@@ -58,167 +66,216 @@ zs_status zsi_work_reserve(zsi_work *w, const zs_llm *m, int64_t rows, int64_t o
 
 void zsi_work_free(zsi_work *w)
 {
-    free(w->x), free(w->h), free(w->big), free(w->att), free(w->q), free(w->len);
-    free(w->hout);
+    zs_release(w->x), zs_release(w->h), zs_release(w->big), zs_release(w->att);
+    zs_release(w->q), zs_release(w->hout), zs_release(w->logits), zs_release(w->tmeta);
+    free(w->meta);
     *w = (zsi_work){0};
+}
+
+/* ---- the step's metadata ------------------------------------------------- */
+
+/* Writes the step's metadata (ops/infer_ops.h) into w->meta and puts it on
+ * the device: token ids, positions, each row's table offset, the out rows,
+ * then one block table per run of rows sharing a table (the blocks of
+ * positions up to the run's last). On the CPU w->tmeta wraps w->meta; on
+ * another device this is the step's one copy to it. */
+static zs_status step_meta(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b,
+                           zsi_work *w, zsi_step_meta *sm)
+{
+    int64_t n = b->n, bs = zs_kv_pool_config_of(pool)->block_size;
+    *sm = (zsi_step_meta){n, b->n_out, 0, n, 2 * n, 3 * n, 3 * n + b->n_out};
+    for (int64_t i = 0; i < n;) { /* a run of rows of one table */
+        int64_t j = i, most = 0;
+        for (; j < n && b->tables[j] == b->tables[i]; j++)
+            most = b->pos[j] > most ? b->pos[j] : most;
+        sm->len += most / bs + 1;
+        i = j;
+    }
+    if (sm->len > INT32_MAX)
+        return zs_set_error("llm: a step of %lld rows is too large", (long long)n);
+    if (sm->len > w->meta_cap) {
+        int64_t cap = sm->len > 2 * w->meta_cap ? sm->len : 2 * w->meta_cap;
+        int32_t *p = realloc(w->meta, (size_t)cap * sizeof *p);
+        if (!p)
+            return zs_set_error_code(ZS_ERR_NOMEM, "llm: out of memory");
+        w->meta = p;
+        w->meta_cap = cap;
+        zs_release(w->tmeta);
+        zsi_tracking_pause();
+        w->tmeta = m->device == ZS_CPU
+                       ? zs_from_blob(ZS_I32, 1, (int64_t[]){cap}, p)
+                       : zsi_new_tensor_on(m->device, ZS_I32, 1, (int64_t[]){cap});
+        zsi_tracking_resume();
+        if (!w->tmeta) {
+            w->meta_cap = 0;
+            return ZS_ERR_NOMEM;
+        }
+    }
+    int32_t *a = w->meta;
+    int64_t at = sm->out + b->n_out;
+    for (int64_t i = 0; i < n; i++) {
+        a[sm->tok + i] = b->tokens[i];
+        a[sm->pos + i] = (int32_t)b->pos[i];
+    }
+    for (int64_t i = 0; i < b->n_out; i++)
+        a[sm->out + i] = (int32_t)b->out_rows[i];
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i, most = 0;
+        for (; j < n && b->tables[j] == b->tables[i]; j++) {
+            most = b->pos[j] > most ? b->pos[j] : most;
+            a[sm->tab + j] = (int32_t)at;
+        }
+        memcpy(a + at, b->tables[i], (size_t)(most / bs + 1) * sizeof *a);
+        at += most / bs + 1;
+        i = j;
+    }
+    if (m->device == ZS_CPU)
+        return ZS_OK;
+    return zsi_device_copy(m->device, zsi_ptr(w->tmeta), a, (size_t)sm->len * sizeof *a,
+                           ZS_COPY_FROM_HOST);
+}
+
+/* Runs in-place descriptor def (ops/infer_ops.h) on in[0 .. n). */
+static zs_status run(zsi_opdef *def, int n, zs_tensor **in, const void *attrs)
+{
+    zs_tensor *r = zsi_run(def, n, in, attrs);
+    if (!r)
+        return ZS_ERR_ARG;
+    zs_release(r); /* in[0], retained */
+    return ZS_OK;
+}
+
+/* y = layer_norm(x) * w + b over n rows; y may be x. */
+static zs_status norm(const zs_llm *m, zs_tensor *x, zs_tensor *wt, zs_tensor *bt, int64_t n,
+                      zs_tensor *y)
+{
+    zsi_norm_rows_attrs a = {n, m->c.width, 1e-5};
+    return run(&zsi_def_layer_norm_rows, 4, (zs_tensor *[]){y, x, wt, bt}, &a);
 }
 
 /* ---- embeddings ---------------------------------------------------------- */
 
-/* Row id of the token embedding into dst (compute dtype). */
-static zs_status embedding_row(const zs_llm *m, int32_t id, void *dst)
+static zs_status embed(const zs_llm *m, const zsi_step_meta *sm, zsi_work *w)
 {
-    int64_t C = m->c.width;
-    size_t es = zs_dtype_size(m->dt);
-    if (m->wte) {
-        memcpy(dst, (const char *)m->wte + (size_t)id * (size_t)C * es, (size_t)C * es);
-        return ZS_OK;
-    }
-    return zsk_qpacked_row(&m->head.tiles, id, dst); /* quantized: the head's row */
-}
-
-static zs_status embed(const zs_llm *m, const zsi_batch *b, void *x)
-{
-    int64_t C = m->c.width;
-    size_t es = zs_dtype_size(m->dt);
-    for (int64_t i = 0; i < b->n; i++) {
-        char *r = (char *)x + (size_t)(i * C) * es;
-        zs_status s = embedding_row(m, b->tokens[i], r);
-        if (s != ZS_OK)
-            return s;
-        if (m->c.arch == ZS_BLOOM)
-            continue;
-        const char *p = (const char *)m->wpe + (size_t)(b->pos[i] * C) * es;
-        for (int64_t c = 0; c < C; c++) {
-            if (m->dt == ZS_F64)
-                ((double *)r)[c] += ((const double *)p)[c];
-            else
-                ((float *)r)[c] += ((const float *)p)[c];
-        }
-    }
-    if (m->c.arch == ZS_BLOOM)
-        zsk_layer_norm(m->dt, x, m->emb_ln_w, m->emb_ln_b, b->n, C, 1e-5, x, NULL, NULL);
-    return ZS_OK;
+    bool dense = m->twte != m->head.tw; /* else the quantized head's rows */
+    zsi_embed_attrs a = {*sm, m->c.width, m->c.vocab,
+                         dense ? (m->dt == ZS_F64 ? ZSI_W_F64 : ZSI_W_F32) : m->head.fmt,
+                         m->twpe != NULL, m->head.tiles.tile_bytes};
+    zs_tensor *in[4] = {w->x, w->tmeta, m->twte, m->twpe};
+    zs_status s = run(&zsi_def_embedding_rows, 3 + (m->twpe != NULL), in, &a);
+    if (s == ZS_OK && m->c.arch == ZS_BLOOM)
+        s = norm(m, w->x, m->temb_ln_w, m->temb_ln_b, sm->n, w->x);
+    return s;
 }
 
 /* ---- attention ----------------------------------------------------------- */
 
-/* One K or V row of C floats into the pool's 16-bit dtype kv (rounded to
- * nearest even, as zs_f32_to_bf16 / zs_f32_to_f16). */
-static void narrow_row(zs_dtype kv, const float *src, int64_t C, uint16_t *dst)
-{
-    for (int64_t c = 0; c < C; c++)
-        dst[c] = kv == ZS_BF16 ? zs_f32_to_bf16(src[c]) : zs_f32_to_f16(src[c]);
-}
-
 /* Keys and values of every row of layer l from qkv [n, 3C] into the pool
- * (in its dtype: the model's, or 16 bits for an f32 model), and the
- * queries into w->q [n, C]. */
-static void store_kv(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b, int64_t l,
-                     zsi_work *w)
+ * (in its dtype: the model's, or 16 bits for an f32 model), the queries
+ * into w->q [n, C]; then attention over each row's positions into w->att. */
+static zs_status attend(const zs_llm *m, zs_kv_pool *pool, const zsi_step_meta *sm,
+                        int64_t l, zsi_work *w)
 {
     const zs_kv_pool_config *pc = zs_kv_pool_config_of(pool);
-    int64_t C = m->c.width, L = m->c.layers, bs = pc->block_size;
-    size_t es = zs_dtype_size(m->dt), row = (size_t)C * es;
-    size_t kv_row = (size_t)C * zs_dtype_size(pc->dtype);
-    bool same = pc->dtype == m->dt;
-    char *base = zs_kv_pool_data(pool);
-    for (int64_t i = 0; i < b->n; i++) {
-        const char *qkv = (const char *)w->big + (size_t)(i * 3) * row;
-        int64_t blk = b->tables[i][b->pos[i] / bs], slot = b->pos[i] % bs;
-        char *k = base + ((size_t)(blk * 2 * L + l) * (size_t)bs + (size_t)slot) * kv_row;
-        char *v = k + (size_t)(L * bs) * kv_row;
-        memcpy((char *)w->q + (size_t)i * row, qkv, row);
-        if (same) {
-            memcpy(k, qkv + row, row);
-            memcpy(v, qkv + 2 * row, row);
-        } else {
-            narrow_row(pc->dtype, (const float *)(qkv + row), C, (uint16_t *)k);
-            narrow_row(pc->dtype, (const float *)(qkv + 2 * row), C, (uint16_t *)v);
-        }
-        w->len[i] = b->pos[i] + 1;
-    }
-}
-
-static zs_status attend(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b, int64_t l,
-                        zsi_work *w)
-{
-    const zs_kv_pool_config *pc = zs_kv_pool_config_of(pool);
-    int64_t C = m->c.width, H = m->c.heads, D = C / H, L = m->c.layers;
-    int64_t bs = pc->block_size, per = bs * C;
-    if (m->dt == ZS_F64) {
-        zsk_paged_attn_f64 a = {b->n, H, D, w->q, zs_kv_pool_data(pool), 2 * L * per,
-                                l * per, (L + l) * per, bs, b->tables, w->len,
-                                1 / sqrt((double)D), m->slopes64};
-        return zsk_paged_attention_f64(&a, w->att);
-    }
-    zsk_paged_attn a = {b->n, H, D, w->q, zs_kv_pool_data(pool), 2 * L * per, l * per,
-                        (L + l) * per, bs, b->tables, w->len,
-                        (float)(1 / sqrt((double)D)), m->slopes, pc->dtype};
-    return zsk_paged_attention_f32(&a, w->att);
+    int64_t C = m->c.width, H = m->c.heads, L = m->c.layers, bs = pc->block_size;
+    zs_tensor *tp = zs_kv_pool_tensor(pool);
+    zsi_kv_attrs ka = {*sm, C, L, l, bs};
+    zs_status s = run(&zsi_def_kv_store, 4, (zs_tensor *[]){w->q, tp, w->big, w->tmeta}, &ka);
+    if (s != ZS_OK)
+        return s;
+    zsi_paged_attn_attrs aa = {*sm, H, C / H, L, l, bs, m->tslopes != NULL};
+    zs_tensor *in[5] = {w->att, w->q, tp, w->tmeta, m->tslopes};
+    return run(&zsi_def_paged_attention, 4 + (m->tslopes != NULL), in, &aa);
 }
 
 /* ---- blocks -------------------------------------------------------------- */
 
-/* SmoothQuant calibration: the largest |x| per channel of x [n, K]. */
-static void observe(const zs_llm *m, int which, int64_t l, const float *x, int64_t n,
+/* SmoothQuant calibration: the largest |x| per channel of x [n, K] (a
+ * calibrating model is on the CPU). */
+static void observe(const zs_llm *m, int which, int64_t l, const zs_tensor *t, int64_t n,
                     int64_t K)
 {
     if (!m->calib)
         return;
+    const float *x = zs_data(t);
     float *a = m->calib->amax[which] + l * K;
     for (int64_t i = 0; i < n; i++)
         for (int64_t k = 0; k < K; k++)
             a[k] = fmaxf(a[k], fabsf(x[i * K + k]));
 }
 
-static zs_status block(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b, int64_t l,
-                       zsi_work *w)
+static zs_status block(const zs_llm *m, zs_kv_pool *pool, const zsi_step_meta *sm,
+                       int64_t l, zsi_work *w)
 {
     const zsi_layer *y = &m->layers[l];
-    int64_t n = b->n, C = m->c.width;
-    zs_dtype dt = m->dt;
-    zsk_layer_norm(dt, w->x, y->ln1_w, y->ln1_b, n, C, 1e-5, w->h, NULL, NULL);
-    observe(m, 0, l, w->h, n, C);
-    zs_status s = zsi_linear_run(&y->qkv, dt, w->h, n, C, NULL, 0, ZSK_ACT_NONE, w->big,
-                                 3 * C);
+    int64_t n = sm->n, C = m->c.width;
+    zs_status s = norm(m, w->x, y->tln1_w, y->tln1_b, n, w->h);
     if (s != ZS_OK)
         return s;
-    store_kv(m, pool, b, l, w);
-    if ((s = attend(m, pool, b, l, w)) != ZS_OK)
+    observe(m, 0, l, w->h, n, C);
+    s = zsi_linear_run(&y->qkv, w->h, n, C, NULL, 0, ZSK_ACT_NONE, w->big, 3 * C);
+    if (s != ZS_OK || (s = attend(m, pool, sm, l, w)) != ZS_OK)
         return s;
     observe(m, 1, l, w->att, n, C);
-    s = zsi_linear_run(&y->proj, dt, w->att, n, C, w->x, C, ZSK_ACT_NONE, w->x, C);
-    if (s != ZS_OK)
+    s = zsi_linear_run(&y->proj, w->att, n, C, w->x, C, ZSK_ACT_NONE, w->x, C);
+    if (s != ZS_OK || (s = norm(m, w->x, y->tln2_w, y->tln2_b, n, w->h)) != ZS_OK)
         return s;
-    zsk_layer_norm(dt, w->x, y->ln2_w, y->ln2_b, n, C, 1e-5, w->h, NULL, NULL);
     observe(m, 2, l, w->h, n, C);
-    s = zsi_linear_run(&y->fc, dt, w->h, n, C, NULL, 0, ZSK_ACT_GELU_TANH, w->big, 4 * C);
+    s = zsi_linear_run(&y->fc, w->h, n, C, NULL, 0, ZSK_ACT_GELU_TANH, w->big, 4 * C);
     if (s != ZS_OK)
         return s;
     observe(m, 3, l, w->big, n, 4 * C);
-    return zsi_linear_run(&y->fc2, dt, w->big, n, 4 * C, w->x, C, ZSK_ACT_NONE, w->x, C);
+    return zsi_linear_run(&y->fc2, w->big, n, 4 * C, w->x, C, ZSK_ACT_NONE, w->x, C);
+}
+
+/* The tensor the head writes the logits of n_out rows into: on the CPU
+ * the caller's buffer itself (wrapped, the wrapper kept while it stays). */
+static zs_tensor *logits_tensor(const zs_llm *m, zsi_work *w, void *logits, int64_t n_out)
+{
+    if (m->device != ZS_CPU)
+        return w->logits;
+    int64_t n = n_out * m->c.vocab;
+    if (w->logits && w->logits_at == logits && w->logits_n >= n)
+        return w->logits;
+    zs_release(w->logits);
+    zsi_tracking_pause();
+    w->logits = zs_from_blob(m->dt, 1, (int64_t[]){n}, logits);
+    zsi_tracking_resume();
+    w->logits_at = logits;
+    w->logits_n = n;
+    return w->logits;
 }
 
 zs_status zsi_forward(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b,
                       zsi_work *w, void *logits)
 {
     int64_t C = m->c.width;
-    size_t es = zs_dtype_size(m->dt);
+    zsi_step_meta sm;
     zs_status s = zsi_work_reserve(w, m, b->n, b->n_out);
     if (s == ZS_OK)
-        s = embed(m, b, w->x);
+        s = step_meta(m, pool, b, w, &sm);
+    if (s == ZS_OK)
+        s = embed(m, &sm, w);
     for (int64_t l = 0; s == ZS_OK && l < m->c.layers; l++)
-        s = block(m, pool, b, l, w);
+        s = block(m, pool, &sm, l, w);
     if (s != ZS_OK || b->n_out == 0)
         return s;
-    for (int64_t i = 0; i < b->n_out; i++)
-        memcpy((char *)w->hout + (size_t)(i * C) * es,
-               (const char *)w->x + (size_t)(b->out_rows[i] * C) * es, (size_t)C * es);
-    zsk_layer_norm(m->dt, w->hout, m->lnf_w, m->lnf_b, b->n_out, C, 1e-5, w->hout, NULL,
-                   NULL);
-    return zsi_linear_run(&m->head, m->dt, w->hout, b->n_out, C, NULL, 0, ZSK_ACT_NONE,
-                          logits, m->c.vocab);
+    zsi_gather_attrs ga = {sm, C};
+    s = run(&zsi_def_gather_rows, 3, (zs_tensor *[]){w->hout, w->x, w->tmeta}, &ga);
+    if (s == ZS_OK)
+        s = norm(m, w->hout, m->tlnf_w, m->tlnf_b, b->n_out, w->hout);
+    zs_tensor *lt = s == ZS_OK ? logits_tensor(m, w, logits, b->n_out) : NULL;
+    if (s == ZS_OK && !lt)
+        s = ZS_ERR_NOMEM;
+    if (s == ZS_OK)
+        s = zsi_linear_run(&m->head, w->hout, b->n_out, C, NULL, 0, ZSK_ACT_NONE, lt,
+                           m->c.vocab);
+    if (s != ZS_OK || m->device == ZS_CPU)
+        return s;
+    /* the step's one copy back: the logits of the out rows */
+    return zsi_device_copy(m->device, logits, zsi_ptr(lt),
+                           (size_t)(b->n_out * m->c.vocab) * zs_dtype_size(m->dt),
+                           ZS_COPY_TO_HOST);
 }
 
 /* ---- a cold run of one sequence ------------------------------------------ */
@@ -235,7 +292,7 @@ zs_status zs_llm_logits(const zs_llm *m, const int32_t *tokens, int64_t n, float
     int64_t bs = 16, chunk = 256, V = m->c.vocab;
     zs_kv_pool_config pc = {m->c.layers, m->c.heads, m->c.width / m->c.heads, bs,
                             (n + bs - 1) / bs, m->dt};
-    zs_kv_pool *pool = zs_kv_pool_new(&pc);
+    zs_kv_pool *pool = zs_kv_pool_new_on(&pc, m->device);
     zs_kv_seq seq;
     zs_kv_seq_init(&seq);
     zsi_work w = {0};

@@ -13,19 +13,9 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/qpacked.h"
+#include "ops/infer_ops.h" /* zsi_wfmt, the forward pass's descriptors */
 #include "zs/infer.h"
 #include "zs/kv_pool.h"
-
-/* How one linear layer's weight W [N, K] is held. */
-typedef enum zsi_wfmt {
-    ZSI_W_F32,  /* packed panels (zsk_packed_f32) */
-    ZSI_W_F64,  /* plain [N, K] doubles (a float64 model) */
-    ZSI_W_Q8_0, /* 16-row tiles of 32-blocks (kernels/cpu/qpacked.h) */
-    ZSI_W_Q4_0,
-    ZSI_W_Q4_1,
-    ZSI_W_I8,   /* int8 [N, K] + one f32 scale per row (zsk_i8_linear):
-                 * LLM.int8() with a threshold, SmoothQuant with smooth */
-} zsi_wfmt;
 
 typedef struct zsi_linear {
     zsi_wfmt fmt;
@@ -40,6 +30,11 @@ typedef struct zsi_linear {
     void *bias;            /* [N] in the compute dtype, or NULL */
     bool in_arena;         /* the weights (packed, tiles or w) lie in the
                             * layer's arena, which owns them */
+    /* The same as tensors on the model's device (what the forward pass
+     * runs on): on the CPU they wrap the buffers above; on another device
+     * they own the device's copy and the host buffers are gone (NULL). */
+    zs_tensor *tw;         /* u8 [weight bytes] (a view of the layer's arena) */
+    zs_tensor *tscale, *tsmooth, *tbias;
 } zsi_linear;
 
 typedef struct zsi_layer {
@@ -47,6 +42,8 @@ typedef struct zsi_layer {
     zsi_linear qkv, proj, fc, fc2;       /* c_attn, attn.c_proj, c_fc, mlp.c_proj */
     void *arena;                         /* the four linears' weights, one
                                           * zs_alloc block (zsi_layer_gather) */
+    int64_t arena_bytes;
+    zs_tensor *tarena, *tln1_w, *tln1_b, *tln2_w, *tln2_b; /* on the device */
 } zsi_layer;
 
 /* Per-layer activation statistics for SmoothQuant: max |x| of every input
@@ -69,7 +66,13 @@ struct zs_llm {
     zsi_linear head;   /* logits = ln_f(x) wte^T: N = vocab, K = width */
     float *slopes;     /* [heads] ALiBi (BLOOM), f32 */
     double *slopes64;  /* the same in f64 */
-    zsi_calib *calib;  /* non-NULL while calibrating (f32 models) */
+    zsi_calib *calib;  /* non-NULL while calibrating (f32 models on the CPU) */
+    /* Where the forward pass runs: the buffers above as tensors on device
+     * (place.c). On the CPU they wrap the buffers; on another device the
+     * host buffers are freed (NULL) and the tensors own device memory. */
+    int device;
+    zs_tensor *twte;   /* the embedding rows' table: wte, or head.tw */
+    zs_tensor *twpe, *temb_ln_w, *temb_ln_b, *tlnf_w, *tlnf_b, *tslopes;
 };
 
 /* path: a checkpoint file or a training directory -> the checkpoint file
@@ -90,11 +93,22 @@ zsk_qfmt zsi_qfmt(zsi_wfmt f);
 /* l->tiles (and w_bytes) from quant.h's row blocks of l's block format,
  * borrowed: N = l->N rows of l->K / 32 blocks. */
 zs_status zsi_linear_tiles(zsi_linear *l, const void *blocks);
-/* y [M, ldy] = act(x W^T + bias) + residual (residual may be y itself).
+/* y [M, ldy] = act(x W^T + bias) + residual (residual may be y itself,
+ * NULL: none), through the packed_linear descriptor on the tensors' device
+ * (l's tensors, x, residual and y on one device, in the compute dtype).
  * Row m of y depends on row m of x only (batch invariance). */
-zs_status zsi_linear_run(const zsi_linear *l, zs_dtype dt, const void *x, int64_t M,
-                         int64_t ldx, const void *residual, int64_t ldr, zsk_act act,
-                         void *y, int64_t ldy);
+zs_status zsi_linear_run(const zsi_linear *l, zs_tensor *x, int64_t M, int64_t ldx,
+                         zs_tensor *residual, int64_t ldr, zsk_act act, zs_tensor *y,
+                         int64_t ldy);
+/* l's weight data (the pointer of its format, NULL once on a device) and
+ * its bytes (F32 panels are padded to 64 columns). */
+void *zsi_linear_weights(const zsi_linear *l, size_t *bytes);
+/* l's tensors (linear.c): wrappers of its host buffers (bias in dt; the
+ * weights a view of arena, the layer's arena wrapped, whose bytes start at
+ * base; arena NULL: l's own), or moved to device (arena: the layer's arena
+ * already there, or NULL), the host buffers then freed. */
+zs_status zsi_linear_wrap(zsi_linear *l, zs_dtype dt, zs_tensor *arena, const void *base);
+zs_status zsi_linear_move(zsi_linear *l, int device, zs_tensor *arena);
 /* The weight bytes one pass over l reads. */
 int64_t zsi_linear_bytes(const zsi_linear *l);
 /* Moves the weights of y's four linears into one block, y->arena, in the
@@ -114,13 +128,23 @@ typedef struct zsi_batch {
 } zsi_batch;
 
 /* Scratch memory for batches of up to rows tokens, kept between steps so a
- * serving loop does not fault fresh pages in every step. */
+ * serving loop does not fault fresh pages in every step: tensors on the
+ * model's device, in its compute dtype, 1-D of the capacity below. */
 typedef struct zsi_work {
     int64_t rows, out_rows;
-    void *x, *h, *big, *att; /* [rows, C], [rows, C], [rows, 4C], [rows, C] */
-    void *q;                 /* [rows, C] queries, contiguous per row */
-    void *hout;              /* [out_rows, C] */
-    int64_t *len;            /* [rows] */
+    int device;
+    zs_tensor *x, *h, *big, *att; /* [rows, C], [rows, C], [rows, 4C], [rows, C] */
+    zs_tensor *q;                 /* [rows, C] queries, contiguous per row */
+    zs_tensor *hout;              /* [out_rows, C] */
+    zs_tensor *logits;            /* [out_rows, V] on a device other than the CPU;
+                                   * on the CPU a wrapper of the caller's
+                                   * buffer (logits_at), remade when it moves */
+    void *logits_at;
+    int64_t logits_n;
+    int32_t *meta;                /* the step's metadata on the host ... */
+    int64_t meta_cap;
+    zs_tensor *tmeta;             /* ... and on the device ([meta_cap] i32; on
+                                   * the CPU it wraps meta) */
 } zsi_work;
 
 zs_status zsi_work_reserve(zsi_work *w, const zs_llm *m, int64_t rows, int64_t out_rows);
@@ -129,9 +153,24 @@ void zsi_work_free(zsi_work *w);
 /* Runs the batch's rows through the model: writes their K and V into the
  * pool at (table, pos), attends over positions 0 .. pos of each row's
  * sequence, and writes the logits of the out rows to logits [n_out, V]
- * (compute dtype). The pool's dtype is the model's compute dtype, or bf16
- * or f16 for an f32 model (keys and values rounded on the way in). */
+ * (compute dtype, host memory). The pool's dtype is the model's compute
+ * dtype, or bf16 or f16 for an f32 model (keys and values rounded on the
+ * way in); it lives on the model's device. Every computation runs through
+ * the driver (ops/infer_ops.h) on the model's device; on another device
+ * than the CPU the step's metadata goes there in one copy and the logits
+ * come back in one. */
 zs_status zsi_forward(const zs_llm *m, zs_kv_pool *pool, const zsi_batch *b,
                       zsi_work *w, void *logits);
+
+/* Places m's buffers on its device as tensors (place.c): on the CPU
+ * (m->device 0) wrappers of the host buffers, no copy; call once, when m
+ * is built. zsi_llm_move then moves a CPU model to another device: one
+ * copy of every buffer, the host buffers freed. On failure m stays usable
+ * where it was (move) or must be freed (wrap); message set. */
+zs_status zsi_llm_wrap(zs_llm *m);
+zs_status zsi_llm_move(zs_llm *m, int device);
+/* m (a new model, wrapped on the CPU) moved to o->device (o NULL: stays):
+ * m, or NULL + message with m freed. */
+zs_llm *zsi_llm_place(zs_llm *m, const zs_llm_options *o);
 
 #endif

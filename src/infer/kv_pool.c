@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "core/internal.h"
 #include "zs/kv_pool.h"
 
 #define EMPTY 0
@@ -20,8 +21,10 @@
 
 struct zs_kv_pool {
     zs_kv_pool_config c;
+    int device;                      /* where mem is */
     size_t token_bytes, block_bytes; /* one token of one layer's K; a block */
-    unsigned char *mem;
+    unsigned char *mem;              /* on the pool's device */
+    zs_tensor *tmem;                 /* the same, as a tensor */
     int32_t *ref, *filled;           /* holders; positions written */
     uint64_t *hash;                  /* prefix hash of a cached block, else 0 */
     int32_t *free_stack;
@@ -46,6 +49,11 @@ static size_t dtype_bytes(zs_dtype dt)
 
 zs_kv_pool *zs_kv_pool_new(const zs_kv_pool_config *cfg)
 {
+    return zs_kv_pool_new_on(cfg, ZS_CPU);
+}
+
+zs_kv_pool *zs_kv_pool_new_on(const zs_kv_pool_config *cfg, int device)
+{
     zs_kv_pool_config c = *cfg;
     c.block_size = c.block_size ? c.block_size : 16;
     size_t es = dtype_bytes(c.dtype);
@@ -55,11 +63,13 @@ zs_kv_pool *zs_kv_pool_new(const zs_kv_pool_config *cfg)
         !zsi_mul_i64(c.heads, c.head_dim, &row) ||
         !zsi_mul_i64(row, (int64_t)es, &tb) ||
         !zsi_mul_i64(tb, 2 * c.layers * c.block_size, &bb) ||
-        !zsi_mul_i64(bb, c.num_blocks, &total)) {
+        !zsi_mul_i64(bb, c.num_blocks, &total) ||
+        (device != ZS_CPU && !zs_device_get(device))) {
         zs_set_error("kv pool: bad config (layers %lld, heads %lld, head_dim %lld, "
-                     "block_size %lld, blocks %lld, dtype %s)", (long long)c.layers,
-                     (long long)c.heads, (long long)c.head_dim, (long long)c.block_size,
-                     (long long)c.num_blocks, zs_dtype_name(c.dtype));
+                     "block_size %lld, blocks %lld, dtype %s, device %s)",
+                     (long long)c.layers, (long long)c.heads, (long long)c.head_dim,
+                     (long long)c.block_size, (long long)c.num_blocks,
+                     zs_dtype_name(c.dtype), zs_device_name(device));
         return NULL;
     }
     zs_kv_pool *p = calloc(1, sizeof *p);
@@ -67,11 +77,21 @@ zs_kv_pool *zs_kv_pool_new(const zs_kv_pool_config *cfg)
     while (cap < 2 * nb)
         cap *= 2;
     if (p) {
-        *p = (zs_kv_pool){.c = c, .token_bytes = (size_t)tb, .block_bytes = (size_t)bb,
-                          .cap = cap, .lru_head = -1, .lru_tail = -1};
-        p->mem = malloc((size_t)total);
-        if (p->mem)
-            zs_advise_huge(p->mem, (size_t)total);
+        *p = (zs_kv_pool){.c = c, .device = device, .token_bytes = (size_t)tb,
+                          .block_bytes = (size_t)bb, .cap = cap, .lru_head = -1, .lru_tail = -1};
+        zsi_tracking_pause();
+        if (device == ZS_CPU) { /* malloc'd and wrapped, as before tensors */
+            p->mem = malloc((size_t)total);
+            if (p->mem)
+                zs_advise_huge(p->mem, (size_t)total);
+            p->tmem = p->mem ? zs_from_blob(c.dtype, 1, (int64_t[]){total / (int64_t)es},
+                                            p->mem)
+                             : NULL;
+        } else {
+            p->tmem = zs_empty_on(device, c.dtype, 1, (int64_t[]){total / (int64_t)es});
+            p->mem = p->tmem ? zsi_ptr(p->tmem) : NULL;
+        }
+        zsi_tracking_resume();
         p->ref = calloc((size_t)nb, sizeof *p->ref);
         p->filled = calloc((size_t)nb, sizeof *p->filled);
         p->hash = calloc((size_t)nb, sizeof *p->hash);
@@ -81,7 +101,7 @@ zs_kv_pool *zs_kv_pool_new(const zs_kv_pool_config *cfg)
         p->keys = calloc((size_t)cap, sizeof *p->keys);
         p->vals = calloc((size_t)cap, sizeof *p->vals);
     }
-    if (!p || !p->mem || !p->ref || !p->filled || !p->hash || !p->free_stack ||
+    if (!p || !p->mem || !p->tmem || !p->ref || !p->filled || !p->hash || !p->free_stack ||
         !p->prev || !p->next || !p->keys || !p->vals) {
         zs_kv_pool_free(p);
         zs_set_error_code(ZS_ERR_NOMEM, "kv pool: no memory for %lld blocks of %lld "
@@ -97,7 +117,10 @@ void zs_kv_pool_free(zs_kv_pool *p)
 {
     if (!p)
         return;
-    free(p->mem);
+    bool host = p->device == ZS_CPU;
+    zs_release(p->tmem); /* device memory goes with it */
+    if (host)
+        free(p->mem);
     free(p->ref);
     free(p->filled);
     free(p->hash);
@@ -111,6 +134,7 @@ void zs_kv_pool_free(zs_kv_pool *p)
 
 const zs_kv_pool_config *zs_kv_pool_config_of(const zs_kv_pool *p) { return &p->c; }
 void *zs_kv_pool_data(zs_kv_pool *p) { return p->mem; }
+zs_tensor *zs_kv_pool_tensor(zs_kv_pool *p) { return p->tmem; }
 
 /* ---- the hash table ---------------------------------------------------- */
 
@@ -295,7 +319,13 @@ zs_status zs_kv_seq_append(zs_kv_pool *p, zs_kv_seq *s, int64_t n)
         return st;
     if (cow) { /* the shared partial block: this sequence writes a copy */
         int32_t b = take(p);
-        memcpy(block_mem(p, b), block_mem(p, last), p->block_bytes);
+        if (p->device == ZS_CPU) {
+            memcpy(block_mem(p, b), block_mem(p, last), p->block_bytes);
+        } else if ((st = zsi_device_copy(p->device, block_mem(p, b), block_mem(p, last),
+                                         p->block_bytes, ZS_COPY_ON_DEVICE)) != ZS_OK) {
+            drop(p, b);
+            return st;
+        }
         p->filled[b] = p->filled[last];
         drop(p, last);
         s->blocks[s->n_blocks - 1] = b;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "infer/internal.h"
+#include "ops/op.h"
 
 static zs_status oom(void)
 {
@@ -103,6 +104,8 @@ zs_status zsi_linear_tiles(zsi_linear *l, const void *blocks)
 
 void zsi_linear_free(zsi_linear *l)
 {
+    zs_release(l->tw), zs_release(l->tscale), zs_release(l->tsmooth);
+    zs_release(l->tbias);
     if (l->in_arena) /* the layer's arena holds them */
         l->packed.data = NULL, l->tiles.data = NULL, l->w = NULL;
     zsk_packed_free(&l->packed);
@@ -116,7 +119,7 @@ void zsi_linear_free(zsi_linear *l)
 
 int64_t zsi_linear_bytes(const zsi_linear *l)
 {
-    return l->w_bytes + (l->scale ? l->N * 4 : 0);
+    return l->w_bytes + (l->fmt == ZSI_W_I8 ? l->N * 4 : 0);
 }
 
 /* ---- a layer's weights in one block -------------------------------------- */
@@ -160,6 +163,13 @@ static size_t weight_bytes(const zsi_linear *l)
 
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
+void *zsi_linear_weights(const zsi_linear *l, size_t *bytes)
+{
+    bool zs_owned;
+    *bytes = weight_bytes(l);
+    return weight_data(l, &zs_owned);
+}
+
 zs_status zsi_layer_gather(zsi_layer *y)
 {
     zsi_linear *ls[4] = {&y->qkv, &y->proj, &y->fc, &y->fc2}; /* forward order */
@@ -185,61 +195,113 @@ zs_status zsi_layer_gather(zsi_layer *y)
         off += round64(weight_bytes(ls[i]));
     }
     y->arena = a;
+    y->arena_bytes = (int64_t)total;
     return ZS_OK;
 }
 
-/* GPT-2's tanh GeLU of one value. */
-static double gelu(double x)
-{
-    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-}
-
-typedef struct f64_job {
-    const zsi_linear *l;
-    const double *x, *r;
-    double *y;
-    int64_t M, ldx, ldr, ldy;
-    zsk_act act;
-} f64_job;
-
-/* Outputs [n0, n1) of every row: the dot in increasing k. */
-static void f64_cols(void *ctx, int64_t n0, int64_t n1)
-{
-    const f64_job *j = ctx;
-    const double *W = j->l->w, *b = j->l->bias;
-    int64_t K = j->l->K;
-    for (int64_t m = 0; m < j->M; m++)
-        for (int64_t n = n0; n < n1; n++) {
-            double acc = 0;
-            for (int64_t k = 0; k < K; k++)
-                acc += j->x[m * j->ldx + k] * W[n * K + k];
-            acc += b ? b[n] : 0;
-            acc = j->act == ZSK_ACT_GELU_TANH ? gelu(acc) : acc;
-            j->y[m * j->ldy + n] = acc + (j->r ? j->r[m * j->ldr + n] : 0);
-        }
-}
-
-zs_status zsi_linear_run(const zsi_linear *l, zs_dtype dt, const void *x, int64_t M,
-                         int64_t ldx, const void *residual, int64_t ldr, zsk_act act,
-                         void *y, int64_t ldy)
+zs_status zsi_linear_run(const zsi_linear *l, zs_tensor *x, int64_t M, int64_t ldx,
+                         zs_tensor *residual, int64_t ldr, zsk_act act, zs_tensor *y,
+                         int64_t ldy)
 {
     if (M == 0)
         return ZS_OK;
-    if (dt == ZS_F64) {
-        f64_job j = {l, x, residual, y, M, ldx, ldr, ldy, act};
-        zs_parallel_for(l->N, 1 + 16384 / (l->K * M + 1), f64_cols, &j);
-        return ZS_OK;
+    zsi_linear_attrs a = {l->fmt, act, l->N, l->K, M, ldx, ldr, ldy,
+                          l->tiles.tile_bytes, l->threshold,
+                          l->tscale != NULL, l->tsmooth != NULL, l->tbias != NULL,
+                          residual != NULL};
+    zs_tensor *in[7] = {y, x, l->tw};
+    int n = 3;
+    if (l->tscale)
+        in[n++] = l->tscale;
+    if (l->tsmooth)
+        in[n++] = l->tsmooth;
+    if (l->tbias)
+        in[n++] = l->tbias;
+    if (residual)
+        in[n++] = residual;
+    zs_tensor *r = zsi_run(&zsi_def_packed_linear, n, in, &a);
+    if (!r)
+        return ZS_ERR_ARG;
+    zs_release(r); /* in[0], retained */
+    return ZS_OK;
+}
+
+/* ---- the weights as tensors ----------------------------------------------- */
+
+/* A tensor wrapping n elements of dt at p (host), untracked. */
+static zs_tensor *wrap(void *p, zs_dtype dt, int64_t n)
+{
+    zsi_tracking_pause();
+    zs_tensor *t = zs_from_blob(dt, 1, (int64_t[]){n}, p);
+    zsi_tracking_resume();
+    return t;
+}
+
+/* A u8 view of bytes [off, off + n) of arena, untracked. */
+static zs_tensor *arena_view(zs_tensor *arena, int64_t off, int64_t n)
+{
+    zsi_tracking_pause();
+    zs_tensor *t = zsi_new_view(arena, 1, (int64_t[]){n}, (int64_t[]){1}, off);
+    zsi_tracking_resume();
+    return t;
+}
+
+zs_status zsi_linear_wrap(zsi_linear *l, zs_dtype dt, zs_tensor *arena, const void *base)
+{
+    size_t nb;
+    void *w = zsi_linear_weights(l, &nb);
+    l->tw = arena && w ? arena_view(arena, (const char *)w - (const char *)base, (int64_t)nb)
+                       : wrap(w, ZS_U8, (int64_t)nb);
+    bool ok = l->tw != NULL;
+    if (ok && l->scale)
+        ok = (l->tscale = wrap(l->scale, ZS_F32, l->N)) != NULL;
+    if (ok && l->smooth)
+        ok = (l->tsmooth = wrap(l->smooth, ZS_F32, l->K)) != NULL;
+    if (ok && l->bias)
+        ok = (l->tbias = wrap(l->bias, dt, l->N)) != NULL;
+    return ok ? ZS_OK : oom();
+}
+
+/* *t replaced by its copy on device (NULL stays NULL). */
+static bool move_one(zs_tensor **t, int device)
+{
+    if (!*t)
+        return true;
+    zsi_tracking_pause();
+    zs_tensor *d = zs_to_device(*t, device);
+    zsi_tracking_resume();
+    if (!d)
+        return false;
+    zs_release(*t);
+    *t = d;
+    return true;
+}
+
+zs_status zsi_linear_move(zsi_linear *l, int device, zs_tensor *arena)
+{
+    bool ok = true;
+    if (arena) { /* the same bytes of the arena, now on the device */
+        int64_t off = l->tw->offset, n = zs_numel(l->tw);
+        zs_release(l->tw);
+        ok = (l->tw = arena_view(arena, off, n)) != NULL;
+    } else {
+        ok = move_one(&l->tw, device);
     }
-    switch (l->fmt) {
-    case ZSI_W_F32:
-        return zsk_packed_linear_f32(&l->packed, x, M, ldx, l->bias, residual, ldr, act,
-                                     y, ldy);
-    case ZSI_W_I8: {
-        zsk_i8_opts o = {l->smooth, l->threshold};
-        return zsk_i8_linear(l->w, l->scale, l->N, l->K, x, M, ldx, &o, l->bias,
-                             residual, ldr, act, y, ldy);
+    ok = ok && move_one(&l->tscale, device) && move_one(&l->tsmooth, device) &&
+         move_one(&l->tbias, device);
+    if (!ok)
+        return ZS_ERR_NOMEM;
+    if (!l->in_arena) { /* the host copies go (the arena's go with it) */
+        bool zs_owned;
+        void *w = weight_data(l, &zs_owned);
+        if (zs_owned)
+            zs_free(w);
+        else
+            free(w);
+        set_weight_data(l, NULL);
     }
-    default:
-        return zsk_qpacked_linear(&l->tiles, x, M, ldx, l->bias, residual, ldr, act, y, ldy);
-    }
+    free(l->scale), free(l->smooth), free(l->bias);
+    l->scale = l->smooth = NULL;
+    l->bias = NULL;
+    return ZS_OK;
 }

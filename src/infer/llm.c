@@ -61,12 +61,17 @@ void zs_llm_free(zs_llm *m)
         return;
     for (int64_t l = 0; m->layers && l < m->c.layers; l++) {
         zsi_layer *y = &m->layers[l];
+        zs_release(y->tln1_w), zs_release(y->tln1_b), zs_release(y->tln2_w);
+        zs_release(y->tln2_b), zs_release(y->tarena);
         free(y->ln1_w), free(y->ln1_b), free(y->ln2_w), free(y->ln2_b);
         zsi_linear_free(&y->qkv), zsi_linear_free(&y->proj);
         zsi_linear_free(&y->fc), zsi_linear_free(&y->fc2);
         zs_free(y->arena);
     }
     free(m->layers);
+    zs_release(m->twte), zs_release(m->twpe), zs_release(m->temb_ln_w);
+    zs_release(m->temb_ln_b), zs_release(m->tlnf_w), zs_release(m->tlnf_b);
+    zs_release(m->tslopes);
     zsi_linear_free(&m->head);
     free(m->wte), free(m->wpe), free(m->emb_ln_w), free(m->emb_ln_b);
     free(m->lnf_w), free(m->lnf_b), free(m->slopes), free(m->slopes64);
@@ -279,6 +284,8 @@ static zs_llm *build(const zs_gpt_config *c, const params *p, const zs_llm_optio
     zs_status s = build_outer(m, p);
     for (int64_t l = 0; s == ZS_OK && l < c->layers; l++)
         s = build_layer(m, p, l, cal);
+    if (s == ZS_OK)
+        s = zsi_llm_wrap(m);
     if (s != ZS_OK) {
         zs_llm_free(m);
         return NULL;
@@ -320,5 +327,14 @@ zs_llm *zs_llm_from_gpt(zs_module *gpt, const zs_llm_options *o)
     }
     calib_free(&cal);
     zs_names_free(p.n, p.t, p.names);
+    return zsi_llm_place(m, o);
+}
+
+zs_llm *zsi_llm_place(zs_llm *m, const zs_llm_options *o)
+{
+    if (m && o && o->device != ZS_CPU && zsi_llm_move(m, o->device) != ZS_OK) {
+        zs_llm_free(m);
+        return NULL;
+    }
     return m;
 }

@@ -142,6 +142,10 @@ zs_status zs_llm_save(const zs_llm *m, const char *path, const char *extra_metad
     if (m->quant == ZS_QUANT_NONE || m->dt != ZS_F32)
         return zs_set_error("llm_save: the model is not quantized (its float checkpoint "
                             "is the one to keep)");
+    if (m->device != ZS_CPU)
+        return zs_set_error("llm_save: the model lives on %s (its host buffers are "
+                            "gone): save it from a model opened on the cpu",
+                            zs_device_name(m->device));
     out_set o = {.ok = true};
     zs_status s = base_meta(m, extra_metadata, &o);
     int64_t C = m->c.width;
@@ -373,6 +377,8 @@ static zs_llm *read_quantized(in_set *in, zs_quant q)
     }
     for (int64_t i = 0; s == ZS_OK && i < m->c.layers; i++)
         s = read_layer(in, m, i);
+    if (s == ZS_OK)
+        s = zsi_llm_wrap(m);
     if (s != ZS_OK) {
         if (s == ZS_ERR_NOMEM)
             zs_set_error_code(ZS_ERR_NOMEM, "llm: out of memory");
@@ -427,7 +433,7 @@ zs_llm *zs_llm_open(const char *path, const zs_llm_options *o, zs_bpe **tokenize
         zs_set_error("%s is quantized as %s already; it cannot be loaded as %s", ckpt,
                      zs_quant_name(have), zs_quant_name(want));
     else
-        m = read_quantized(&in, have);
+        m = zsi_llm_place(read_quantized(&in, have), o);
     zs_tensor_set_free(&in.set);
     cJSON_Delete(in.meta);
     char tp[4300];

@@ -32,6 +32,13 @@ ZSI_OP(zsi_def_dropout_backward)
 /* embedding.c */
 ZSI_OP(zsi_def_embedding)
 ZSI_OP(zsi_def_embedding_backward)
+/* infer_ops.c */
+ZSI_OP(zsi_def_embedding_rows)
+ZSI_OP(zsi_def_gather_rows)
+ZSI_OP(zsi_def_kv_store)
+ZSI_OP(zsi_def_layer_norm_rows)
+ZSI_OP(zsi_def_packed_linear)
+ZSI_OP(zsi_def_paged_attention)
 /* inplace.c */
 ZSI_OP(zsi_def_axpy_)
 ZSI_OP(zsi_def_copy_)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # zs train gpt / zs generate end to end on a small text: the loss falls,
 # a resumed run repeats the uninterrupted run's per-step losses exactly,
-# generation streams text, and bad input (empty or binary corpus, a
+# generation streams text, generation on the test device (--device test)
+# prints the cpu's text (one prompt, batched prompts greedy and seeded,
+# q8_0), --device tpu is refused with the list of devices, and bad input (empty or binary corpus, a
 # sequence longer than the context, a tokenizer that does not match the
 # checkpoint, unknown flags) gives one clear message and exit status 2.
 # Hostile input (issue 17): flag values that do not fit (--max-new 1e30,
@@ -32,6 +34,24 @@ grep '"loss"' "$tmp/part/metrics.jsonl" | grep -E '"step":2[0-9],' | sed 's/,"to
 check "resume repeats steps 20-29 exactly ($(wc -l <"$tmp/a") steps)" '[ -s "$tmp/a" ] && cmp -s "$tmp/a" "$tmp/b"'
 "$zs" generate --ckpt "$tmp/full" --prompt "In the beginning" --max-new 20 --seed 1 >"$tmp/gen" 2>/dev/null
 check "generate prints the prompt and more" '[ $(wc -c <"$tmp/gen") -gt 20 ] && grep -q "In the beginning" "$tmp/gen"'
+# --device test: the model, its KV cache and every kernel on the test device
+# (memory the host may not touch): the same text as on the cpu, batched
+# prompts (greedy and seeded) and a quantized model too.
+"$zs" generate --ckpt "$tmp/full" --prompt "In the beginning" --max-new 20 --seed 1 \
+    --device test >"$tmp/gen_test" 2>/dev/null
+check "generate --device test = cpu" '[ $? -eq 0 ] && [ -s "$tmp/gen" ] && cmp -s "$tmp/gen" "$tmp/gen_test"'
+printf 'In the beginning\nand the light\nthe word was\n' > "$tmp/prompts"
+for gflags in "--temperature 0" "--temperature 0.9 --seed 3 --n 2" "--quant q8_0 --temperature 0"; do
+  eval "set -- $gflags"
+  "$zs" generate --ckpt "$tmp/full" --prompts "$tmp/prompts" --max-new 16 --kv-blocks 20 \
+      --block-size 8 --max-batched-tokens 24 "$@" >"$tmp/p_cpu" 2>/dev/null
+  "$zs" generate --ckpt "$tmp/full" --prompts "$tmp/prompts" --max-new 16 --kv-blocks 20 \
+      --block-size 8 --max-batched-tokens 24 "$@" --device test >"$tmp/p_test" 2>/dev/null
+  check "generate --prompts $gflags: --device test = --device cpu" \
+      '[ $(grep -c "=== prompt" "$tmp/p_cpu") -ge 3 ] && cmp -s "$tmp/p_cpu" "$tmp/p_test"'
+done
+refused "generate --device tpu" "devices: cpu, test" \
+        "$zs" generate --ckpt "$tmp/full" --prompt x --device tpu
 
 : > "$tmp/empty.txt"
 expect2 "empty corpus" "$zs" train gpt "${common[@]}" --steps 2 --data "$tmp/empty.txt" --out "$tmp/e"
