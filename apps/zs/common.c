@@ -130,7 +130,9 @@ void app_progress(bool tty, int64_t step, int64_t steps, double loss,
 
 int app_device(const char *cmd, const char *name)
 {
-    if (name && !strcmp(name, "test") && zs_test_device_enable() != ZS_OK) {
+    if (!name)
+        return ZS_CPU;
+    if (!strcmp(name, "test") && zs_test_device_enable() != ZS_OK) {
         fprintf(stderr, "%s: %s\n", cmd, zs_last_error());
         return -1;
     }

@@ -24,8 +24,8 @@ double app_now(void);
 void app_progress(bool tty, int64_t step, int64_t steps, double loss,
                      double tokens_per_s, double mfu, double eta_s);
 
-/* The device id of a --device value: "cpu", "test" (the test device,
- * registered on first use) or another registered device's name. -1 after
+/* The device id of a --device value: "cpu" (or NULL), "test" (the test
+ * device, registered on first use) or another registered device's name. -1 after
  * a one-line message on stderr naming cmd and the devices there are (the
  * caller exits with status 2). */
 int app_device(const char *cmd, const char *name);

@@ -239,21 +239,6 @@ static int generate(const gen_cfg *c, zs_llm *m, const zs_bpe *bpe, job *jobs, i
     return 0;
 }
 
-/* The id of --device NAME (enabling the test device for "test"), or -1 +
- * a message that lists the devices. */
-static int device_of(const char *name)
-{
-    if (!name || !strcmp(name, "cpu"))
-        return ZS_CPU;
-    if (!strcmp(name, "test"))
-        return zs_test_device_enable() == ZS_OK ? ZS_TEST_DEVICE : -1;
-    int d = zs_device_find(name);
-    if (d < 0)
-        zs_set_error("--device %s: no such device (devices: %s, test)", name,
-                     zs_device_list());
-    return d;
-}
-
 int cmd_generate(int argc, char **argv)
 {
     gen_cfg c;
@@ -268,8 +253,8 @@ int cmd_generate(int argc, char **argv)
     char *buf = NULL;
     job *jobs = NULL;
     int n = 0, rc = c.quant && zs_quant_parse(c.quant, &o.quant) != ZS_OK ? 2 : 0;
-    if (!rc && (o.device = device_of(c.device)) < 0)
-        rc = 2;
+    if (!rc && (o.device = app_device("zs generate", c.device)) < 0)
+        return 2; /* app_device printed why */
     if (!rc && o.quant == ZS_QUANT_W8A8) {
         zs_set_error("--quant w8a8 needs calibration: make the checkpoint with zs quantize");
         rc = 2;
