@@ -432,7 +432,7 @@ static void test_backward_descriptor(void)
     zs_tensor *w = zt_rand(ZS_F32, ZS_SHAPE(4, 3, 3, 2), 2);
     zs_tensor *gy = zt_rand(ZS_F32, ZS_SHAPE(2, 4, 5, 6), 3);
     conv_bw_attrs at = {{{2, 1}, {1, 0}, {1, 1}, 2}, true, true, false};
-    zs_tensor *r[2] = {0};
+    zs_tensor *r[3] = {0}; /* room for the wrong-count call below */
     zs_profile_reset();
     zs_profile_enable(true);
     zs_status st = zsi_run_n(bw, 3, (zs_tensor *[]){x, w, gy}, &at, 2, r);
