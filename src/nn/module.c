@@ -340,6 +340,25 @@ zs_status zs_module_flatten(zs_module *m, zs_tensor **flat_params,
     return st;
 }
 
+/* fn(t, arg) on every parameter, then every buffer of the tree, until
+ * one fails. */
+static zs_status each_state(zs_module *m, zs_status (*fn)(zs_tensor *, int),
+                            int arg)
+{
+    zs_tensor **ts;
+    char **nm;
+    zs_status st = ZS_OK;
+    for (int pass = 0; pass < 2 && st == ZS_OK; pass++) {
+        int n = pass ? zs_module_buffers(m, &ts, &nm) : zs_module_parameters(m, &ts, &nm);
+        if (n < 0)
+            return n;
+        for (int i = 0; i < n && st == ZS_OK; i++)
+            st = fn(ts[i], arg);
+        zs_names_free(n, ts, nm);
+    }
+    return st;
+}
+
 /* True when a module of the tree was flattened (its parameters are views
  * of one buffer that the root owns). */
 static bool is_flat(zs_module *m)
@@ -385,18 +404,7 @@ zs_status zs_module_to_device(zs_module *m, int device)
     if (is_flat(m))
         return zs_set_error("module_to_device: the module is flattened: move "
                             "it before zs_module_flatten");
-    zs_tensor **ts;
-    char **nm;
-    zs_status st = ZS_OK;
-    for (int pass = 0; pass < 2 && st == ZS_OK; pass++) {
-        int n = pass ? zs_module_buffers(m, &ts, &nm) : zs_module_parameters(m, &ts, &nm);
-        if (n < 0)
-            return n;
-        for (int i = 0; i < n && st == ZS_OK; i++)
-            st = move(ts[i], device);
-        zs_names_free(n, ts, nm);
-    }
-    return st;
+    return each_state(m, move, device);
 }
 
 int zs_module_device(zs_module *m)
@@ -411,16 +419,16 @@ int zs_module_device(zs_module *m)
 }
 
 /* Gives t new storage of dtype dt holding its converted values. */
-static zs_status convert(zs_tensor *t, zs_dtype dt)
+static zs_status convert(zs_tensor *t, int dt)
 {
     zsi_tracking_pause();
-    zs_tensor *c = zs_empty_on(t->device, dt, t->ndim, t->shape);
+    zs_tensor *c = zs_empty_on(t->device, (zs_dtype)dt, t->ndim, t->shape);
     zs_status st = c ? zs_copy_(c, t) : ZS_ERR_NOMEM;
     if (st == ZS_OK) {
         zs_storage *old = t->storage;
         t->storage = c->storage;
         zsi_storage_retain(t->storage);
-        t->dtype = dt;
+        t->dtype = (zs_dtype)dt;
         t->offset = 0;
         memcpy(t->strides, c->strides, sizeof t->strides);
         zsi_storage_release(old);
@@ -436,18 +444,7 @@ zs_status zs_module_to_dtype(zs_module *m, zs_dtype dt)
     if (!zs_dtype_is_float(dt))
         return zs_set_error("module_to_dtype: %s is not a float dtype",
                             zs_dtype_name(dt));
-    zs_tensor **ts;
-    char **nm;
-    zs_status st = ZS_OK;
-    for (int pass = 0; pass < 2 && st == ZS_OK; pass++) {
-        int n = pass ? zs_module_buffers(m, &ts, &nm) : zs_module_parameters(m, &ts, &nm);
-        if (n < 0)
-            return n;
-        for (int i = 0; i < n && st == ZS_OK; i++)
-            st = convert(ts[i], dt);
-        zs_names_free(n, ts, nm);
-    }
-    return st;
+    return each_state(m, convert, (int)dt);
 }
 
 void zs_module_zero_grad(zs_module *m)
