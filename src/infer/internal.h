@@ -109,6 +109,9 @@ void *zsi_linear_weights(const zsi_linear *l, size_t *bytes);
  * already there, or NULL), the host buffers then freed. */
 zs_status zsi_linear_wrap(zsi_linear *l, zs_dtype dt, zs_tensor *arena, const void *base);
 zs_status zsi_linear_move(zsi_linear *l, int device, zs_tensor *arena);
+/* *t (NULL stays NULL) replaced by its copy on device; false + message on
+ * failure, *t unchanged. */
+bool zsi_move_tensor(zs_tensor **t, int device);
 /* The weight bytes one pass over l reads. */
 int64_t zsi_linear_bytes(const zsi_linear *l);
 /* Moves the weights of y's four linears into one block, y->arena, in the

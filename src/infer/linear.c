@@ -263,7 +263,7 @@ zs_status zsi_linear_wrap(zsi_linear *l, zs_dtype dt, zs_tensor *arena, const vo
 }
 
 /* *t replaced by its copy on device (NULL stays NULL). */
-static bool move_one(zs_tensor **t, int device)
+bool zsi_move_tensor(zs_tensor **t, int device)
 {
     if (!*t)
         return true;
@@ -285,10 +285,10 @@ zs_status zsi_linear_move(zsi_linear *l, int device, zs_tensor *arena)
         zs_release(l->tw);
         ok = (l->tw = arena_view(arena, off, n)) != NULL;
     } else {
-        ok = move_one(&l->tw, device);
+        ok = zsi_move_tensor(&l->tw, device);
     }
-    ok = ok && move_one(&l->tscale, device) && move_one(&l->tsmooth, device) &&
-         move_one(&l->tbias, device);
+    ok = ok && zsi_move_tensor(&l->tscale, device) && zsi_move_tensor(&l->tsmooth, device) &&
+         zsi_move_tensor(&l->tbias, device);
     if (!ok)
         return ZS_ERR_NOMEM;
     if (!l->in_arena) { /* the host copies go (the arena's go with it) */

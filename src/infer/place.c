@@ -73,17 +73,13 @@ zs_status zsi_llm_wrap(zs_llm *m)
 }
 
 /* *t replaced by its copy on device; *host (the buffer it wrapped) freed. */
+/* *t replaced by its copy on device; *host (the buffer it wrapped) freed. */
 static bool move_buf(zs_tensor **t, void **host, int device)
 {
     if (!*t)
         return true;
-    zsi_tracking_pause();
-    zs_tensor *d = zs_to_device(*t, device);
-    zsi_tracking_resume();
-    if (!d)
+    if (!zsi_move_tensor(t, device))
         return false;
-    zs_release(*t);
-    *t = d;
     if (host) {
         free(*host);
         *host = NULL;
