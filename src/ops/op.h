@@ -161,9 +161,10 @@ typedef zs_tensor *(*zsi_view_fn)(const zsi_call *c);
 /* Saves in n (zsi_save, n->p) what the backward rule needs. */
 typedef void (*zsi_save_fn)(zsi_ctx *n, const zsi_call *c, zs_tensor *out);
 typedef zsi_cost (*zsi_cost_fn)(const zsi_call *c, const zs_tensor *out);
-/* A pointwise operator's formula on doubles (x[k] = input k's value):
- * the reference the tests use and what a fusion pass will compose. */
-typedef double (*zsi_scalar_fn)(const double *x, const zsi_attrs *a);
+/* A pointwise operator's formula on doubles (x[k] = input k's value;
+ * attrs: the call's attribute struct, the operator's own, as a node holds
+ * it): the reference the tests use and what a fusion pass will compose. */
+typedef double (*zsi_scalar_fn)(const double *x, const void *attrs);
 
 struct zsi_opdef {
     zsi_op op;           /* first: a zsi_opdef * is a zsi_op * */
