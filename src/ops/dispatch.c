@@ -160,7 +160,6 @@ static zs_status begin_call(zsi_call *c, zsi_opdef *def, int nin,
     c->nin = nin;
     c->in = in;
     c->attrs = a ? a : (const void *)none;
-    c->a = c->attrs;
     c->device = nin ? (int)in[0]->device : ZS_CPU;
     c->key = c->dtype = nin ? in[0]->dtype : ZS_F32;
     c->ndim = 0;
@@ -236,11 +235,7 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
         out = NULL;
     }
     if (n) {
-        memcpy(n->attrs, c.attrs, def->attr_size ? def->attr_size : sizeof(zsi_attrs));
-        if (!def->attr_size) { /* generic attributes, legacy slots */
-            memcpy(n->p.f, c.a->f, sizeof c.a->f);          /* p.f[0..3] */
-            memcpy(&n->p.i[4], c.a->i, sizeof c.a->i);      /* p.i[4..7] */
-        }
+        memcpy(n->attrs, c.attrs, def->attr_size); /* 0: the node's zeros */
         if (def->save)
             def->save(n, &c, out);
     }

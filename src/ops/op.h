@@ -7,8 +7,8 @@
  * by (device, dtype), what its backward rule needs (save), the backward
  * rule, and its cost model. zsi_run is the eager call: check inputs and
  * devices -> infer -> allocate on the device -> dispatch -> record for
- * autograd -> count the cost. A public operator is a few lines that fill a
- * zsi_attrs and call zsi_run.
+ * autograd -> count the cost. A public operator is a few lines that fill
+ * its attribute struct and call zsi_run.
  *
  * Layering: this layer never calls autograd. Autograd (above) installs the
  * recorder (zsi_set_recorder) that makes graph nodes; a node begins with a
@@ -39,17 +39,10 @@ typedef struct zsi_meta {
  * bytes) into the node, so forward, backward and a replay of the recorded
  * call read the same struct: `const softmax_attrs *a = c->attrs` in a
  * kernel, `= zsi_node_attrs(n)` in a backward rule. Attributes hold
- * values, never pointers to the caller's memory.
- *
- * zsi_attrs is the generic struct of the operators not yet given their
- * own (each documents its slots: clamp f[0] = lo, f[1] = hi); its ptr is
- * borrowed for the call only and is not valid in a node. */
+ * values, never pointers to the caller's memory. An operator with no
+ * parameters has attr_size 0 and is called with NULL: its node's attrs
+ * are zeros. */
 #define ZSI_ATTR_BYTES 128
-typedef struct zsi_attrs {
-    double f[4];
-    int64_t i[4];
-    const void *ptr;
-} zsi_attrs;
 #define ZSI_ATTRS(T)                                                        \
     _Static_assert(sizeof(T) <= ZSI_ATTR_BYTES,                             \
                    #T " is larger than ZSI_ATTR_BYTES")
@@ -70,8 +63,8 @@ typedef struct zsi_ctx {
     union {
         double f[16];
         int64_t i[16];
-    } p;                  /* what save computed for backward (slots 8..15;
-                           * legacy: generic attrs also in f[0..3], i[4..7]) */
+    } p;                  /* what save computed for backward (by convention
+                           * slots 8..15) */
     void *extra;          /* malloc'd parameters, freed with the record */
 } zsi_ctx;
 
@@ -116,8 +109,8 @@ typedef struct zsi_call {
     const zsi_opdef *def;
     int nin;
     zs_tensor *const *in;
-    const void *attrs;   /* the operator's attribute struct (borrowed) */
-    const zsi_attrs *a;  /* the same pointer, for generic-attribute operators */
+    const void *attrs;   /* the operator's attribute struct (borrowed;
+                          * zeros when the call passed NULL) */
     int device;
     zs_dtype key;
     zs_dtype dtype;
@@ -178,7 +171,7 @@ struct zsi_opdef {
     zsi_view_fn view;    /* ZSI_VIEW: replaces allocation and kernel */
     zsi_save_fn save;    /* NULL: the backward rule needs nothing */
     zsi_cost_fn cost;    /* NULL: flops per element, inputs read, output written */
-    size_t attr_size;    /* sizeof the attribute struct; 0: zsi_attrs */
+    size_t attr_size;    /* sizeof the attribute struct; 0: none */
     /* forward descriptors: the descriptors their backward rule runs
      * (NULL-terminated; for the `zs ops` table) */
     zsi_opdef *const *bw_ops;
@@ -193,9 +186,8 @@ struct zsi_opdef {
 /* The eager driver: runs def on nin inputs (NULL inputs: returns NULL with
  * the first error kept) with attributes a (the operator's struct, borrowed;
  * NULL: zeros). Returns a new tensor or NULL + message. When it records a
- * node, the attributes are copied whole into n->attrs (and, for generic
- * zsi_attrs, a->f to n->p.f[0..3] and a->i to n->p.i[4..7]) before
- * def->save runs; p slots 8..15 are the operator's. */
+ * node, the attributes are copied whole (def->attr_size bytes; none for 0)
+ * into n->attrs before def->save runs; n->p is the operator's. */
 zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
                    const void *a);
 /* zsi_run for an operator with up to ZSI_MAX_OUT results (a fused backward
