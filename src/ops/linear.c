@@ -191,13 +191,13 @@ static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
     if (st == ZS_OK)
         v = b ? zs_add(acc, b32) : zs_retain(acc);
     if (v && h)
-        st = zs_copy_(h, v);
+        st = zsi_copy_host(h, v);
     if (v)
         o = kind == LIN_GELU ? zs_gelu(v, ZS_GELU_TANH)
           : kind == LIN_RESIDUAL ? zs_add(v, r32) : zs_retain(v);
     zs_no_grad_pop();
     if (st == ZS_OK)
-        st = o ? zs_copy_(out, o) : ZS_ERR_NOMEM;
+        st = o ? zsi_copy_host(out, o) : ZS_ERR_NOMEM;
     zs_tensor *all[] = {acc, v, o, b32, r32};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         zs_release(all[i]);
@@ -306,7 +306,7 @@ static zs_status cpu_linear_f64(const zsi_call *c, zs_tensor *out)
     zs_no_grad_pop();
     zsi_tracking_resume();
     if (st == ZS_OK)
-        st = zs_copy_(out, o);
+        st = zsi_copy_host(out, o);
     c->aux[0] = h;
     zs_release(o);
     return st;

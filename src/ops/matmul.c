@@ -245,7 +245,7 @@ static zs_status run_matmul_bf16(const zsi_call *c, zs_tensor *out)
     zs_tensor *acc = zsi_new_tensor_on(c->device, ZS_F32, out->ndim, out->shape);
     zs_status st = acc ? run_matmul(c, acc) : ZS_ERR_NOMEM;
     if (st == ZS_OK)
-        st = zs_copy_(out, acc);
+        st = zsi_copy_host(out, acc); /* rounds to nearest even, once */
     zs_release(acc);
     zsi_tracking_resume();
     return st;

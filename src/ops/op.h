@@ -209,9 +209,10 @@ zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
 /* The infer of operators whose output has their first input's float dtype
  * and shape (the unary and scalar elementwise operators). */
 zs_status zsi_infer_same_float(zsi_call *c);
-/* A low-precision kernel written once: converts c's bf16/f16/fp8 inputs
- * to f32, runs the f32 kernel into an f32 result and rounds it into out
- * (FP32 arithmetic, one rounding). */
+/* A low-precision CPU kernel written once: converts c's bf16/f16/fp8
+ * inputs to f32, runs the f32 kernel into an f32 result and rounds it into
+ * out (FP32 arithmetic, one rounding). The conversions are host copies
+ * (zsi_copy_host), not driver calls: for CPU kernels only. */
 zs_status zsi_via_f32(const zsi_call *c, zs_tensor *out, zsi_kernel_fn f32);
 /* Every descriptor of the library (ops/oplist.h), NULL-terminated, from
  * before main: the table backends and passes walk. */

@@ -146,7 +146,7 @@ static zs_status cpu_sum(const zsi_call *c, zs_tensor *out)
         zsk_binary_scalar(out->dtype, ZSK_MUL, &it, zs_data(out), zs_data(out),
                           1.0 / (double)p.R);
     } else if (c->def == &zsi_def_mean) {
-        zs_fill_(out, 0.0 / 0.0);
+        zsi_fill_host(out, 0.0 / 0.0);
     }
     zs_release(p.x);
     return ZS_OK;
