@@ -167,29 +167,37 @@ static double scalar_form_fn(const double *x, const void *attrs)
     return apply(a, x[0], a->s);
 }
 
-#define BINARY(var, nm, form, bw, sv)                                         \
-    zsi_opdef var = {                                                  \
+/* What zsi_sum_to runs (bf16 and f16 sum in f32) */
+#define SUM_TO &zsi_def_sum, &zsi_def_view, &zsi_def_to_dtype
+
+#define BINARY(var, nm, form, bw, sv, ...)                                    \
+    zsi_opdef var = {                                                         \
         .op = {.name = nm, .backward = bw}, .arity = 2,                       \
         .cls = ZSI_POINTWISE, .formula = form, .scalar = binary_scalar_fn,    \
         .flops = 1, .infer = infer_binary,                                    \
         .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_binary, [ZS_F64] = cpu_binary,  \
                                [ZS_BF16] = cpu_binary_lowp}},                 \
-        .save = sv, .attr_size = sizeof(binary_attrs)}
-#define SCALAR(var, nm, form, bw)                                             \
-    zsi_opdef var = {                                                  \
+        .save = sv, .attr_size = sizeof(binary_attrs),                        \
+        .bw_ops = (zsi_opdef *const[]){__VA_ARGS__, NULL}}
+#define SCALAR(var, nm, form, bw, bwops)                                      \
+    zsi_opdef var = {                                                         \
         .op = {.name = nm, .backward = bw}, .arity = 1,                       \
         .cls = ZSI_POINTWISE, .formula = form, .scalar = scalar_form_fn,      \
         .flops = 1, .infer = zsi_infer_same_float,                            \
         .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_scalar, [ZS_F64] = cpu_scalar,  \
                                [ZS_BF16] = cpu_scalar_lowp}},                 \
-        .attr_size = sizeof(binary_attrs)}
+        .attr_size = sizeof(binary_attrs),                                    \
+        .bw_ops = bwops}
 
-BINARY(zsi_def_add, "add", "a + b", add_bw, NULL);
-BINARY(zsi_def_sub, "sub", "a - b", sub_bw, NULL);
-BINARY(zsi_def_mul, "mul", "a * b", mul_bw, save_inputs);
-BINARY(zsi_def_div, "div", "a / b", div_bw, save_inputs);
-SCALAR(zsi_def_add_scalar, "add_scalar", "a + s", add_scalar_bw);
-SCALAR(zsi_def_mul_scalar, "mul_scalar", "a * s", mul_scalar_bw);
+BINARY(zsi_def_add, "add", "a + b", add_bw, NULL, SUM_TO);
+BINARY(zsi_def_sub, "sub", "a - b", sub_bw, NULL, &zsi_def_neg, SUM_TO);
+BINARY(zsi_def_mul, "mul", "a * b", mul_bw, save_inputs, &zsi_def_mul, SUM_TO);
+BINARY(zsi_def_div, "div", "a / b", div_bw, save_inputs, &zsi_def_div,
+       &zsi_def_mul, &zsi_def_neg, SUM_TO);
+SCALAR(zsi_def_add_scalar, "add_scalar", "a + s", add_scalar_bw,
+       (zsi_opdef *const[]){NULL}); /* the identity */
+SCALAR(zsi_def_mul_scalar, "mul_scalar", "a * s", mul_scalar_bw,
+       ((zsi_opdef *const[]){&zsi_def_mul_scalar, NULL}));
 
 static zs_tensor *binary(zsi_opdef *d, zsk_binop k, zs_tensor *a, zs_tensor *b)
 {

@@ -338,7 +338,11 @@ static zsi_cost linear_cost(const zsi_call *c, const zs_tensor *out)
      .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_linear, [ZS_BF16] = cpu_linear,    \
                             [ZS_F64] = cpu_linear_f64}},                      \
      .save = save_linear, .cost = linear_cost,                                \
-     .attr_size = sizeof(linear_attrs)}
+     .attr_size = sizeof(linear_attrs),                                       \
+     .bw_ops = (zsi_opdef *const[]){&zsi_def_deriv, &zsi_def_to_dtype,        \
+                                    &zsi_def_mul, &zsi_def_matmul,            \
+                                    &zsi_def_view, &zsi_def_copy,             \
+                                    &zsi_def_sum, NULL}}
 
 zsi_opdef zsi_def_linear = LINEAR_DEF("linear");
 zsi_opdef zsi_def_linear_gelu = LINEAR_DEF("linear_gelu");

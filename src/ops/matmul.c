@@ -273,7 +273,9 @@ zsi_opdef zsi_def_matmul = {
     .cls = ZSI_GEMM, .infer = infer_matmul,
     .kernel = {[ZS_CPU] = {[ZS_F32] = run_matmul, [ZS_F64] = run_matmul,
                            [ZS_BF16] = run_matmul_bf16}},
-    .save = save_ab, .cost = matmul_cost, .attr_size = sizeof(matmul_attrs)};
+    .save = save_ab, .cost = matmul_cost, .attr_size = sizeof(matmul_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_matmul, &zsi_def_view, &zsi_def_copy,
+                                   &zsi_def_sum, &zsi_def_to_dtype, NULL}};
 
 zs_tensor *zs_matmul_t(zs_tensor *a, zs_tensor *b, bool trans_a, bool trans_b)
 {

@@ -156,12 +156,15 @@ zsi_opdef zsi_def_sum = {
     .op = {.name = "sum", .backward = sum_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_sum,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
-    .cost = zsi_reduce_cost, .attr_size = sizeof(reduce_attrs)};
+    .cost = zsi_reduce_cost, .attr_size = sizeof(reduce_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_view, &zsi_def_expand, NULL}};
 zsi_opdef zsi_def_mean = {
     .op = {.name = "mean", .backward = sum_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_sum,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
-    .cost = zsi_reduce_cost, .attr_size = sizeof(reduce_attrs)};
+    .cost = zsi_reduce_cost, .attr_size = sizeof(reduce_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_mul_scalar, &zsi_def_view,
+                                   &zsi_def_expand, NULL}};
 
 static zs_tensor *reduce(zsi_opdef *def, zs_tensor *a, int naxes,
                          const int *axes, bool keepdim)
