@@ -91,6 +91,46 @@ zs_status zs_fill_(zs_tensor *t, double v);
 /* t *= s (float dtypes; s rounded to t's dtype first, as zs_mul_scalar). */
 zs_status zs_scale_(zs_tensor *t, double s);
 
+/* ---- fused optimizer updates -------------------------------------------- */
+/* One parameter's optimizer step in place, in one pass over its buffers
+ * (as torch's fused _fused_sgd_ / _fused_adam_ for a single tensor): what
+ * zs_optim (zs/optim.h) runs per parameter, for a training loop that keeps
+ * its own state. p, g and the state buffers: contiguous f32 tensors of p's
+ * numel on one device; p and the state are written, g is only read. The
+ * step's scalars are computed in double and rounded to f32 once. Under
+ * grad mode p may be a leaf (a parameter) but not a non-leaf that requires
+ * grad. ZS_OK or a negative status with a message naming the operator. */
+typedef struct zs_sgd_step {
+    double lr, momentum, weight_decay;
+    bool nesterov;
+    int64_t step;      /* the 1-based count of this update: at step 1 the
+                        * momentum buffer starts as g (PyTorch's rule) */
+    double grad_scale; /* g is multiplied by it as it is read (1: none) */
+} zs_sgd_step;
+typedef struct zs_adam_step {
+    double lr, beta1, beta2, eps, weight_decay; /* no defaults: all given */
+    bool adamw;        /* decoupled weight decay (AdamW): p *= 1 - lr*wd */
+    int64_t step;      /* the 1-based count of this update (bias corrections) */
+    double grad_scale; /* as in zs_sgd_step */
+} zs_adam_step;
+/* SGD: g' = grad_scale*g + wd*p; b = momentum*b + g' (b = g' at step 1);
+ * d = nesterov ? g' + momentum*b : b; p -= lr*d. momentum_buf: the buffer
+ * b, or NULL for plain SGD (then momentum and nesterov are not used). */
+zs_status zs_sgd_update_(zs_tensor *p, const zs_tensor *g, zs_tensor *momentum_buf,
+                         const zs_sgd_step *s);
+/* Adam (AdamW with s->adamw): with t = s->step, g' = grad_scale*g (+ wd*p
+ * for Adam); m = b1*m + (1-b1)*g'; v = b2*v + (1-b2)*g'^2;
+ * p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps). */
+zs_status zs_adam_update_(zs_tensor *p, const zs_tensor *g, zs_tensor *exp_avg,
+                          zs_tensor *exp_avg_sq, const zs_adam_step *s);
+/* acc + the sum of x[i]^2, accumulated in double, as a new 0-d f64 tensor
+ * on x's device (acc: a 1-element f64 tensor there, or NULL for 0). A
+ * gradient norm over many tensors passes each result on as the next acc
+ * and reads the total once (zs_grad_norm). x: any float dtype and layout;
+ * the order of the additions is fixed (bit-reproducible). Not
+ * differentiable. */
+zs_tensor *zs_sum_squares(zs_tensor *x, zs_tensor *acc);
+
 /* ---- elementwise unary ----------------------------------------------- */
 typedef enum zs_gelu_approx { ZS_GELU_ERF = 0, ZS_GELU_TANH = 1 } zs_gelu_approx;
 

@@ -86,7 +86,13 @@ zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* Attributes: i[0] = the zsk_binop; scalar forms f[0] = the scalar. */
+/* Attributes of every binary descriptor: the kernel's operation and, for
+ * the scalar forms, the scalar (the tensor forms leave it 0). */
+typedef struct binary_attrs {
+    double s;   /* add_scalar, mul_scalar: a + s, a * s */
+    int64_t op; /* zsk_binop */
+} binary_attrs;
+ZSI_ATTRS(binary_attrs);
 
 /* a, b: one float dtype, shapes that broadcast */
 static zs_status infer_binary(zsi_call *c)
@@ -106,7 +112,8 @@ static zs_status cpu_binary(const zsi_call *c, zs_tensor *out)
     zsk_broadcast_strides(b->ndim, b->shape, b->strides, out->ndim, out->shape, sb);
     zsk_iter it;
     zsk_iter_init(&it, out->ndim, out->shape, 3, (const int64_t *[]){NULL, sa, sb});
-    zsk_binary(a->dtype, (zsk_binop)c->a->i[0], &it, zs_data(out), zs_data(a),
+    const binary_attrs *at = c->attrs;
+    zsk_binary(a->dtype, (zsk_binop)at->op, &it, zs_data(out), zs_data(a),
                zs_data(b));
     return ZS_OK;
 }
@@ -116,8 +123,9 @@ static zs_status cpu_scalar(const zsi_call *c, zs_tensor *out)
     const zs_tensor *a = c->in[0];
     zsk_iter it;
     zsk_iter_init(&it, a->ndim, a->shape, 2, (const int64_t *[]){NULL, a->strides});
-    zsk_binary_scalar(a->dtype, (zsk_binop)c->a->i[0], &it, zs_data(out),
-                      zs_data(a), c->a->f[0]);
+    const binary_attrs *at = c->attrs;
+    zsk_binary_scalar(a->dtype, (zsk_binop)at->op, &it, zs_data(out),
+                      zs_data(a), at->s);
     return ZS_OK;
 }
 
@@ -137,44 +145,63 @@ static void save_inputs(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
     zsi_save(n, 1, c->in[1]);
 }
 
-/* The formulas in double: x[1] is b, or the scalar of the scalar forms. */
-static double binary_scalar_fn(const double *x, const zsi_attrs *a)
+/* The formulas in double: x[0] op y, y = b (x[1]) or the scalar forms' s. */
+static double apply(const binary_attrs *a, double x, double y)
 {
-    double y = x[1];
-    switch ((zsk_binop)a->i[0]) {
-    case ZSK_ADD: return x[0] + y;
-    case ZSK_SUB: return x[0] - y;
-    case ZSK_MUL: return x[0] * y;
-    default: return x[0] / y;
+    switch ((zsk_binop)a->op) {
+    case ZSK_ADD: return x + y;
+    case ZSK_SUB: return x - y;
+    case ZSK_MUL: return x * y;
+    default: return x / y;
     }
 }
 
-#define BINARY(var, nm, form, bw, sv)                                         \
-    zsi_opdef var = {                                                  \
+static double binary_scalar_fn(const double *x, const void *attrs)
+{
+    return apply(attrs, x[0], x[1]);
+}
+
+static double scalar_form_fn(const double *x, const void *attrs)
+{
+    const binary_attrs *a = attrs;
+    return apply(a, x[0], a->s);
+}
+
+/* What zsi_sum_to runs (bf16 and f16 sum in f32) */
+#define SUM_TO &zsi_def_sum, &zsi_def_view, &zsi_def_to_dtype
+
+#define BINARY(var, nm, form, bw, sv, ...)                                    \
+    zsi_opdef var = {                                                         \
         .op = {.name = nm, .backward = bw}, .arity = 2,                       \
         .cls = ZSI_POINTWISE, .formula = form, .scalar = binary_scalar_fn,    \
         .flops = 1, .infer = infer_binary,                                    \
         .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_binary, [ZS_F64] = cpu_binary,  \
                                [ZS_BF16] = cpu_binary_lowp}},                 \
-        .save = sv}
-#define SCALAR(var, nm, form, bw)                                             \
-    zsi_opdef var = {                                                  \
+        .save = sv, .attr_size = sizeof(binary_attrs),                        \
+        .bw_ops = (zsi_opdef *const[]){__VA_ARGS__, NULL}}
+#define SCALAR(var, nm, form, bw, bwops)                                      \
+    zsi_opdef var = {                                                         \
         .op = {.name = nm, .backward = bw}, .arity = 1,                       \
-        .cls = ZSI_POINTWISE, .formula = form, .scalar = binary_scalar_fn,    \
-        .flops = 1, .infer = zsi_infer_same_float,                                    \
+        .cls = ZSI_POINTWISE, .formula = form, .scalar = scalar_form_fn,      \
+        .flops = 1, .infer = zsi_infer_same_float,                            \
         .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_scalar, [ZS_F64] = cpu_scalar,  \
-                               [ZS_BF16] = cpu_scalar_lowp}}}
+                               [ZS_BF16] = cpu_scalar_lowp}},                 \
+        .attr_size = sizeof(binary_attrs),                                    \
+        .bw_ops = bwops}
 
-BINARY(zsi_def_add, "add", "a + b", add_bw, NULL);
-BINARY(zsi_def_sub, "sub", "a - b", sub_bw, NULL);
-BINARY(zsi_def_mul, "mul", "a * b", mul_bw, save_inputs);
-BINARY(zsi_def_div, "div", "a / b", div_bw, save_inputs);
-SCALAR(zsi_def_add_scalar, "add_scalar", "a + f0", add_scalar_bw);
-SCALAR(zsi_def_mul_scalar, "mul_scalar", "a * f0", mul_scalar_bw);
+BINARY(zsi_def_add, "add", "a + b", add_bw, NULL, SUM_TO);
+BINARY(zsi_def_sub, "sub", "a - b", sub_bw, NULL, &zsi_def_neg, SUM_TO);
+BINARY(zsi_def_mul, "mul", "a * b", mul_bw, save_inputs, &zsi_def_mul, SUM_TO);
+BINARY(zsi_def_div, "div", "a / b", div_bw, save_inputs, &zsi_def_div,
+       &zsi_def_mul, &zsi_def_neg, SUM_TO);
+SCALAR(zsi_def_add_scalar, "add_scalar", "a + s", add_scalar_bw,
+       (zsi_opdef *const[]){NULL}); /* the identity */
+SCALAR(zsi_def_mul_scalar, "mul_scalar", "a * s", mul_scalar_bw,
+       ((zsi_opdef *const[]){&zsi_def_mul_scalar, NULL}));
 
 static zs_tensor *binary(zsi_opdef *d, zsk_binop k, zs_tensor *a, zs_tensor *b)
 {
-    zsi_attrs at = {.i = {k}};
+    binary_attrs at = {.op = k};
     return zsi_run(d, 2, (zs_tensor *[]){a, b}, &at);
 }
 
@@ -185,13 +212,13 @@ zs_tensor *zs_div(zs_tensor *a, zs_tensor *b) { return binary(&zsi_def_div, ZSK_
 
 zs_tensor *zs_add_scalar(zs_tensor *a, double s)
 {
-    zsi_attrs at = {.f = {s}, .i = {ZSK_ADD}};
+    binary_attrs at = {.s = s, .op = ZSK_ADD};
     return zsi_run(&zsi_def_add_scalar, 1, &a, &at);
 }
 
 zs_tensor *zs_mul_scalar(zs_tensor *a, double s)
 {
-    zsi_attrs at = {.f = {s}, .i = {ZSK_MUL}};
+    binary_attrs at = {.s = s, .op = ZSK_MUL};
     return zsi_run(&zsi_def_mul_scalar, 1, &a, &at);
 }
 
@@ -265,6 +292,7 @@ static zs_status add_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 
 static zs_status mul_scalar_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    gin[0] = zs_mul_scalar(g, n->p.f[0]);
+    const binary_attrs *a = zsi_node_attrs(n);
+    gin[0] = zs_mul_scalar(g, a->s);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }

@@ -160,7 +160,6 @@ static zs_status begin_call(zsi_call *c, zsi_opdef *def, int nin,
     c->nin = nin;
     c->in = in;
     c->attrs = a ? a : (const void *)none;
-    c->a = c->attrs;
     c->device = nin ? (int)in[0]->device : ZS_CPU;
     c->key = c->dtype = nin ? in[0]->dtype : ZS_F32;
     c->ndim = 0;
@@ -236,11 +235,7 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
         out = NULL;
     }
     if (n) {
-        memcpy(n->attrs, c.attrs, def->attr_size ? def->attr_size : sizeof(zsi_attrs));
-        if (!def->attr_size) { /* generic attributes, legacy slots */
-            memcpy(n->p.f, c.a->f, sizeof c.a->f);          /* p.f[0..3] */
-            memcpy(&n->p.i[4], c.a->i, sizeof c.a->i);      /* p.i[4..7] */
-        }
+        memcpy(n->attrs, c.attrs, def->attr_size); /* 0: the node's zeros */
         if (def->save)
             def->save(n, &c, out);
     }
@@ -297,18 +292,30 @@ static bool lowp(zs_dtype dt)
     return dt == ZS_BF16 || dt == ZS_F16 || dt == ZS_F8E4M3 || dt == ZS_F8E5M2;
 }
 
+/* t converted to a new contiguous f32 tensor by the host copy (a CPU
+ * kernel's temporary: no driver call), or t retained when not low
+ * precision; NULL on allocation failure. */
+static zs_tensor *host_f32(const zsi_call *c, zs_tensor *t)
+{
+    if (!lowp(t->dtype))
+        return zs_retain(t);
+    zs_tensor *r = zsi_new_tensor_on(c->device, ZS_F32, t->ndim, t->shape);
+    if (r && zsi_copy_host(r, t) != ZS_OK) {
+        zs_release(r);
+        r = NULL;
+    }
+    return r;
+}
+
 zs_status zsi_via_f32(const zsi_call *c, zs_tensor *out, zsi_kernel_fn f32)
 {
     zs_tensor *in32[ZSI_MAX_IN] = {0};
     zsi_tracking_pause();
     zs_no_grad_push();
     zs_status st = ZS_OK;
-    for (int i = 0; i < c->nin; i++) {
-        in32[i] = lowp(c->in[i]->dtype) ? zs_to_dtype(c->in[i], ZS_F32)
-                                        : zs_retain(c->in[i]);
-        if (!in32[i])
+    for (int i = 0; i < c->nin; i++)
+        if (!(in32[i] = host_f32(c, c->in[i])))
             st = ZS_ERR_NOMEM;
-    }
     zs_tensor *o32 = st == ZS_OK ? zsi_new_tensor_on(c->device, ZS_F32, out->ndim,
                                                      out->shape) : NULL;
     if (o32) {
@@ -317,7 +324,7 @@ zs_status zsi_via_f32(const zsi_call *c, zs_tensor *out, zsi_kernel_fn f32)
         c32.key = c32.dtype = ZS_F32;
         st = f32(&c32, o32);
         if (st == ZS_OK)
-            st = zs_copy_(out, o32); /* rounds to nearest even, once */
+            st = zsi_copy_host(out, o32); /* rounds to nearest even, once */
     } else {
         st = ZS_ERR_NOMEM;
     }

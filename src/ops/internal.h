@@ -31,9 +31,11 @@ int64_t zsi_axes_bits(const char *op, int ndim, int naxes, const int *axes);
  * masked dims (R). */
 int64_t zsi_reduce_keep(int ndim, const int64_t *shape, int64_t mask,
                         int64_t *keep);
-/* Infer of a reduction with attributes i[0] = mask, i[1] = keepdim: an f32
- * or f64 input; the output has its dtype and the reduced shape. */
-zs_status zsi_infer_reduce(zsi_call *c);
+/* The reductions' shape rule, for their infer functions (each reads mask
+ * and keepdim from its own attribute struct): an f32 or f64 input; the
+ * output has its dtype and the shape with the masked dims dropped (kept as
+ * 1 with keepdim). */
+zs_status zsi_infer_reduce(zsi_call *c, int64_t mask, bool keepdim);
 /* def->flops FLOPs per input element, input read, output written. */
 zsi_cost zsi_reduce_cost(const zsi_call *c, const zs_tensor *out);
 

@@ -4,8 +4,8 @@
  * concat is the descriptor "concat" (any number of inputs per call, up to
  * ZSI_MAX_IN; attributes { dim }). Its CPU kernel copies every input into
  * its block of the output: contiguous inputs in one parallel pass
- * (zsk_concat_rows, the output seen as [O, C] rows), others with zs_copy_
- * into a view of their block. Its node has one input per tensor; backward
+ * (zsk_concat_rows, the output seen as [O, C] rows), others with the host
+ * copy (zsi_copy_host) into a view of their block. Its node has one input per tensor; backward
  * hands input i the narrow view of the gradient over its block (a slice:
  * no copy). zs_concat of more than ZSI_MAX_IN tensors runs in groups: the
  * concats of groups of at most ZSI_MAX_IN, then the concat of those (one
@@ -80,7 +80,7 @@ static zs_status copy_strided(int n, zs_tensor *const *ts, int d,
         if (!zs_is_contiguous(t) && zs_numel(t) > 0) {
             zs_tensor *v = zsi_new_view(out, t->ndim, t->shape, out->strides,
                                         out->offset + start * out->strides[d]);
-            st = v ? zs_copy_(v, t) : ZS_ERR_NOMEM;
+            st = v ? zsi_copy_host(v, t) : ZS_ERR_NOMEM;
             zs_release(v);
         }
         start += t->shape[d];

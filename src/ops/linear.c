@@ -191,13 +191,13 @@ static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
     if (st == ZS_OK)
         v = b ? zs_add(acc, b32) : zs_retain(acc);
     if (v && h)
-        st = zs_copy_(h, v);
+        st = zsi_copy_host(h, v);
     if (v)
         o = kind == LIN_GELU ? zs_gelu(v, ZS_GELU_TANH)
           : kind == LIN_RESIDUAL ? zs_add(v, r32) : zs_retain(v);
     zs_no_grad_pop();
     if (st == ZS_OK)
-        st = o ? zs_copy_(out, o) : ZS_ERR_NOMEM;
+        st = o ? zsi_copy_host(out, o) : ZS_ERR_NOMEM;
     zs_tensor *all[] = {acc, v, o, b32, r32};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         zs_release(all[i]);
@@ -233,20 +233,31 @@ static zs_status run_f64(lin_kind kind, zs_tensor *x, zs_tensor *w,
 
 /* ---- forward ------------------------------------------------------------ */
 
-/* Inputs x, w, then b and r when given; attributes: i[0] kind, i[1] the
- * input index of b, i[2] that of r (-1: none), in the node p.i[4..6].
- * Saved: 0 x, 1 w, 2 h (GeLU's pre-activation: the kernel's aux 0, made
- * only when a node is recorded; f32 for bf16). */
-enum { P_KIND = 4, P_BIAS, P_RES };
+/* Inputs x, w, then b and r when given. Saved: 0 x, 1 w, 2 h (GeLU's
+ * pre-activation: the kernel's aux 0, made only when a node is recorded;
+ * f32 for bf16). */
+typedef struct linear_attrs {
+    int64_t kind; /* lin_kind */
+    int64_t bias; /* the input index of b; -1: none */
+    int64_t res;  /* the input index of r; -1: none */
+} linear_attrs;
+ZSI_ATTRS(linear_attrs);
+
+static lin_kind kind_of(const zsi_call *c)
+{
+    return (lin_kind)((const linear_attrs *)c->attrs)->kind;
+}
 
 static zs_tensor *in_b(const zsi_call *c)
 {
-    return c->a->i[1] >= 0 ? c->in[c->a->i[1]] : NULL;
+    const linear_attrs *a = c->attrs;
+    return a->bias >= 0 ? c->in[a->bias] : NULL;
 }
 
 static zs_tensor *in_r(const zsi_call *c)
 {
-    return c->a->i[2] >= 0 ? c->in[c->a->i[2]] : NULL;
+    const linear_attrs *a = c->attrs;
+    return a->res >= 0 ? c->in[a->res] : NULL;
 }
 
 static zs_status infer_linear(zsi_call *c)
@@ -265,7 +276,7 @@ static zs_status infer_linear(zsi_call *c)
  * be recorded; NULL otherwise. */
 static zs_status want_h(const zsi_call *c, zs_tensor *out, zs_dtype dt)
 {
-    if (c->a->i[0] != LIN_GELU || !zsi_call_records(c))
+    if (kind_of(c) != LIN_GELU || !zsi_call_records(c))
         return ZS_OK;
     c->aux[0] = zsi_new_tensor(dt, out->ndim, out->shape);
     return c->aux[0] ? ZS_OK : ZS_ERR_NOMEM;
@@ -278,8 +289,7 @@ static zs_status cpu_linear(const zsi_call *c, zs_tensor *out)
     zs_status st = want_h(c, out, ZS_F32);
     if (st == ZS_OK)
         st = (out->dtype == ZS_F32 ? run_f32 : run_bf16)(
-            (lin_kind)c->a->i[0], c->in[0], c->in[1], in_b(c), in_r(c), out,
-            c->aux[0]);
+            kind_of(c), c->in[0], c->in[1], in_b(c), in_r(c), out, c->aux[0]);
     zsi_tracking_resume();
     return st;
 }
@@ -291,12 +301,12 @@ static zs_status cpu_linear_f64(const zsi_call *c, zs_tensor *out)
     bool rec = zsi_call_records(c); /* before grad mode goes off */
     zsi_tracking_pause();
     zs_no_grad_push();
-    zs_status st = run_f64((lin_kind)c->a->i[0], c->in[0], c->in[1], in_b(c),
-                           in_r(c), rec, &o, &h);
+    zs_status st = run_f64(kind_of(c), c->in[0], c->in[1], in_b(c), in_r(c),
+                           rec, &o, &h);
     zs_no_grad_pop();
     zsi_tracking_resume();
     if (st == ZS_OK)
-        st = zs_copy_(out, o);
+        st = zsi_copy_host(out, o);
     c->aux[0] = h;
     zs_release(o);
     return st;
@@ -312,7 +322,7 @@ static void save_linear(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 static zsi_cost linear_cost(const zsi_call *c, const zs_tensor *out)
 {
     const zs_tensor *x = c->in[0], *w = c->in[1], *b = in_b(c), *r = in_r(c);
-    bool gelu = c->a->i[0] == LIN_GELU;
+    bool gelu = kind_of(c) == LIN_GELU;
     double mn = (double)zs_numel(out);
     double flops = 2.0 * mn * (double)w->shape[1] + (b ? mn : 0) +
                    (gelu ? GELU_FLOPS * mn : 0) + (r ? mn : 0);
@@ -327,7 +337,12 @@ static zsi_cost linear_cost(const zsi_call *c, const zs_tensor *out)
      .infer = infer_linear,                                                   \
      .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_linear, [ZS_BF16] = cpu_linear,    \
                             [ZS_F64] = cpu_linear_f64}},                      \
-     .save = save_linear, .cost = linear_cost}
+     .save = save_linear, .cost = linear_cost,                                \
+     .attr_size = sizeof(linear_attrs),                                       \
+     .bw_ops = (zsi_opdef *const[]){&zsi_def_deriv, &zsi_def_to_dtype,        \
+                                    &zsi_def_mul, &zsi_def_matmul,            \
+                                    &zsi_def_view, &zsi_def_copy,             \
+                                    &zsi_def_sum, NULL}}
 
 zsi_opdef zsi_def_linear = LINEAR_DEF("linear");
 zsi_opdef zsi_def_linear_gelu = LINEAR_DEF("linear_gelu");
@@ -343,7 +358,7 @@ static zs_tensor *linear_op(zsi_opdef *def, lin_kind kind, zs_tensor *x,
         in[ib = nin++] = b;
     if (has_r)
         in[ir = nin++] = r;
-    zsi_attrs at = {.i = {kind, ib, ir}};
+    linear_attrs at = {.kind = kind, .bias = ib, .res = ir};
     return zsi_run(def, nin, in, &at);
 }
 
@@ -384,8 +399,9 @@ static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
 /* dw = gh^T x and db = column sums of gh, over the flattened rows. */
 static zs_status weight_grads(zsi_ctx *n, zs_tensor *gh, zs_tensor **gin)
 {
+    const linear_attrs *a = zsi_node_attrs(n);
     zs_tensor *x = n->saved[0], *w = n->saved[1];
-    int ib = (int)n->p.i[P_BIAS];
+    int ib = (int)a->bias;
     int64_t N = w->shape[0], K = w->shape[1];
     zs_tensor *g2 = zs_reshape(gh, 2, (int64_t[]){-1, N});
     if (!g2)
@@ -406,8 +422,9 @@ static zs_status weight_grads(zsi_ctx *n, zs_tensor *gh, zs_tensor **gin)
 
 static zs_status linear_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
+    const linear_attrs *a = zsi_node_attrs(n);
     zs_tensor *w = n->saved[1], *h = n->saved[2];
-    int ir = (int)n->p.i[P_RES];
+    int ir = (int)a->res;
     if (ir >= 0 && zsi_needs_grad(n, ir) && !(gin[ir] = zs_retain(g)))
         return ZS_ERR_NOMEM;
     zs_tensor *gh = h ? gelu_grad(g, h) : zs_retain(g);

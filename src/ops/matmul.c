@@ -196,12 +196,17 @@ static zs_status check_shapes(const zs_tensor *a, const zs_tensor *b, bool ta,
     return ZS_OK;
 }
 
-/* Attributes: i[0] = trans_a, i[1] = trans_b (node: p.i[4], p.i[5]). */
+/* Attributes: op(a) = a^T when trans_a, op(b) = b^T when trans_b. */
+typedef struct matmul_attrs {
+    bool trans_a, trans_b;
+} matmul_attrs;
+ZSI_ATTRS(matmul_attrs);
 
 static zs_status infer_matmul(zsi_call *c)
 {
     const zs_tensor *a = c->in[0], *b = c->in[1];
-    bool ta = c->a->i[0], tb = c->a->i[1];
+    const matmul_attrs *at = c->attrs;
+    bool ta = at->trans_a, tb = at->trans_b;
     if (zsi_check_same_float("matmul", a, b) != ZS_OK ||
         check_shapes(a, b, ta, tb, &c->ndim, c->shape) != ZS_OK)
         return ZS_ERR_ARG;
@@ -217,7 +222,8 @@ static zs_status infer_matmul(zsi_call *c)
 static zs_status run_matmul(const zsi_call *c, zs_tensor *out)
 {
     zs_tensor *a = c->in[0], *b = c->in[1];
-    bool ta = c->a->i[0], tb = c->a->i[1];
+    const matmul_attrs *at = c->attrs;
+    bool ta = at->trans_a, tb = at->trans_b;
     int nb = out->ndim - 2;
     int64_t M = out->shape[nb], N = out->shape[nb + 1];
     int64_t K = a->shape[a->ndim - (ta ? 2 : 1)];
@@ -239,7 +245,7 @@ static zs_status run_matmul_bf16(const zsi_call *c, zs_tensor *out)
     zs_tensor *acc = zsi_new_tensor_on(c->device, ZS_F32, out->ndim, out->shape);
     zs_status st = acc ? run_matmul(c, acc) : ZS_ERR_NOMEM;
     if (st == ZS_OK)
-        st = zs_copy_(out, acc);
+        st = zsi_copy_host(out, acc); /* rounds to nearest even, once */
     zs_release(acc);
     zsi_tracking_resume();
     return st;
@@ -255,7 +261,8 @@ static void save_ab(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 static zsi_cost matmul_cost(const zsi_call *c, const zs_tensor *out)
 {
     const zs_tensor *a = c->in[0];
-    double K = (double)a->shape[a->ndim - (c->a->i[0] ? 2 : 1)];
+    const matmul_attrs *at = c->attrs;
+    double K = (double)a->shape[a->ndim - (at->trans_a ? 2 : 1)];
     return (zsi_cost){2.0 * (double)zs_numel(out) * K,
                       (double)(zs_nbytes(a) + zs_nbytes(c->in[1])),
                       (double)zs_nbytes(out)};
@@ -266,11 +273,13 @@ zsi_opdef zsi_def_matmul = {
     .cls = ZSI_GEMM, .infer = infer_matmul,
     .kernel = {[ZS_CPU] = {[ZS_F32] = run_matmul, [ZS_F64] = run_matmul,
                            [ZS_BF16] = run_matmul_bf16}},
-    .save = save_ab, .cost = matmul_cost};
+    .save = save_ab, .cost = matmul_cost, .attr_size = sizeof(matmul_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_matmul, &zsi_def_view, &zsi_def_copy,
+                                   &zsi_def_sum, &zsi_def_to_dtype, NULL}};
 
 zs_tensor *zs_matmul_t(zs_tensor *a, zs_tensor *b, bool trans_a, bool trans_b)
 {
-    zsi_attrs at = {.i = {trans_a, trans_b}};
+    matmul_attrs at = {.trans_a = trans_a, .trans_b = trans_b};
     return zsi_run(&zsi_def_matmul, 2, (zs_tensor *[]){a, b}, &at);
 }
 
@@ -337,7 +346,8 @@ static zs_tensor *folded_grad_b(zs_tensor *a, zs_tensor *g, bool tb)
 static zs_status matmul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     zs_tensor *a = n->saved[0], *b = n->saved[1];
-    bool ta = n->p.i[4], tb = n->p.i[5]; /* the call's attributes */
+    const matmul_attrs *at = zsi_node_attrs(n);
+    bool ta = at->trans_a, tb = at->trans_b;
     for (int i = 0; i < 2; i++) {
         if (!zsi_needs_grad(n, i))
             continue;

@@ -7,8 +7,8 @@
  * by (device, dtype), what its backward rule needs (save), the backward
  * rule, and its cost model. zsi_run is the eager call: check inputs and
  * devices -> infer -> allocate on the device -> dispatch -> record for
- * autograd -> count the cost. A public operator is a few lines that fill a
- * zsi_attrs and call zsi_run.
+ * autograd -> count the cost. A public operator is a few lines that fill
+ * its attribute struct and call zsi_run.
  *
  * Layering: this layer never calls autograd. Autograd (above) installs the
  * recorder (zsi_set_recorder) that makes graph nodes; a node begins with a
@@ -39,17 +39,10 @@ typedef struct zsi_meta {
  * bytes) into the node, so forward, backward and a replay of the recorded
  * call read the same struct: `const softmax_attrs *a = c->attrs` in a
  * kernel, `= zsi_node_attrs(n)` in a backward rule. Attributes hold
- * values, never pointers to the caller's memory.
- *
- * zsi_attrs is the generic struct of the operators not yet given their
- * own (each documents its slots: clamp f[0] = lo, f[1] = hi); its ptr is
- * borrowed for the call only and is not valid in a node. */
+ * values, never pointers to the caller's memory. An operator with no
+ * parameters has attr_size 0 and is called with NULL: its node's attrs
+ * are zeros. */
 #define ZSI_ATTR_BYTES 128
-typedef struct zsi_attrs {
-    double f[4];
-    int64_t i[4];
-    const void *ptr;
-} zsi_attrs;
 #define ZSI_ATTRS(T)                                                        \
     _Static_assert(sizeof(T) <= ZSI_ATTR_BYTES,                             \
                    #T " is larger than ZSI_ATTR_BYTES")
@@ -70,8 +63,8 @@ typedef struct zsi_ctx {
     union {
         double f[16];
         int64_t i[16];
-    } p;                  /* what save computed for backward (slots 8..15;
-                           * legacy: generic attrs also in f[0..3], i[4..7]) */
+    } p;                  /* what save computed for backward (by convention
+                           * slots 8..15) */
     void *extra;          /* malloc'd parameters, freed with the record */
 } zsi_ctx;
 
@@ -116,8 +109,8 @@ typedef struct zsi_call {
     const zsi_opdef *def;
     int nin;
     zs_tensor *const *in;
-    const void *attrs;   /* the operator's attribute struct (borrowed) */
-    const zsi_attrs *a;  /* the same pointer, for generic-attribute operators */
+    const void *attrs;   /* the operator's attribute struct (borrowed;
+                          * zeros when the call passed NULL) */
     int device;
     zs_dtype key;
     zs_dtype dtype;
@@ -161,9 +154,10 @@ typedef zs_tensor *(*zsi_view_fn)(const zsi_call *c);
 /* Saves in n (zsi_save, n->p) what the backward rule needs. */
 typedef void (*zsi_save_fn)(zsi_ctx *n, const zsi_call *c, zs_tensor *out);
 typedef zsi_cost (*zsi_cost_fn)(const zsi_call *c, const zs_tensor *out);
-/* A pointwise operator's formula on doubles (x[k] = input k's value):
- * the reference the tests use and what a fusion pass will compose. */
-typedef double (*zsi_scalar_fn)(const double *x, const zsi_attrs *a);
+/* A pointwise operator's formula on doubles (x[k] = input k's value;
+ * attrs: the call's attribute struct, the operator's own, as a node holds
+ * it): the reference the tests use and what a fusion pass will compose. */
+typedef double (*zsi_scalar_fn)(const double *x, const void *attrs);
 
 struct zsi_opdef {
     zsi_op op;           /* first: a zsi_opdef * is a zsi_op * */
@@ -177,7 +171,7 @@ struct zsi_opdef {
     zsi_view_fn view;    /* ZSI_VIEW: replaces allocation and kernel */
     zsi_save_fn save;    /* NULL: the backward rule needs nothing */
     zsi_cost_fn cost;    /* NULL: flops per element, inputs read, output written */
-    size_t attr_size;    /* sizeof the attribute struct; 0: zsi_attrs */
+    size_t attr_size;    /* sizeof the attribute struct; 0: none */
     /* forward descriptors: the descriptors their backward rule runs
      * (NULL-terminated; for the `zs ops` table) */
     zsi_opdef *const *bw_ops;
@@ -192,9 +186,8 @@ struct zsi_opdef {
 /* The eager driver: runs def on nin inputs (NULL inputs: returns NULL with
  * the first error kept) with attributes a (the operator's struct, borrowed;
  * NULL: zeros). Returns a new tensor or NULL + message. When it records a
- * node, the attributes are copied whole into n->attrs (and, for generic
- * zsi_attrs, a->f to n->p.f[0..3] and a->i to n->p.i[4..7]) before
- * def->save runs; p slots 8..15 are the operator's. */
+ * node, the attributes are copied whole (def->attr_size bytes; none for 0)
+ * into n->attrs before def->save runs; n->p is the operator's. */
 zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
                    const void *a);
 /* zsi_run for an operator with up to ZSI_MAX_OUT results (a fused backward
@@ -216,9 +209,10 @@ zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
 /* The infer of operators whose output has their first input's float dtype
  * and shape (the unary and scalar elementwise operators). */
 zs_status zsi_infer_same_float(zsi_call *c);
-/* A low-precision kernel written once: converts c's bf16/f16/fp8 inputs
- * to f32, runs the f32 kernel into an f32 result and rounds it into out
- * (FP32 arithmetic, one rounding). */
+/* A low-precision CPU kernel written once: converts c's bf16/f16/fp8
+ * inputs to f32, runs the f32 kernel into an f32 result and rounds it into
+ * out (FP32 arithmetic, one rounding). The conversions are host copies
+ * (zsi_copy_host), not driver calls: for CPU kernels only. */
 zs_status zsi_via_f32(const zsi_call *c, zs_tensor *out, zsi_kernel_fn f32);
 /* Every descriptor of the library (ops/oplist.h), NULL-terminated, from
  * before main: the table backends and passes walk. */

@@ -61,6 +61,10 @@ ZSI_OP(zsi_def_batch_norm)
 ZSI_OP(zsi_def_batch_norm_backward)
 ZSI_OP(zsi_def_layer_norm)
 ZSI_OP(zsi_def_layer_norm_backward)
+/* optim_update.c */
+ZSI_OP(zsi_def_adam_update)
+ZSI_OP(zsi_def_sgd_update)
+ZSI_OP(zsi_def_sum_squares)
 /* pool.c */
 ZSI_OP(zsi_def_avg_pool)
 ZSI_OP(zsi_def_avg_pool_backward)
@@ -114,8 +118,4 @@ ZSI_OP(zsi_def_squeeze)
 ZSI_OP(zsi_def_to_dtype)
 ZSI_OP(zsi_def_unsqueeze)
 ZSI_OP(zsi_def_view)
-/* optim/optim.c */
-ZSI_OP(zsi_def_adam_update)
-ZSI_OP(zsi_def_sgd_update)
-ZSI_OP(zsi_def_sum_squares)
 #undef ZSI_OP

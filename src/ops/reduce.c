@@ -4,10 +4,11 @@
  * axes given as a mask (bit d = axis d), the shape rule, the [O, R, K]
  * plan and the cost model.
  *
- * Attributes of the reductions: i[0] = mask of reduced axes, i[1] =
- * keepdim (node: p.i[4], p.i[5]); var adds i[2] = correction. The public
- * functions turn the axes list into the mask (zsi_axes_bits) before
- * zsi_run, so a bad axis is reported first.
+ * Attributes of sum and mean: reduce_attrs, the mask of reduced axes and
+ * keepdim (reduce_ext.c's operators have structs of their own and call the
+ * shared helpers with their mask). The public functions turn the axes list
+ * into the mask (zsi_axes_bits) before zsi_run, so a bad axis is reported
+ * first.
  *
  * Backward: the gradient is reshaped to the keepdim shape and expanded back
  * to the input shape (a stride-0 view, no copy); mean also scales by 1/R.
@@ -54,17 +55,17 @@ int64_t zsi_reduce_keep(int ndim, const int64_t *shape, int64_t mask,
     return R;
 }
 
-zs_status zsi_infer_reduce(zsi_call *c)
+zs_status zsi_infer_reduce(zsi_call *c, int64_t mask, bool keepdim)
 {
     const zs_tensor *a = c->in[0];
     if (zsi_check_float_dtype(c->def->op.name, a) != ZS_OK)
         return ZS_ERR_ARG;
-    int64_t mask = c->a->i[0], keep[ZS_MAX_DIMS];
+    int64_t keep[ZS_MAX_DIMS];
     zsi_reduce_keep(a->ndim, a->shape, mask, keep);
     c->dtype = a->dtype;
     c->ndim = 0;
     for (int d = 0; d < a->ndim; d++)
-        if (!(mask >> d & 1) || c->a->i[1])
+        if (!(mask >> d & 1) || keepdim)
             c->shape[c->ndim++] = keep[d];
     return ZS_OK;
 }
@@ -120,11 +121,23 @@ zs_status zsi_reduce_plan_make(zs_tensor *a, int64_t mask, zsi_reduce_plan *p)
 
 /* ---- sum, mean --------------------------------------------------------- */
 
+typedef struct reduce_attrs {
+    int64_t mask; /* bit d: axis d is reduced */
+    bool keepdim;
+} reduce_attrs;
+ZSI_ATTRS(reduce_attrs);
+
+static zs_status infer_sum(zsi_call *c)
+{
+    const reduce_attrs *a = c->attrs;
+    return zsi_infer_reduce(c, a->mask, a->keepdim);
+}
 
 static zs_status cpu_sum(const zsi_call *c, zs_tensor *out)
 {
+    const reduce_attrs *a = c->attrs;
     zsi_reduce_plan p;
-    if (zsi_reduce_plan_make(c->in[0], c->a->i[0], &p) != ZS_OK)
+    if (zsi_reduce_plan_make(c->in[0], a->mask, &p) != ZS_OK)
         return ZS_ERR_NOMEM;
     zsk_reduce_sum(out->dtype, zs_data(p.x), p.O, p.R, p.K, zs_data(out));
     if (c->def == &zsi_def_mean && p.R > 0) {
@@ -133,7 +146,7 @@ static zs_status cpu_sum(const zsi_call *c, zs_tensor *out)
         zsk_binary_scalar(out->dtype, ZSK_MUL, &it, zs_data(out), zs_data(out),
                           1.0 / (double)p.R);
     } else if (c->def == &zsi_def_mean) {
-        zs_fill_(out, 0.0 / 0.0);
+        zsi_fill_host(out, 0.0 / 0.0);
     }
     zs_release(p.x);
     return ZS_OK;
@@ -141,20 +154,23 @@ static zs_status cpu_sum(const zsi_call *c, zs_tensor *out)
 
 zsi_opdef zsi_def_sum = {
     .op = {.name = "sum", .backward = sum_bw}, .arity = 1,
-    .cls = ZSI_REDUCTION, .flops = 1, .infer = zsi_infer_reduce,
+    .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_sum,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
-    .cost = zsi_reduce_cost};
+    .cost = zsi_reduce_cost, .attr_size = sizeof(reduce_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_view, &zsi_def_expand, NULL}};
 zsi_opdef zsi_def_mean = {
     .op = {.name = "mean", .backward = sum_bw}, .arity = 1,
-    .cls = ZSI_REDUCTION, .flops = 1, .infer = zsi_infer_reduce,
+    .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_sum,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
-    .cost = zsi_reduce_cost};
+    .cost = zsi_reduce_cost, .attr_size = sizeof(reduce_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_mul_scalar, &zsi_def_view,
+                                   &zsi_def_expand, NULL}};
 
 static zs_tensor *reduce(zsi_opdef *def, zs_tensor *a, int naxes,
                          const int *axes, bool keepdim)
 {
     int64_t mask = a ? zsi_axes_bits(def->op.name, a->ndim, naxes, axes) : -1;
-    zsi_attrs at = {.i = {mask, keepdim}};
+    reduce_attrs at = {.mask = mask, .keepdim = keepdim};
     return mask < 0 ? NULL : zsi_run(def, 1, &a, &at);
 }
 
@@ -170,9 +186,10 @@ zs_tensor *zs_mean(zs_tensor *a, int naxes, const int *axes, bool keepdim)
 
 static zs_status sum_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
+    const reduce_attrs *a = zsi_node_attrs(n);
     const zsi_meta *m = &n->in_meta[0];
     int64_t keep[ZS_MAX_DIMS];
-    int64_t R = zsi_reduce_keep(m->ndim, m->shape, n->p.i[4], keep);
+    int64_t R = zsi_reduce_keep(m->ndim, m->shape, a->mask, keep);
     double scale = n->op == &zsi_def_mean.op ? 1.0 / (double)R : 1.0;
     zs_tensor *gs = scale != 1.0 ? zs_mul_scalar(g, scale) : zs_retain(g);
     zs_tensor *r = gs ? zs_reshape(gs, m->ndim, keep) : NULL;

@@ -53,24 +53,6 @@ typedef struct var_attrs {
 } var_attrs;
 ZSI_ATTRS(var_attrs);
 
-/* The reductions' shape rule (as zsi_infer_reduce, from a typed mask and
- * keepdim): an f32 or f64 input; the output has its dtype and the shape
- * with the masked dims dropped (kept as 1 with keepdim). */
-static zs_status infer_reduced(zsi_call *c, int64_t mask, bool keepdim)
-{
-    const zs_tensor *a = c->in[0];
-    if (zsi_check_float_dtype(c->def->op.name, a) != ZS_OK)
-        return ZS_ERR_ARG;
-    int64_t keep[ZS_MAX_DIMS];
-    zsi_reduce_keep(a->ndim, a->shape, mask, keep);
-    c->dtype = a->dtype;
-    c->ndim = 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (!(mask >> d & 1) || keepdim)
-            c->shape[c->ndim++] = keep[d];
-    return ZS_OK;
-}
-
 static zs_status check_nonempty(const zsi_call *c, int64_t mask)
 {
     const zs_tensor *a = c->in[0];
@@ -88,7 +70,7 @@ static zs_status check_nonempty(const zsi_call *c, int64_t mask)
 static zs_status infer_max(zsi_call *c)
 {
     const max_attrs *at = c->attrs;
-    if (infer_reduced(c, at->mask, at->keepdim) != ZS_OK)
+    if (zsi_infer_reduce(c, at->mask, at->keepdim) != ZS_OK)
         return ZS_ERR_ARG;
     return check_nonempty(c, at->mask);
 }
@@ -143,7 +125,7 @@ static zs_status infer_max_backward(zsi_call *c)
 {
     const max_attrs *at = c->attrs;
     const zs_tensor *x = c->in[0], *y = c->in[1], *g = c->in[2];
-    if (infer_reduced(c, at->mask, at->keepdim) != ZS_OK ||
+    if (zsi_infer_reduce(c, at->mask, at->keepdim) != ZS_OK ||
         zsi_check_pair_dtype("max_backward", x, y) != ZS_OK ||
         zsi_check_pair_dtype("max_backward", x, g) != ZS_OK)
         return ZS_ERR_ARG;
@@ -300,7 +282,7 @@ zs_tensor *zs_argmax(zs_tensor *a, int dim, bool keepdim)
 static zs_status infer_var(zsi_call *c)
 {
     const var_attrs *at = c->attrs;
-    if (infer_reduced(c, at->mask, at->keepdim) != ZS_OK)
+    if (zsi_infer_reduce(c, at->mask, at->keepdim) != ZS_OK)
         return ZS_ERR_ARG;
     if (at->correction < 0)
         return zs_set_error("var: correction %d, expected >= 0",

@@ -512,7 +512,8 @@ zs_tensor *zs_gather(zs_tensor *a, int dim, zs_tensor *idx)
 
 static zs_status where_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
-    zs_tensor *cond = n->saved[0], *zero = zs_scalar(g->dtype, 0);
+    zs_tensor *cond = n->saved[0];
+    zs_tensor *zero = zs_zeros_on(g->device, g->dtype, 0, NULL); /* g's device */
     if (!zero)
         return ZS_ERR_NOMEM;
     for (int i = 1; i < 3; i++) { /* inputs a, b (0 is cond) */

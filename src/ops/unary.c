@@ -100,11 +100,10 @@ static void save_out(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 }
 
 /* The formula of every unary operator in double (the reference of the
- * tests; a fusion pass composes these). at points to the call's
- * unary_attrs (zsi_scalar_fn is typed for the generic struct). */
-static double unary_scalar(const double *x, const zsi_attrs *at)
+ * tests; a fusion pass composes these), on the call's unary_attrs. */
+static double unary_scalar(const double *x, const void *attrs)
 {
-    const unary_attrs *a = (const void *)at;
+    const unary_attrs *a = attrs;
     double v = x[0], p0 = a->p0, p1 = a->p1;
     switch ((zsk_unop)a->kernel) {
     case ZSK_EXP: return exp(v);
@@ -127,7 +126,7 @@ static double unary_scalar(const double *x, const zsi_attrs *at)
     }
 }
 
-static double neg_scalar(const double *x, const zsi_attrs *a) { return -x[0]; }
+static double neg_scalar(const double *x, const void *a) { return -x[0]; }
 
 /* pow costs 1 FLOP per element for p = 2 (a multiply), 20 otherwise */
 static zsi_cost pow_cost(const zsi_call *c, const zs_tensor *out)

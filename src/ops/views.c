@@ -362,7 +362,7 @@ static zs_status cpu_slice_bw(const zsi_call *c, zs_tensor *out)
     zs_tensor *dst = zsi_new_view(out, g->ndim, g->shape, str,
                                   out->offset + a->start * out->strides[d]);
     zsi_tracking_resume();
-    zs_status st = dst ? zs_copy_(dst, g) : ZS_ERR_NOMEM;
+    zs_status st = dst ? zsi_copy_host(dst, g) : ZS_ERR_NOMEM;
     zs_release(dst);
     return st;
 }
@@ -599,7 +599,7 @@ static zs_status infer_to_dtype(zsi_call *c)
 /* Any layout and dtype into out (conversions round to nearest even). */
 static zs_status cpu_copy(const zsi_call *c, zs_tensor *out)
 {
-    return zs_copy_(out, c->in[0]);
+    return zsi_copy_host(out, c->in[0]);
 }
 
 /* The input's bytes read and written (as counted before descriptors). */

@@ -4,7 +4,8 @@
  * sizes and strided views (float64); dispatch errors (a dtype or device
  * with no kernel, tensors on two devices); a second device registered from
  * host memory whose kernels count their calls; bf16 elementwise operators,
- * forward and backward, against float64.
+ * forward and backward, against float64; CPU kernels make no nested driver
+ * calls (the profiler counts each operator once).
  */
 #include <stdlib.h>
 
@@ -152,7 +153,7 @@ static zs_tensor *input(zs_dtype dt, int n, const int64_t *s, uint64_t seed,
 
 /* max relative error of out against the descriptor's formula applied to
  * a (and b, broadcast); -1 when the shape is not the broadcast shape. */
-static double formula_err(const zsi_opdef *d, const zsi_attrs *at, zs_tensor *out,
+static double formula_err(const zsi_opdef *d, const void *at, zs_tensor *out,
                           zs_tensor *a, zs_tensor *b)
 {
     int n = a->ndim > (b ? b->ndim : 0) ? a->ndim : b->ndim;
@@ -176,20 +177,19 @@ static double formula_err(const zsi_opdef *d, const zsi_attrs *at, zs_tensor *ou
                 sb *= b->shape[kb];
             }
         }
-        double x[2] = {zs_get(a, ia), b ? zs_get(b, ib) : at->f[0]};
+        double x[2] = {zs_get(a, ia), b ? zs_get(b, ib) : 0};
         double r = d->scalar(x, at), v = zs_get(out, i);
         worst = fmax(worst, fabs(v - r) / fmax(1.0, fabs(r)));
     }
     return worst;
 }
 
-/* The attributes a case's call used (the scalar formula needs them): the
- * node of a recorded call holds them whole (ops/op.h), as the operator's
- * struct (the generic zsi_attrs, or a typed one such as unary.c's, which
- * its scalar function reads through the zsi_attrs pointer). */
-static const zsi_attrs *attrs_of(const zs_tensor *out)
+/* The attributes a case's call used (the scalar formula reads them, e.g.
+ * pow's exponent or add_scalar's s): the node of a recorded call holds the
+ * operator's struct whole (ops/op.h). */
+static const void *attrs_of(const zs_tensor *out)
 {
-    return (const zsi_attrs *)zsi_node_attrs(zsi_ctx_of(out));
+    return zsi_node_attrs(zsi_ctx_of(out));
 }
 
 static void test_formulas(void)
@@ -385,6 +385,61 @@ static void test_bf16_gemm(void)
     zt_section("bf16 matmul and linear (BF16 GEMM) forward and backward vs float64");
 }
 
+/* ---- kernels make no nested driver calls --------------------------------- */
+
+static uint64_t calls_of(const char *name)
+{
+    zs_op_stat st[128];
+    int n = zs_profile_stats(st, 128);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(st[i].name, name))
+            return st[i].calls;
+    return 0;
+}
+
+/* CPU kernels copy and fill with the host helpers (zsi_copy_host,
+ * zsi_fill_host), so the profiler counts each operator once: clone,
+ * bf16 elementwise (zsi_via_f32's conversions and rounding), the bf16
+ * matmul's rounding, the mean of an empty tensor and a concat of strided
+ * inputs run no copy_, fill_ or to_dtype of their own. */
+static void test_no_nested_calls(void)
+{
+    zs_tensor *x = zt_rand(ZS_F32, ZS_SHAPE(5, 6), 11);
+    zs_tensor *xb = zs_to_dtype(x, ZS_BF16);
+    zs_tensor *xt = zs_transpose(x, 0, 1), *xbt = zs_transpose(xb, 0, 1);
+    zs_tensor *e = zs_zeros(ZS_F32, ZS_SHAPE(0, 3));
+    zs_profile_reset();
+    zs_profile_enable(true);
+    zs_tensor *r[] = {zs_clone(xt), zs_exp(xb), zs_add(xb, xb),
+                      zs_matmul(xb, xbt), zs_mean(e, 0, NULL, false),
+                      zs_concat(2, (zs_tensor *[]){xt, xt}, 0)};
+    zs_profile_enable(false);
+    bool made = true;
+    for (size_t i = 0; i < sizeof r / sizeof *r; i++)
+        made = made && r[i];
+    ZT_CHECK(made && calls_of("copy") == 1 && calls_of("exp") == 1 &&
+             calls_of("matmul") == 1 && calls_of("mean") == 1 &&
+             calls_of("concat") == 1,
+             "each operator counted once (copy %llu, exp %llu, matmul %llu)",
+             (unsigned long long)calls_of("copy"),
+             (unsigned long long)calls_of("exp"),
+             (unsigned long long)calls_of("matmul"));
+    ZT_CHECK(calls_of("copy_") == 0 && calls_of("fill_") == 0 &&
+             calls_of("to_dtype") == 0,
+             "no nested copy_ (%llu), fill_ (%llu) or to_dtype (%llu)",
+             (unsigned long long)calls_of("copy_"),
+             (unsigned long long)calls_of("fill_"),
+             (unsigned long long)calls_of("to_dtype"));
+    ZT_CHECK(made && isnan(zs_item(r[4])), "mean of an empty dim is NaN");
+    zs_profile_reset();
+    for (size_t i = 0; i < sizeof r / sizeof *r; i++)
+        zs_release(r[i]);
+    zs_tensor *all[] = {x, xb, xt, xbt, e};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        zs_release(all[i]);
+    zt_section("kernels copy and fill on the host: no nested driver calls");
+}
+
 int main(void)
 {
     test_formulas();
@@ -392,5 +447,6 @@ int main(void)
     test_second_device();
     test_bf16();
     test_bf16_gemm();
+    test_no_nested_calls();
     return zt_done();
 }

@@ -5,8 +5,10 @@
  * size large enough to run threaded), gradient checks in f64, the
  * descriptors index_select_backward and gather_backward run directly
  * (strided g, repeated indices, against a float64 scatter-add; their
- * errors), and error paths (cond/mask not u8, dtype and shape mismatch, indices out of range
- * named with their value and position). Selection is exact: tolerance 0.
+ * errors), where's backward on the test device (the cpu's bits), and
+ * error paths (cond/mask not u8, dtype and shape mismatch, indices out of
+ * range named with their value and position). Selection is exact:
+ * tolerance 0.
  */
 #include <stdlib.h>
 
@@ -400,6 +402,42 @@ static void test_grad(void)
     zt_section("gradients (where, masked_fill, index_select, gather)");
 }
 
+/* where's backward on the test device (memory the host may not touch):
+ * its zero is made on g's device, so the rule runs there and gives the
+ * CPU's gradients, to the bit. */
+static void test_where_device(void)
+{
+    zs_tensor *cond = rand_mask(ZS_SHAPE(5, 6), 11);
+    zs_tensor *a = zt_rand(ZS_F32, ZS_SHAPE(5, 6), 12);
+    zs_tensor *b = zt_rand(ZS_F32, ZS_SHAPE(6), 13);
+    zs_tensor *ga[2] = {0}, *gb[2] = {0};
+    bool ran = zs_test_device_enable() == ZS_OK;
+    for (int k = 0; k < 2 && ran; k++) { /* 0 cpu, 1 test */
+        int dev = k ? ZS_TEST_DEVICE : ZS_CPU;
+        zs_tensor *c = zs_to_device(cond, dev), *x = zs_to_device(a, dev);
+        zs_tensor *y = zs_to_device(b, dev);
+        zs_set_requires_grad(x, true);
+        zs_set_requires_grad(y, true);
+        zs_tensor *w = zs_where(c, x, y), *l = w ? zs_sum(w, 0, NULL, false) : NULL;
+        ran = l && zs_backward(l, NULL, false) == ZS_OK && zs_grad(x) && zs_grad(y);
+        if (ran) {
+            ga[k] = zs_to_device(zs_grad(x), ZS_CPU);
+            gb[k] = zs_to_device(zs_grad(y), ZS_CPU);
+        }
+        zs_tensor *ts[] = {c, x, y, w, l};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+            zs_release(ts[i]);
+    }
+    ZT_CHECK(ran && ga[1] && gb[1] &&
+             !memcmp(zs_data(ga[0]), zs_data(ga[1]), zs_nbytes(ga[0])) &&
+             !memcmp(zs_data(gb[0]), zs_data(gb[1]), zs_nbytes(gb[0])),
+             "where backward on the test device = the cpu's gradients (bits)");
+    zs_tensor *ts[] = {cond, a, b, ga[0], ga[1], gb[0], gb[1]};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        zs_release(ts[i]);
+    zt_section("where backward on another device");
+}
+
 /* The layout of index_attrs (src/ops/select.c). */
 typedef struct index_attrs {
     int64_t dim;
@@ -587,6 +625,7 @@ int main(void)
     zt_section("index_select and gather vs reference");
     test_grad();
     test_index_backward_descriptor();
+    test_where_device();
     test_errors();
     return zt_done();
 }

@@ -4,7 +4,9 @@
  * several steps; learning-rate schedules; gradient clipping; bad configs;
  * the descriptors the optimizer runs (sgd_update, adam_update,
  * sum_squares) called directly: the zsk loops' bits, float64 references,
- * error paths.
+ * error paths; the public fused updates (zs_sgd_update_, zs_adam_update_,
+ * zs_sum_squares) and zs_optim_step against the zsk loops with the
+ * scalars computed as the optimizer computed them before (bits).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -198,7 +200,8 @@ static void test_errors(void)
 
 /* ---- the descriptors ------------------------------------------------------ */
 
-/* The attribute structs of optim.c's descriptors (the same layout). */
+/* The attribute structs of ops/optim_update.c's descriptors (the same
+ * layout). */
 typedef struct { zsk_sgd_args s; } sgd_attrs;
 typedef struct { zsk_adam_args a; } adam_attrs;
 
@@ -350,6 +353,112 @@ static void test_sum_squares(void)
     zt_section("sum_squares vs float64 and the old norm's bits; errors");
 }
 
+/* ---- the public fused updates ---------------------------------------------- */
+
+/* The scalars as zs_optim_step computed them when it ran the descriptors
+ * itself (double, rounded to float once). */
+static void old_step_args(const zs_optim_config *c, int64_t steps, double lr,
+                          double gscale, zsk_sgd_args *s, zsk_adam_args *a)
+{
+    double t = (double)steps;
+    *a = (zsk_adam_args){
+        .b2 = (float)c->beta2, .one_m_b1 = (float)(1 - c->beta1),
+        .one_m_b2 = (float)(1 - c->beta2), .eps = (float)c->eps,
+        .wd = (float)c->weight_decay,
+        .decay = c->kind == ZS_ADAMW ? (float)(1 - lr * c->weight_decay) : 1.0f,
+        .step_size = (float)(lr / (1 - pow(c->beta1, t))),
+        .bc2_sqrt = (float)sqrt(1 - pow(c->beta2, t)),
+        .gscale = (float)gscale, .decoupled = c->kind == ZS_ADAMW,
+    };
+    *s = (zsk_sgd_args){(float)lr, (float)c->weight_decay, (float)c->momentum,
+                        (float)gscale, c->nesterov, steps == 1};
+}
+
+/* zs_optim over SGD (momentum, Nesterov), Adam, AdamW for 3 steps with a
+ * gradient scale, against the zsk loops run on copies with the old
+ * scalars: the same bits for p and the state. zs_adam_update_ and
+ * zs_sgd_update_ called directly likewise; step < 1 refused. */
+static void test_fused_updates(void)
+{
+    int64_t n = 20011;
+    zs_optim_config cfgs[] = {
+        {ZS_SGD, 0, 0.9, true, 0.01, 0, 0, 0},
+        {ZS_SGD, 0, 0, false, 0.01, 0, 0, 0},
+        {ZS_ADAM, 0, 0, false, 0.01, 0.9, 0.9999, 1e-8},
+        {ZS_ADAMW, 0, 0, false, 0.1, 0.8, 0.999, 1e-6},
+    };
+    bool same = true;
+    for (size_t k = 0; k < sizeof cfgs / sizeof *cfgs; k++) {
+        const zs_optim_config *c = &cfgs[k];
+        zs_tensor *p = zt_rand(ZS_F32, ZS_SHAPE(n), 20 + k);
+        zs_set_requires_grad(p, true);
+        zs_tensor *p2 = zs_clone(p), *m2 = zs_zeros(ZS_F32, ZS_SHAPE(n));
+        zs_tensor *v2 = zs_zeros(ZS_F32, ZS_SHAPE(n));
+        zs_optim *o = zs_optim_new(c, 1, &p);
+        for (int64_t t = 1; t <= 3; t++) {
+            double lr = 0.01 * (double)t, gs = 0.75;
+            zs_release(p->grad);
+            p->grad = zt_rand(ZS_F32, ZS_SHAPE(n), 40 + (uint64_t)(k * 10 + t));
+            same = same && o && zs_optim_step_scaled(o, lr, gs) == ZS_OK;
+            zsk_sgd_args sa;
+            zsk_adam_args aa;
+            old_step_args(c, t, lr, gs, &sa, &aa);
+            if (c->kind == ZS_SGD)
+                zsk_sgd_f32(&sa, zs_data(p2), c->momentum > 0 ? zs_data(m2) : NULL,
+                            zs_data(p->grad), n);
+            else
+                zsk_adam_f32(&aa, zs_data(p2), zs_data(m2), zs_data(v2),
+                             zs_data(p->grad), n);
+        }
+        zs_tensor *m = zs_optim_moment(o, 0, 0), *v = zs_optim_moment(o, 1, 0);
+        same = same && same_bits(p, p2) && (!m || same_bits(m, m2)) &&
+               (!v || same_bits(v, v2));
+        zs_optim_free(o);
+        zs_tensor *ts[] = {p, p2, m2, v2};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+            zs_release(ts[i]);
+    }
+    ZT_CHECK(same, "zs_optim_step (SGD+Nesterov, SGD, Adam, AdamW; 3 steps, grad "
+             "scale) = the zsk loops with the old scalars, bits of p and state");
+
+    zs_tensor *p = zt_rand(ZS_F32, ZS_SHAPE(n), 60), *g = zt_rand(ZS_F32, ZS_SHAPE(n), 61);
+    zs_tensor *m = zt_rand(ZS_F32, ZS_SHAPE(n), 62), *v = zs_mul(m, m);
+    zs_tensor *p2 = zs_clone(p), *m2 = zs_clone(m), *v2 = zs_clone(v);
+    zs_adam_step as = {1e-3, 0.9, 0.95, 1e-8, 0.1, true, 7, 0.5};
+    zs_optim_config ac = {ZS_ADAMW, 0, 0, false, 0.1, 0.9, 0.95, 1e-8};
+    zsk_sgd_args sa;
+    zsk_adam_args aa;
+    old_step_args(&ac, 7, 1e-3, 0.5, &sa, &aa);
+    zsk_adam_f32(&aa, zs_data(p2), zs_data(m2), zs_data(v2), zs_data(g), n);
+    ZT_CHECK(zs_adam_update_(p, g, m, v, &as) == ZS_OK && same_bits(p, p2) &&
+             same_bits(m, m2) && same_bits(v, v2),
+             "zs_adam_update_ (AdamW, step 7) = zsk_adam_f32, bits of p, m, v");
+    zs_sgd_step ss = {0.1, 0.9, 0.01, false, 1, 1.0};
+    zs_optim_config sc = {ZS_SGD, 0, 0.9, false, 0.01, 0, 0, 0};
+    old_step_args(&sc, 1, 0.1, 1.0, &sa, &aa);
+    zsk_sgd_f32(&sa, zs_data(p2), zs_data(m2), zs_data(g), n);
+    ZT_CHECK(zs_sgd_update_(p, g, m, &ss) == ZS_OK && same_bits(p, p2) &&
+             same_bits(m, m2), "zs_sgd_update_ (momentum, first step) = zsk_sgd_f32");
+    ss.step = 0;
+    ZT_EXPECT_ERROR(zs_sgd_update_(p, g, m, &ss) < 0, "sgd_update: step 0, expected "
+                    "the 1-based count");
+    as.step = -2;
+    ZT_EXPECT_ERROR(zs_adam_update_(p, g, m, v, &as) < 0, "adam_update: step -2");
+    as.step = 1;
+    ZT_EXPECT_ERROR(zs_adam_update_(p, g, NULL, v, &as) < 0, "");
+
+    zs_tensor *s1 = zs_sum_squares(g, NULL), *s2 = zs_sum_squares(m, s1);
+    double want = zsk_sumsq_f32(zs_data(g), n);
+    want += zsk_sumsq_f32(zs_data(m), n);
+    ZT_CHECK(s1 && s2 && s2->dtype == ZS_F64 && s2->ndim == 0 && zs_item(s2) == want,
+             "zs_sum_squares with and without a running total: the zsk bits");
+    ZT_CHECK(zs_sum_squares(NULL, s1) == NULL, "zs_sum_squares(NULL) is NULL");
+    zs_tensor *ts[] = {p, g, m, v, p2, m2, v2, s1, s2};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        zs_release(ts[i]);
+    zt_section("fused updates: zs_optim and zs_*_update_ keep the old bits; errors");
+}
+
 int main(void)
 {
     test_rules();
@@ -358,5 +467,6 @@ int main(void)
     test_errors();
     test_update_descriptors();
     test_sum_squares();
+    test_fused_updates();
     return zt_done();
 }

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 /* The scalars of one Adam step, computed in double and rounded once by
- * the caller (src/optim/optim.c says why). */
+ * the caller (src/ops/optim_update.c says why). */
 typedef struct zsk_adam_args {
     float b2, one_m_b1, one_m_b2, eps, wd, decay, step_size, bc2_sqrt;
     float gscale;   /* each g[i] is multiplied by it as it is read (clipping
@@ -31,7 +31,7 @@ double zsk_sumsq_f32(const float *x, int64_t n);
 /* x[i] *= s over the pool. */
 void zsk_scale_f32(float *x, int64_t n, float s);
 
-/* The scalars of one SGD step (src/optim/optim.c). */
+/* The scalars of one SGD step (src/ops/optim_update.c). */
 typedef struct zsk_sgd_args {
     float lr, wd, mu, gscale; /* gscale as in zsk_adam_args */
     bool nesterov, first;     /* first: the momentum buffer starts as g */
