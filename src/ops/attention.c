@@ -107,23 +107,11 @@ static bool last_dim_unit(const zs_tensor *t)
     return t->shape[3] <= 1 || t->strides[3] == 1;
 }
 
-/* An untracked, ungraded contiguous copy (or alias) of t; new reference
- * or NULL. */
-static zs_tensor *kernel_view_copy(zs_tensor *t)
-{
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_tensor *c = zs_contiguous(t);
-    zs_no_grad_pop();
-    zsi_tracking_resume();
-    return c;
-}
-
 /* t itself (retained) when its last dim has stride 1, else an untracked,
  * ungraded contiguous copy; new reference or NULL. */
 static zs_tensor *kernel_view(zs_tensor *t)
 {
-    return last_dim_unit(t) ? zs_retain(t) : kernel_view_copy(t);
+    return last_dim_unit(t) ? zs_retain(t) : zsi_contig_host(t);
 }
 
 static void fill_args(zsk_attn *a, const zs_tensor *q, const zs_tensor *k,
@@ -307,13 +295,6 @@ static zs_status infer_attention_backward(zsi_call *c)
     return ZS_OK;
 }
 
-/* t itself (retained) when contiguous, else an untracked, ungraded
- * contiguous copy; new reference or NULL. */
-static zs_tensor *contig(zs_tensor *t)
-{
-    return zs_is_contiguous(t) ? zs_retain(t) : kernel_view_copy(t);
-}
-
 static zs_status cpu_attention_backward(const zsi_call *c, zs_tensor *dq)
 {
     const attention_attrs *at = c->attrs;
@@ -321,7 +302,7 @@ static zs_status cpu_attention_backward(const zsi_call *c, zs_tensor *dq)
      * contiguous */
     zs_tensor *t[6] = {kernel_view(c->in[0]), kernel_view(c->in[1]),
                        kernel_view(c->in[2]), kernel_view(c->in[5]),
-                       contig(c->in[3]), contig(c->in[4])};
+                       zsi_contig_host(c->in[3]), zsi_contig_host(c->in[4])};
     zs_status st = ZS_OK;
     for (int i = 0; i < 6; i++)
         if (!t[i])

@@ -206,23 +206,9 @@ static zs_status infer_embedding_backward(zsi_call *c)
     return ZS_OK;
 }
 
-/* t itself (retained) when contiguous, else a contiguous copy made
- * without autograd or scope tracking; new reference or NULL. */
-static zs_tensor *contig(zs_tensor *t)
-{
-    if (zs_is_contiguous(t))
-        return zs_retain(t);
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_tensor *r = zs_contiguous(t);
-    zs_no_grad_pop();
-    zsi_tracking_resume();
-    return r;
-}
-
 static zs_status cpu_embedding_backward(const zsi_call *c, zs_tensor *out)
 {
-    zs_tensor *ic = contig(c->in[0]), *gc = ic ? contig(c->in[1]) : NULL;
+    zs_tensor *ic = zsi_contig_host(c->in[0]), *gc = ic ? zsi_contig_host(c->in[1]) : NULL;
     if (!gc) {
         zs_release(ic);
         return ZS_ERR_NOMEM;

@@ -56,6 +56,11 @@ zs_status zsi_reduce_plan_make(zs_tensor *a, int64_t mask, zsi_reduce_plan *p);
  * on x's device. */
 zs_tensor *zsi_unary_deriv(zs_tensor *x, int kernel, double p0, double p1);
 
+/* For CPU kernels: t itself (retained) when contiguous, else a contiguous
+ * host copy (zsi_copy_host: no nested driver call), untracked, no
+ * autograd; a new reference, or NULL on allocation failure. */
+zs_tensor *zsi_contig_host(zs_tensor *t);
+
 /* Bytes of t's elements (for cost models). */
 static inline double zsi_bytes(const zs_tensor *t)
 {

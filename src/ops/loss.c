@@ -210,20 +210,6 @@ static zs_status infer_cross_entropy_backward(zsi_call *c)
     return ZS_OK;
 }
 
-/* t itself (retained) when contiguous, else a contiguous copy made
- * without autograd or scope tracking; new reference or NULL. */
-static zs_tensor *contig(zs_tensor *t)
-{
-    if (zs_is_contiguous(t))
-        return zs_retain(t);
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_tensor *r = zs_contiguous(t);
-    zs_no_grad_pop();
-    zsi_tracking_resume();
-    return r;
-}
-
 static zs_status cpu_cross_entropy_backward(const zsi_call *c, zs_tensor *out)
 {
     const cross_entropy_attrs *at = c->attrs;
@@ -234,8 +220,8 @@ static zs_status cpu_cross_entropy_backward(const zsi_call *c, zs_tensor *out)
         memset(zs_data(out), 0, zs_nbytes(out));
         return ZS_OK;
     }
-    zs_tensor *xc = contig(x), *tc = xc ? contig(t) : NULL;
-    zs_tensor *lc = tc ? contig(c->in[2]) : NULL;
+    zs_tensor *xc = zsi_contig_host(x), *tc = xc ? zsi_contig_host(t) : NULL;
+    zs_tensor *lc = tc ? zsi_contig_host(c->in[2]) : NULL;
     if (lc) {
         zsk_targets tg = {zs_data(tc), t->dtype == ZS_I64, at->ignore_index};
         zsk_cross_entropy_backward(x->dtype, zs_data(xc), &tg, N, C,

@@ -259,27 +259,13 @@ static zs_status infer_norm_backward(zsi_call *c, bool layer, bool has_w,
     return ZS_OK;
 }
 
-/* t itself (retained) when contiguous, else a contiguous copy made
- * without autograd or scope tracking; new reference or NULL. */
-static zs_tensor *contig(zs_tensor *t)
-{
-    if (zs_is_contiguous(t))
-        return zs_retain(t);
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_tensor *r = zs_contiguous(t);
-    zs_no_grad_pop();
-    zsi_tracking_resume();
-    return r;
-}
-
 /* Contiguous versions of the backward descriptors' inputs (t[4] NULL
  * without a weight); ZS_OK or ZS_ERR_NOMEM (all released). */
 static zs_status contig_backward_inputs(const zsi_call *c, zs_tensor **t)
 {
     bool ok = true;
     for (int i = 0; i < 5; i++) {
-        t[i] = i < c->nin ? contig(c->in[i]) : NULL;
+        t[i] = i < c->nin ? zsi_contig_host(c->in[i]) : NULL;
         ok = ok && (t[i] || i >= c->nin);
     }
     if (ok)

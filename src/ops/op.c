@@ -191,3 +191,17 @@ zs_tensor *zsi_sum_to(zs_tensor *g, const zsi_meta *m)
     zs_release(s);
     return r;
 }
+
+zs_tensor *zsi_contig_host(zs_tensor *t)
+{
+    if (zs_is_contiguous(t))
+        return zs_retain(t);
+    zsi_tracking_pause();
+    zs_tensor *c = zsi_new_tensor(t->dtype, t->ndim, t->shape);
+    zsi_tracking_resume();
+    if (c && zsi_copy_host(c, t) != ZS_OK) {
+        zs_release(c);
+        c = NULL;
+    }
+    return c;
+}

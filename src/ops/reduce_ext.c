@@ -144,27 +144,13 @@ static zs_status infer_max_backward(zsi_call *c)
     return ZS_OK;
 }
 
-/* t itself (retained) when contiguous, else a contiguous copy made
- * without autograd or scope tracking; new reference or NULL. */
-static zs_tensor *contig(zs_tensor *t)
-{
-    if (zs_is_contiguous(t))
-        return zs_retain(t);
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_tensor *r = zs_contiguous(t);
-    zs_no_grad_pop();
-    zsi_tracking_resume();
-    return r;
-}
-
 static zs_status cpu_max_backward(const zsi_call *c, zs_tensor *gx)
 {
     const max_attrs *at = c->attrs;
     zsi_reduce_plan p;
     if (zsi_reduce_plan_make(c->in[0], at->mask, &p) != ZS_OK)
         return ZS_ERR_NOMEM;
-    zs_tensor *yc = contig(c->in[1]), *gc = yc ? contig(c->in[2]) : NULL;
+    zs_tensor *yc = zsi_contig_host(c->in[1]), *gc = yc ? zsi_contig_host(c->in[2]) : NULL;
     if (gc)
         zsk_reduce_max_backward(gx->dtype, zs_data(p.x), zs_data(yc),
                                 zs_data(gc), p.O, p.R, p.K, zs_data(gx));

@@ -61,27 +61,13 @@ static zs_status infer_softmax(zsi_call *c)
     return ZS_OK;
 }
 
-/* t itself (retained) when contiguous, else a contiguous copy made
- * without autograd or scope tracking; new reference or NULL. */
-static zs_tensor *contig(zs_tensor *t)
-{
-    if (zs_is_contiguous(t))
-        return zs_retain(t);
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_tensor *c = zs_contiguous(t);
-    zs_no_grad_pop();
-    zsi_tracking_resume();
-    return c;
-}
-
 static zs_status cpu_softmax(const zsi_call *c, zs_tensor *out)
 {
     zs_tensor *a = c->in[0];
     const softmax_attrs *at = c->attrs;
     int64_t O, R, K;
     split_dims(a, (int)at->dim, &O, &R, &K);
-    zs_tensor *xc = contig(a);
+    zs_tensor *xc = zsi_contig_host(a);
     if (!xc)
         return ZS_ERR_NOMEM;
     zsk_softmax(a->dtype, zs_data(xc), O, R, K, c->def == &zsi_def_log_softmax,
@@ -121,7 +107,7 @@ static zs_status cpu_softmax_backward(const zsi_call *c, zs_tensor *out)
     const softmax_attrs *at = c->attrs;
     int64_t O, R, K;
     split_dims(y, (int)at->dim, &O, &R, &K);
-    zs_tensor *yc = contig(y), *gc = yc ? contig(c->in[1]) : NULL;
+    zs_tensor *yc = zsi_contig_host(y), *gc = yc ? zsi_contig_host(c->in[1]) : NULL;
     if (gc)
         zsk_softmax_backward(y->dtype, zs_data(yc), zs_data(gc), O, R, K,
                              c->def == &zsi_def_log_softmax_backward,
