@@ -2,7 +2,8 @@
 # --device on the command line (issue 23): zs train lenet, resnet and gpt
 # on the test device (host memory the host may not touch, running the CPU
 # kernels behind the driver) give the CPU's per-step losses to the bit,
-# their checkpoints evaluate and generate on the CPU, an unknown device
+# their checkpoints evaluate and generate on the CPU, a run stopped and
+# resumed there repeats the CPU's uninterrupted one, an unknown device
 # exits 2 naming the devices there are, and `zs ops` lists every operator
 # with kernels on the test device.
 set -uo pipefail
@@ -27,6 +28,17 @@ for m in lenet resnet; do
   "$zs" eval --ckpt "$tmp/$m-test/checkpoint.safetensors" --data "$tmp/data" > "$tmp/ev" 2>&1
   check "$m: the test device's checkpoint evaluates on the cpu" 'grep -q accuracy "$tmp/ev"'
 done
+
+# stopped and resumed on the test device (moments and state loaded onto it):
+# the cpu's uninterrupted run, step for step
+two=(--data "$tmp/data" --batch 32 --epochs 2 --seed 3 --threads 2 --optim adam)
+"$zs" train lenet "${two[@]}" --out "$tmp/r-cpu" >/dev/null 2>&1 || fail=1
+"$zs" train lenet "${two[@]}" --out "$tmp/r-test" --stop-after 1 --device test >/dev/null 2>&1 || fail=1
+"$zs" train lenet "${two[@]}" --out "$tmp/r-test" --resume --device test >/dev/null 2>&1 || fail=1
+grep '"step"' "$tmp/r-cpu/metrics.jsonl" | grep '"epoch":2,' | sed 's/,"tokens.*//' > "$tmp/a"
+grep '"step"' "$tmp/r-test/metrics.jsonl" | grep '"epoch":2,' | sed 's/,"tokens.*//' > "$tmp/b"
+check "lenet: resumed on test = the cpu's uninterrupted run ($(wc -l <"$tmp/a") steps)" \
+      '[ -s "$tmp/a" ] && cmp -s "$tmp/a" "$tmp/b"'
 
 for i in $(seq 1 200); do
   echo "In the beginning was the word $i, and the word was with the light; and the light shone."
