@@ -24,8 +24,9 @@ int cmd_sysinfo(int argc, char **argv)
     printf("zhisuan %s\n", ZS_VERSION);
     printf("threads        %d (ZS_NUM_THREADS)\n", zs_num_threads());
     printf("cpu features   avx2=%d fma=%d f16c=%d avx512f=%d avx512bw=%d "
-           "avx512vl=%d avx512_bf16=%d\n", f->avx2, f->fma, f->f16c,
-           f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16);
+           "avx512vl=%d avx512_bf16=%d avx512vnni=%d (as capped)\n", f->avx2, f->fma, f->f16c,
+           f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16, f->avx512vnni);
+    zs_kernel_paths_print(stdout);
     if (quick)
         return 0;
     int nt = zs_num_threads();

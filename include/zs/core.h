@@ -425,8 +425,20 @@ void zs_rng_set_state(uint64_t seed, uint64_t offset);
 
 typedef struct zs_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512_bf16;
+    bool avx512vnni;
 } zs_cpu_features;
+/* The features the kernels may use: the CPU's, capped by the environment
+ * variable ZS_CPU_ISA = portable | avx2 | avx512 (default: the highest the
+ * CPU has; a cap above it changes nothing; another value is warned about
+ * once on stderr and ignored). Read once, at the first call. Kernels that
+ * dispatch on these follow the cap; those compiled as GCC target clones
+ * (attention, softmax, norms, reductions, optimizer loops) are chosen by
+ * the hardware when the library loads (`zs sysinfo` says which is which). */
 const zs_cpu_features *zs_cpu(void);
+/* The hardware's features, uncapped. */
+const zs_cpu_features *zs_cpu_hw(void);
+/* The cap in force: "avx512", "avx2" or "portable". */
+const char *zs_cpu_isa(void);
 
 #ifdef __cplusplus
 }

@@ -1,16 +1,23 @@
 /*
  * cpu.c - run-time CPU feature detection (cpuid + xgetbv), so kernels pick
- * AVX-512 / AVX2 / scalar code without -march=native at build time.
+ * AVX-512 / AVX2 / scalar code without -march=native at build time, and
+ * the ISA cap: ZS_CPU_ISA=portable|avx2|avx512 clears the features above
+ * it in what zs_cpu() reports, so one AVX-512 machine runs and tests the
+ * paths of the machines that stop at AVX2 or at none.
  */
 #include <cpuid.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "zs/core.h"
 
-static zs_cpu_features feats;
+static zs_cpu_features hw, feats; /* the hardware's; capped */
+static const char *isa = "portable";
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static void detect(void)
+static void detect_hw(zs_cpu_features *f)
 {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d))
@@ -26,18 +33,65 @@ static void detect(void)
     bool ymm = (xcr0 & 6) == 6, zmm = (xcr0 & 0xe6) == 0xe6;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return;
-    feats.avx2 = avx && ymm && (b & (1u << 5));
-    feats.fma = fma && ymm;
-    feats.f16c = f16c && ymm;
-    feats.avx512f = zmm && (b & (1u << 16));
-    feats.avx512bw = feats.avx512f && (b & (1u << 30));
-    feats.avx512vl = feats.avx512f && (b & (1u << 31));
+    f->avx2 = avx && ymm && (b & (1u << 5));
+    f->fma = fma && ymm;
+    f->f16c = f16c && ymm;
+    f->avx512f = zmm && (b & (1u << 16));
+    f->avx512bw = f->avx512f && (b & (1u << 30));
+    f->avx512vl = f->avx512f && (b & (1u << 31));
+    f->avx512vnni = f->avx512f && (c & (1u << 11));
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d))
-        feats.avx512_bf16 = feats.avx512f && (a & (1u << 5));
+        f->avx512_bf16 = f->avx512f && (a & (1u << 5));
+}
+
+/* 2: avx512, 1: avx2 (with FMA and F16C), 0: portable. */
+static int level_of(const zs_cpu_features *f)
+{
+    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx2 && f->fma)
+        return 2;
+    return f->avx2 && f->fma && f->f16c ? 1 : 0;
+}
+
+static void detect(void)
+{
+    static const char *names[] = {"portable", "avx2", "avx512"};
+    detect_hw(&hw);
+    int have = level_of(&hw), cap = have;
+    const char *e = getenv("ZS_CPU_ISA");
+    if (e && *e) {
+        int want = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(e, names[i]))
+                want = i;
+        if (want < 0) /* a user's setting: warn once, never abort */
+            fprintf(stderr, "zhisuan: ZS_CPU_ISA=%s: expected portable, avx2 or "
+                    "avx512; using %s\n", e, names[have]);
+        else if (want < cap)
+            cap = want;
+    }
+    feats = hw;
+    if (cap < 2)
+        feats.avx512f = feats.avx512bw = feats.avx512vl = feats.avx512_bf16 =
+            feats.avx512vnni = false;
+    if (cap < 1)
+        feats.avx2 = feats.fma = feats.f16c = false;
+    isa = names[cap];
 }
 
 const zs_cpu_features *zs_cpu(void)
 {
     pthread_once(&once, detect);
     return &feats;
+}
+
+const zs_cpu_features *zs_cpu_hw(void)
+{
+    pthread_once(&once, detect);
+    return &hw;
+}
+
+const char *zs_cpu_isa(void)
+{
+    pthread_once(&once, detect);
+    return isa;
 }

@@ -2,10 +2,18 @@
  * optable.c - the operator table as text (`zs ops`): every descriptor of
  * ops/oplist.h, its class, its kernels per registered device and dtype,
  * and what its backward runs (the backward descriptors it calls, or
- * "composite" for a rule made of other operators, "-" when it has none).
+ * "composite" for a rule made of other operators, "-" when it has none),
+ * and the path each CPU kernel family takes under the ISA cap (`zs
+ * sysinfo`).
  */
 #include <string.h>
 
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/unary.h"
 #include "ops/op.h"
 #include "zs/ops.h"
 
@@ -81,4 +89,47 @@ void zs_ops_print(FILE *f)
         backward_text(all[i], buf, sizeof buf);
         fprintf(f, "  %s\n", buf);
     }
+}
+
+/* The clones' choice: GCC's resolver picks by the hardware at load time
+ * (x86-64-v4 needs AVX-512 F/BW/CD/DQ/VL, v3 AVX2+FMA+F16C+BMI). */
+static const char *clone_path(void)
+{
+#if defined(__x86_64__) && !defined(ZSI_NO_CLONES)
+    const zs_cpu_features *h = zs_cpu_hw();
+    return h->avx512f && h->avx512bw && h->avx512vl
+               ? "x86-64-v4 clone (hardware, not capped)"
+           : h->avx2 && h->fma ? "x86-64-v3 clone (hardware, not capped)"
+                               : "default clone";
+#else
+    return "portable (no clones in this build)";
+#endif
+}
+
+void zs_kernel_paths_print(FILE *f)
+{
+    const zs_cpu_features *c = zs_cpu();
+    bool vec = !zsk_linear_portable();
+    fprintf(f, "isa cap        %s (ZS_CPU_ISA; the hardware has %s)\n",
+            zs_cpu_isa(), zs_cpu_hw()->avx512f ? "avx512" : zs_cpu_hw()->avx2 ? "avx2"
+                                                                               : "neither");
+    const struct {
+        const char *family, *path;
+    } rows[] = {
+        {"gemm f32", zsk_gemm_desc_for(ZSK_GEMM_F32)->name},
+        {"gemm bf16", zsk_gemm_desc_for(ZSK_GEMM_BF16)->name},
+        {"gemm f16", zsk_gemm_desc_for(ZSK_GEMM_F16)->name},
+        {"packed linear", vec && c->avx512f ? "avx512" : "portable"},
+        {"quantized matmul", vec && zsk_quant_has_vnni() ? "avx512 vnni" : "portable"},
+        {"int8 / w8a8", vec && zsk_i8_has_vnni() ? "avx512 vnni" : "portable"},
+        {"paged attention", vec && c->avx512f ? "avx512 (head dim % 16 == 0)" : "portable"},
+        {"pointwise", zsk_unary_has_vector(ZSK_EXP) ? "avx512" : clone_path()},
+        {"convolution", c->avx512f ? "direct avx512 where it fits, else im2col + gemm"
+                                   : "im2col + gemm"},
+        {"attention", clone_path()},
+        {"softmax, norms, reductions", clone_path()},
+        {"optimizer", clone_path()},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        fprintf(f, "  %-27s %s\n", rows[i].family, rows[i].path);
 }

@@ -7,7 +7,7 @@
  * weight row is read once and dotted with all M activation rows while it
  * sits in L1 (K = 4096: 4.3 KB in Q8_0). One dot function per format and
  * path; the VNNI ones (x86-64 only, chosen at run time by
- * __builtin_cpu_supports) keep 8 f32 lanes of scaled block sums and reduce
+ * zs_cpu(), capped by ZS_CPU_ISA) keep 8 f32 lanes of scaled block sums and reduce
  * once per dot.
  *
  * Measured (bench/quant, M = 1, N = K = 4096, 2 threads, Zen 5 EPYC): Q8_0
@@ -482,12 +482,9 @@ bool zsk_quant_force_portable(bool on)
 bool zsk_quant_has_vnni(void)
 {
 #ifdef ZSK_QUANT_VNNI
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512vnni");
+    const zs_cpu_features *f = zs_cpu(); /* capped by ZS_CPU_ISA */
+    return f->avx2 && f->fma && f->avx512f && f->avx512bw && f->avx512vl &&
+           f->avx512vnni;
 #else
     return false;
 #endif
