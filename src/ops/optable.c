@@ -119,10 +119,17 @@ void zs_kernel_paths_print(FILE *f)
         {"gemm f32", zsk_gemm_desc_for(ZSK_GEMM_F32)->name},
         {"gemm bf16", zsk_gemm_desc_for(ZSK_GEMM_BF16)->name},
         {"gemm f16", zsk_gemm_desc_for(ZSK_GEMM_F16)->name},
-        {"packed linear", vec && c->avx512f ? "avx512" : "portable"},
+        {"packed linear", vec && c->avx512f               ? "avx512"
+                          : vec && c->avx2 && c->fma ? "avx2"
+                                                     : "portable"},
         {"quantized matmul", vec && zsk_quant_has_vnni() ? "avx512 vnni" : "portable"},
         {"int8 / w8a8", vec && zsk_i8_has_vnni() ? "avx512 vnni" : "portable"},
-        {"paged attention", vec && c->avx512f ? "avx512 (head dim % 16 == 0)" : "portable"},
+        {"paged attention",
+         vec && c->avx512f && c->avx2 && c->fma && c->f16c
+             ? "avx512 (head dim % 16 == 0), else avx2 (head dim % 8 == 0)"
+         : vec && c->avx512f ? "avx512 (head dim % 16 == 0)"
+         : vec && c->avx2 && c->fma && c->f16c ? "avx2 (head dim % 8 == 0)"
+                                                : "portable"},
         {"pointwise", zsk_unary_has_vector(ZSK_EXP) ? "avx512" : clone_path()},
         {"convolution", c->avx512f ? "direct avx512 where it fits, else im2col + gemm"
                                    : "im2col + gemm"},

@@ -15,8 +15,9 @@
  *     (acc + bias) + residual, in float.
  * (3) Invariance, all bitwise: each row computed alone (M = 1) equals the
  *     row of the full batch; the row placed at several positions of another
- *     batch of other rows; 1 vs 2 threads; AVX-512 vs portable path
- *     (zsk_linear_force_portable) when the CPU has AVX-512.
+ *     batch of other rows; 1 vs 2 threads; the vector path (AVX-512, or
+ *     AVX2+FMA under ZS_CPU_ISA=avx2) vs the portable one
+ *     (zsk_linear_force_portable) when the CPU has one.
  * (4) GeLU of the epilogue against 0.5 v (1 + tanh(...)) in float64 on
  *     [-12, 12] and at extremes (+-inf, NaN, huge).
  * (5) Errors: NULL pointers, negative sizes, small strides, bad act,
@@ -203,7 +204,7 @@ static void check_batch_invariance(const prob *p, zsk_act act, const float *yful
     free(yb);
 }
 
-static void check_invariance(const prob *p, bool avx512)
+static void check_invariance(const prob *p, bool vec)
 {
     for (int a = 0; a < 2; a++) {
         zsk_act act = a ? ZSK_ACT_GELU_TANH : ZSK_ACT_NONE;
@@ -217,12 +218,12 @@ static void check_invariance(const prob *p, bool avx512)
                  "seed %llu M=%lld N=%lld K=%lld: 1 vs 2 threads differ",
                  (unsigned long long)p->seed, (long long)p->M, (long long)p->N,
                  (long long)p->K);
-        if (avx512) {
+        if (vec) {
             bool old = zsk_linear_force_portable(true);
             ZT_CHECK(run(p, true, true, false, act, yp) == ZS_OK, "portable");
             zsk_linear_force_portable(old);
             ZT_CHECK(same_rows(y2, p->ldy, yp, p->ldy, p->M, p->N),
-                     "seed %llu M=%lld N=%lld K=%lld act=%d: AVX-512 vs portable differ",
+                     "seed %llu M=%lld N=%lld K=%lld act=%d: vector vs portable path differ",
                      (unsigned long long)p->seed, (long long)p->M, (long long)p->N,
                      (long long)p->K, act);
         }
@@ -329,8 +330,11 @@ static void check_errors(void)
 
 int main(void)
 {
-    bool avx512 = zs_cpu()->avx512f;
-    printf("AVX-512 path: %s\n", avx512 ? "yes" : "no (portable only)");
+    const zs_cpu_features *f = zs_cpu();
+    bool vec = f->avx512f || (f->avx2 && f->fma);
+    printf("vector path: %s\n", f->avx512f             ? "AVX-512"
+                                 : f->avx2 && f->fma ? "AVX2+FMA"
+                                                     : "no (portable only)");
     static const int64_t Ms[] = {1, 3, 17, 130};
     static const int64_t NKs[][2] = {{1, 1}, {67, 13}, {130, 100}, {200, 257}, {64, 64}};
     uint64_t seed = 1;
@@ -349,12 +353,12 @@ int main(void)
     for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++) {
         for (size_t b = 1; b < sizeof NKs / sizeof *NKs; b++) {
             prob p = make(Ms[a], NKs[b][0], NKs[b][1], 1, seed++);
-            check_invariance(&p, avx512);
+            check_invariance(&p, vec);
             drop(&p);
         }
     }
     prob wide = make(9, 1000, 70, 0, seed++); /* many panels over the pool */
-    check_invariance(&wide, avx512);
+    check_invariance(&wide, vec);
     drop(&wide);
     zt_section("batch, thread and path invariance (bitwise)");
 

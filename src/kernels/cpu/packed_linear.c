@@ -37,6 +37,7 @@
 #include <immintrin.h>
 #define ZSK_LINEAR_AVX512 1
 #define AVX512 __attribute__((target("avx512f")))
+#define AVX2 __attribute__((target("avx2,fma")))
 #endif
 
 #define TILE_R 6            /* rows of the register tile (24 accumulators) */
@@ -260,6 +261,78 @@ AVX512 static void gemv2_avx512(const float *x, const float *pa, const float *pb
     _mm512_storeu_ps(acc_b + 32, b2);
     _mm512_storeu_ps(acc_b + 48, b3);
 }
+
+/* AVX2+FMA: a tile of R rows runs the panel as four strips of 16 columns,
+ * R * 2 ymm accumulators each (per k 2 aligned panel loads, R broadcasts,
+ * 2R FMAs; 6 rows: 12 accumulators of the 16 ymm). Each output's chain is
+ * still one pass over k. */
+static inline __attribute__((always_inline, target("avx2,fma"))) void
+tile_avx2_r(const int R, const float *x, int64_t ldx, const float *p, int64_t K,
+            float *acc)
+{
+    for (int s = 0; s < ZSK_PANEL; s += 16) {
+        __m256 c[TILE_R][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            c[r][0] = c[r][1] = _mm256_setzero_ps();
+        const float *w = p + s;
+        for (int64_t k = 0; k < K; k++, w += ZSK_PANEL) {
+            __m256 w0 = _mm256_load_ps(w), w1 = _mm256_load_ps(w + 8);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m256 xb = _mm256_broadcast_ss(x + r * ldx + k);
+                c[r][0] = _mm256_fmadd_ps(xb, w0, c[r][0]);
+                c[r][1] = _mm256_fmadd_ps(xb, w1, c[r][1]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            _mm256_storeu_ps(acc + r * ZSK_PANEL + s, c[r][0]);
+            _mm256_storeu_ps(acc + r * ZSK_PANEL + s + 8, c[r][1]);
+        }
+    }
+}
+
+AVX2 static void tile_avx2(int R, const float *x, int64_t ldx, const float *p, int64_t K,
+                           float *acc)
+{
+    switch (R) {
+    case 1: tile_avx2_r(1, x, ldx, p, K, acc); break;
+    case 2: tile_avx2_r(2, x, ldx, p, K, acc); break;
+    case 3: tile_avx2_r(3, x, ldx, p, K, acc); break;
+    case 4: tile_avx2_r(4, x, ldx, p, K, acc); break;
+    case 5: tile_avx2_r(5, x, ldx, p, K, acc); break;
+    default: tile_avx2_r(6, x, ldx, p, K, acc); break;
+    }
+}
+
+/* M = 1 on one panel: the whole 64 columns in 8 ymm accumulators, so the
+ * panel is one sequential stream (per k 8 panel loads as FMA operands, 1
+ * broadcast). */
+AVX2 static void gemv_avx2(const float *x, const float *p, int64_t K, float *acc)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t k = 0; k < K; k++, p += ZSK_PANEL) {
+        __m256 xb = _mm256_broadcast_ss(x + k);
+        a0 = _mm256_fmadd_ps(xb, _mm256_load_ps(p), a0);
+        a1 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 8), a1);
+        a2 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 16), a2);
+        a3 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 24), a3);
+        a4 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 32), a4);
+        a5 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 40), a5);
+        a6 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 48), a6);
+        a7 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 56), a7);
+    }
+    _mm256_storeu_ps(acc, a0);
+    _mm256_storeu_ps(acc + 8, a1);
+    _mm256_storeu_ps(acc + 16, a2);
+    _mm256_storeu_ps(acc + 24, a3);
+    _mm256_storeu_ps(acc + 32, a4);
+    _mm256_storeu_ps(acc + 40, a5);
+    _mm256_storeu_ps(acc + 48, a6);
+    _mm256_storeu_ps(acc + 56, a7);
+}
 #endif
 
 /* ---- driver ------------------------------------------------------------------ */
@@ -271,7 +344,7 @@ typedef struct lin_job {
     int64_t M, ldx, ldr, ldy;
     zsk_act act;
     int64_t rb, nrb; /* rows per item, row blocks per panel */
-    bool avx512;
+    bool avx512, avx2; /* the path: AVX-512, else AVX2+FMA, else portable */
 } lin_job;
 
 /* Epilogue of panel p's columns for row m from acc [64]. */
@@ -309,6 +382,12 @@ static void lin_items(void *ctx, int64_t i0, int64_t i1)
         }
         i0 += 2 * h;
     }
+    if (j->avx2 && j->M == 1 && K > 0) {
+        for (; i0 < i1; i0++) {
+            gemv_avx2(j->x, j->W->data + i0 * K * ZSK_PANEL, K, acc);
+            finish(j, i0, 0, acc);
+        }
+    }
 #endif
     for (int64_t it = i0; it < i1; it++) {
         int64_t p = it / j->nrb, m0 = it % j->nrb * j->rb;
@@ -322,6 +401,8 @@ static void lin_items(void *ctx, int64_t i0, int64_t i1)
 #ifdef ZSK_LINEAR_AVX512
             else if (j->avx512)
                 tile_avx512(R, xm, j->ldx, j->W->data + p * K * ZSK_PANEL, K, acc);
+            else if (j->avx2)
+                tile_avx2(R, xm, j->ldx, j->W->data + p * K * ZSK_PANEL, K, acc);
 #endif
             else
                 tile_c(R, xm, j->ldx, j->W->data + p * K * ZSK_PANEL, K, acc);
@@ -398,9 +479,10 @@ zs_status zsk_packed_linear_f32(const zsk_packed_f32 *W, const float *x, int64_t
         rb = (rb + TILE_R - 1) / TILE_R * TILE_R;
     }
     lin_job j = {W, x, bias, residual, y, M, ldx, ldr, ldy, act, rb, (M + rb - 1) / rb,
-                 false};
+                 false, false};
 #ifdef ZSK_LINEAR_AVX512
     j.avx512 = !force_portable && zs_cpu()->avx512f;
+    j.avx2 = !force_portable && !j.avx512 && zs_cpu()->avx2 && zs_cpu()->fma;
 #endif
     int64_t item = rb * (K > 0 ? K : 1) * ZSK_PANEL;
     zs_parallel_for(panels * j.nrb, 1 + ITEM_FMAS / item, lin_items, &j);

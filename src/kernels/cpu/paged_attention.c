@@ -32,6 +32,8 @@
 #define ZSK_PAGED_AVX512 1
 #define AVX512 __attribute__((target("avx512f")))
 #define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #endif
 
 #define CHUNK 16 /* positions per work item (a multiple of TILE): 160
@@ -50,6 +52,7 @@ typedef struct job {
     float *wide;          /* portable path, 16-bit K/V: per pool thread a tile's
                            * key and value rows of one head in f32 [TILE, 2, D] */
     bool avx512;          /* the zmm tile function (D a multiple of 16) */
+    bool avx2;            /* else the ymm one (D a multiple of 8) */
 } job;
 
 /* One head's running state within an item: max, sum, acc [D]. */
@@ -206,6 +209,131 @@ AVX512 static void tile_heads_avx512(const zsk_paged_attn *a, const float *q,
     default: tile_heads_kv(ZS_F32, a, q, kr, vr, n, dist, part); return;
     }
 }
+
+/* ---- AVX2+FMA+F16C: the AVX-512 tile on 8 lanes ---- */
+
+/* 8 elements of a K or V row from element i, widened to f32 (vcvtph2ps
+ * for f16, a 16-bit shift for bf16). */
+AVX2_INLINE __m256 load_kv8(zs_dtype kv, const void *row, int64_t i)
+{
+    if (kv == ZS_F32)
+        return _mm256_loadu_ps((const float *)row + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+    if (kv == ZS_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* The sum and the max of 8 lanes, always the same tree. */
+AVX2_INLINE float hsum8(__m256 v)
+{
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+AVX2_INLINE float hmax8(__m256 v)
+{
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+}
+
+/* exp of 8 lanes for x <= 0 (s - max): vmath.h's polynomial with x
+ * clamped to [-88, 88] and the scale built from the bits of the rounding
+ * sum, as zsi_exp_f32_clamped (x <= -88 gives 0). */
+AVX2_INLINE __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-88.0f), x));
+    __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(ZSI_EXP_LOG2E), _mm256_set1_ps(ZSI_EXP_RINT));
+    __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(ZSI_EXP_RINT));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ZSI_EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ZSI_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(ZSI_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P5));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t),
+                                          _mm256_set1_epi32(0x4B400000)),
+                         _mm256_set1_epi32(127)),
+        23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* tile_heads_kv on ymm: the same address order and steps, a head's 16
+ * scores as two vectors, the dot products over D in 8-lane pieces. */
+AVX2_INLINE void tile_heads_kv8(zs_dtype kv, const zsk_paged_attn *a, const float *q,
+                                const void *const *kr, const void *const *vr, int n,
+                                int64_t dist, float *part)
+{
+    int64_t D = a->D, H = a->H, S = D + 2;
+    float sc[MAX_HEADS * TILE];
+    for (int k = 0; k < n; k++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *qh = q + h * D;
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(qh), load_kv8(kv, kr[k], h * D));
+            for (int64_t d = 8; d < D; d += 8)
+                v = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), load_kv8(kv, kr[k], h * D + d),
+                                    v);
+            sc[h * TILE + k] = hsum8(v);
+        }
+    const __m256 iota0 = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 iota1 = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
+    __m256 nv = _mm256_set1_ps((float)n), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 live0 = _mm256_cmp_ps(iota0, nv, _CMP_LT_OQ);
+    __m256 live1 = _mm256_cmp_ps(iota1, nv, _CMP_LT_OQ);
+    for (int64_t h = 0; h < H; h++) {
+        float *m = part + h * S, *sum = m + 1, *acc = m + 2;
+        float slope = a->slopes ? a->slopes[h] : 0;
+        __m256 scl = _mm256_set1_ps(a->scale);
+        /* lanes past n hold stale scores: blended away below */
+        __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(sc + h * TILE), scl);
+        __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(sc + h * TILE + 8), scl);
+        if (slope != 0) { /* - slope * (dist - k) */
+            __m256 sl = _mm256_set1_ps(slope), dv = _mm256_set1_ps((float)dist);
+            s0 = _mm256_fnmadd_ps(sl, _mm256_sub_ps(dv, iota0), s0);
+            s1 = _mm256_fnmadd_ps(sl, _mm256_sub_ps(dv, iota1), s1);
+        }
+        s0 = _mm256_blendv_ps(ninf, s0, live0);
+        s1 = _mm256_blendv_ps(ninf, s1, live1);
+        float m2 = hmax8(_mm256_max_ps(s0, s1));
+        m2 = m2 > *m ? m2 : *m;
+        __m256 mv = _mm256_set1_ps(m2);
+        __m256 e0 = _mm256_and_ps(live0, exp8(_mm256_sub_ps(s0, mv)));
+        __m256 e1 = _mm256_and_ps(live1, exp8(_mm256_sub_ps(s1, mv)));
+        float c = zsi_exp_f32(*m - m2);
+        *sum = *sum * c + hsum8(_mm256_add_ps(e0, e1));
+        *m = m2;
+        _mm256_storeu_ps(sc + h * TILE, e0);
+        _mm256_storeu_ps(sc + h * TILE + 8, e1);
+        __m256 cv = _mm256_set1_ps(c);
+        for (int64_t d = 0; d < D; d += 8)
+            _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), cv));
+    }
+    for (int k = 0; k < n; k++)
+        for (int64_t h = 0; h < H; h++) {
+            float *acc = part + h * S + 2;
+            __m256 w = _mm256_set1_ps(sc[h * TILE + k]);
+            for (int64_t d = 0; d < D; d += 8)
+                _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(w, load_kv8(kv, vr[k], h * D + d),
+                                                          _mm256_loadu_ps(acc + d)));
+        }
+}
+
+AVX2 static void tile_heads_avx2(const zsk_paged_attn *a, const float *q,
+                                 const void *const *kr, const void *const *vr, int n,
+                                 int64_t dist, float *part)
+{
+    switch (a->kv) {
+    case ZS_BF16: tile_heads_kv8(ZS_BF16, a, q, kr, vr, n, dist, part); return;
+    case ZS_F16: tile_heads_kv8(ZS_F16, a, q, kr, vr, n, dist, part); return;
+    default: tile_heads_kv8(ZS_F32, a, q, kr, vr, n, dist, part); return;
+    }
+}
 #endif
 
 /* One chunk, all heads: the online softmax over its positions, TILE at a
@@ -235,6 +363,10 @@ static void chunk_body(void *ctx, int64_t lo, int64_t hi)
 #ifdef ZSK_PAGED_AVX512
             if (j->avx512) {
                 tile_heads_avx512(a, a->q + it->s * H * D, kr, vr, n, last - t, part);
+                continue;
+            }
+            if (j->avx2) {
+                tile_heads_avx2(a, a->q + it->s * H * D, kr, vr, n, last - t, part);
                 continue;
             }
 #endif
@@ -324,12 +456,14 @@ zs_status zsk_paged_attention_f32(const zsk_paged_attn *a, float *o)
     for (int64_t s = 0; s < a->n_seqs; s++)
         for (int64_t t = 0; t < a->len[s]; t += CHUNK)
             items[w++] = (item){s, t, t + CHUNK < a->len[s] ? t + CHUNK : a->len[s]};
-    job j = {a, items, part, NULL, false};
+    job j = {a, items, part, NULL, false, false};
 #ifdef ZSK_PAGED_AVX512
-    j.avx512 = a->D % 16 == 0 && a->H <= MAX_HEADS && zs_cpu()->avx512f &&
-               !zsk_linear_portable();
+    const zs_cpu_features *f = zs_cpu();
+    j.avx512 = a->D % 16 == 0 && a->H <= MAX_HEADS && f->avx512f && !zsk_linear_portable();
+    j.avx2 = !j.avx512 && a->D % 8 == 0 && a->H <= MAX_HEADS && f->avx2 && f->fma &&
+             f->f16c && !zsk_linear_portable();
 #endif
-    if (!j.avx512 && a->kv != ZS_F32 &&
+    if (!j.avx512 && !j.avx2 && a->kv != ZS_F32 &&
         !(j.wide = zs_alloc((size_t)zs_num_threads() * 2 * TILE * (size_t)D *
                             sizeof *j.wide))) {
         zs_free(items);
