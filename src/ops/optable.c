@@ -120,7 +120,8 @@ void zs_kernel_paths_print(FILE *f)
         {"gemm bf16", zsk_gemm_desc_for(ZSK_GEMM_BF16)->name},
         {"gemm f16", zsk_gemm_desc_for(ZSK_GEMM_F16)->name},
         {"packed linear", vec && c->avx512f ? "avx512" : "portable"},
-        {"quantized matmul", vec && zsk_quant_has_vnni() ? "avx512 vnni" : "portable"},
+        {"quantized matmul", !vec ? "portable" : zsk_quant_has_vnni() ? "avx512 vnni"
+                             : zsk_quant_has_avx2() ? "avx2" : "portable"},
         {"int8 / w8a8", vec && zsk_i8_has_vnni() ? "avx512 vnni" : "portable"},
         {"paged attention", vec && c->avx512f ? "avx512 (head dim % 16 == 0)" : "portable"},
         {"pointwise", zsk_unary_has_vector(ZSK_EXP) ? "avx512" : clone_path()},
