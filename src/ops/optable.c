@@ -122,7 +122,8 @@ void zs_kernel_paths_print(FILE *f)
         {"packed linear", vec && c->avx512f               ? "avx512"
                           : vec && c->avx2 && c->fma ? "avx2"
                                                      : "portable"},
-        {"quantized matmul", vec && zsk_quant_has_vnni() ? "avx512 vnni" : "portable"},
+        {"quantized matmul", !vec ? "portable" : zsk_quant_has_vnni() ? "avx512 vnni"
+                             : zsk_quant_has_avx2() ? "avx2" : "portable"},
         {"int8 / w8a8", vec && zsk_i8_has_vnni() ? "avx512 vnni" : "portable"},
         {"paged attention",
          vec && c->avx512f && c->avx2 && c->fma && c->f16c

@@ -10,7 +10,7 @@
  *     blocks (zsk_quantize_q8x): the block sums are exact integers, so the
  *     only error is f32 scaling and accumulation, within 1e-5 * sum |W' x'|.
  *     Every format, odd M and N, strided x and y.
- * (3) bitwise: the VNNI and portable paths agree; a row alone (M = 1) gives
+ * (3) bitwise: the vector (VNNI or AVX2) and portable paths agree; a row alone (M = 1) gives
  *     the bits it gives in a batch of 9 (and at any position); 1 and 2
  *     threads agree; bias + GeLU + residual (also y as its own residual)
  *     give exactly zsk_linear_epilogue applied to the plain product.
@@ -154,7 +154,7 @@ static void linear(const run *r, int64_t m0, int64_t M, float *y)
              "linear");
 }
 
-static void check_bitwise(zsk_qfmt f, bool vnni)
+static void check_bitwise(zsk_qfmt f, bool vec)
 {
     int64_t M = 9, N = 163, K = 320, ldx = K + 1; /* 11 tiles: 4-stream M = 1 path and tails */
     unsigned char *q = make_blocks(f, N, K, 500 + f);
@@ -167,12 +167,12 @@ static void check_bitwise(zsk_qfmt f, bool vnni)
     zs_set_num_threads(2);
     run plain = {&p, x, NULL, NULL, ldx, ZSK_ACT_NONE};
     linear(&plain, 0, M, y);
-    /* portable vs VNNI */
+    /* portable vs the vector path */
     bool old = zsk_linear_force_portable(true);
     linear(&plain, 0, M, y2);
     zsk_linear_force_portable(old);
-    ZT_CHECK(!vnni || memcmp(y, y2, (size_t)(M * N) * 4) == 0,
-             "%s: VNNI and portable paths differ", fname[f]);
+    ZT_CHECK(!vec || memcmp(y, y2, (size_t)(M * N) * 4) == 0,
+             "%s: vector and portable paths differ", fname[f]);
     /* rows alone, rows at other positions */
     for (int64_t m = 0; m < M; m++) {
         linear(&plain, m, 1, y1);
@@ -262,13 +262,13 @@ int main(void)
     check_layout(ZSK_Q4_1, 16, 32, 4);
     zt_section("pack / unpack / row");
 
-    bool vnni = zsk_quant_has_vnni();
-    printf("VNNI path: %s\n", vnni ? "yes" : "no (portable only)");
+    bool vnni = zsk_quant_has_vnni(), vec = vnni || zsk_quant_has_avx2();
+    printf("vector path: %s\n", vnni ? "avx512 vnni" : vec ? "avx2" : "no (portable only)");
     static const int64_t Ms[] = {1, 4, 7}, Ns[] = {1, 16, 67}, Ks[] = {32, 96, 544};
     uint64_t seed = 1;
     for (int path = 0; path < 2; path++) {
         bool old = zsk_linear_force_portable(path == 1);
-        const char *name = path ? "portable" : vnni ? "vnni" : "default";
+        const char *name = path ? "portable" : vnni ? "vnni" : vec ? "avx2" : "default";
         for (int f = 0; f < 3; f++)
             for (int a = 0; a < 3; a++)
                 for (int b = 0; b < 3; b++)
@@ -281,7 +281,7 @@ int main(void)
     zt_section("linear against float64");
 
     for (int f = 0; f < 3; f++)
-        check_bitwise((zsk_qfmt)f, vnni);
+        check_bitwise((zsk_qfmt)f, vec);
     zt_section("paths, batch, threads, epilogue (bitwise)");
 
     check_errors();

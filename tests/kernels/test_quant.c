@@ -318,14 +318,15 @@ int main(void)
     zt_section("quantize / dequantize");
 
     bool vnni = zsk_quant_has_vnni();
-    printf("VNNI path: %s\n", vnni ? "yes" : "no (portable only)");
+    const char *vec = vnni ? "vnni" : zsk_quant_has_avx2() ? "avx2" : "default";
+    printf("vector path: %s\n", vnni || zsk_quant_has_avx2() ? vec : "no (portable only)");
     int threads = zs_num_threads();
     for (int t = 1; t <= 2; t++) {
         zs_set_num_threads(t);
         zsk_quant_force_portable(true);
         check_all_qmatmul("portable");
         zsk_quant_force_portable(false);
-        check_all_qmatmul(vnni ? "vnni" : "default");
+        check_all_qmatmul(vec);
     }
     zs_set_num_threads(threads);
     zt_section("qmatmul");
@@ -334,7 +335,7 @@ int main(void)
         zsk_quant_force_portable(true);
         check_qmatmul_invariance((zsk_qfmt)f, "portable");
         zsk_quant_force_portable(false);
-        check_qmatmul_invariance((zsk_qfmt)f, vnni ? "vnni" : "default");
+        check_qmatmul_invariance((zsk_qfmt)f, vec);
     }
     zt_section("qmatmul batch and thread invariance (bitwise)");
 

@@ -40,6 +40,8 @@
 #define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define VNNI_INLINE static inline __attribute__((always_inline, \
     target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #endif
 
 #define MR 4               /* activation rows per pass over a tile block */
@@ -396,6 +398,143 @@ VNNI static void gemv_vnni(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
     case ZSK_Q4_1: gemv_vnni_f(ZSK_Q4_1, t, nb, xq, out); return;
     }
 }
+
+/* ---- AVX2 + FMA + F16C: the same sums with vpmaddubsw / vpmaddwd ---------------- */
+
+/* A 64-byte group of a tile block is two ymm: rows 0 .. 7 (half 0) and
+ * 8 .. 15 (half 1), 4 consecutive k per 32-bit lane as for vpdpbusd. With
+ * no u8 x s8 -> s32 instruction, vpmaddubsw makes s16 pair sums that must
+ * not saturate, and vpmaddwd with ones adds the pairs into the lanes:
+ *   Q8_0: the codes u (0 .. 255) times x (-127 .. 127) would saturate a
+ *         pair, so w = u - 128 (a xor) and the sign trick: |w| (0 .. 128)
+ *         as u8, x with w's sign as s8; |pair| <= 2 * 128 * 127 = 32512.
+ *         The lanes then hold sum w x, which is s already (no offset).
+ *   Q4:   nibbles (0 .. 15) as u8, x as s8: |pair| <= 3810, so a block's 8
+ *         groups add in s16 (<= 30480) and one vpmaddwd per half ends it.
+ * All integer, so the sums are exactly those of the VNNI and portable paths
+ * and so are the bits that follow (same f32 operations per row and block). */
+
+AVX2_INLINE __m256i bcast4_256(const int8_t *q, int g)
+{
+    int32_t v;
+    memcpy(&v, q + 4 * g, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* s[h] <- the exact int32 sums of block q's rows 8 h .. 8 h + 7 against
+ * activation block xb (c * s_x already subtracted). */
+AVX2_INLINE void block_sums_avx2(zsk_qfmt f, const uint8_t *q, const zsk_block_q8x *xb,
+                                 __m256i s[2])
+{
+    __m256i ones = _mm256_set1_epi16(1);
+    if (f == ZSK_Q8_0) {
+        __m256i flip = _mm256_set1_epi8((char)0x80);
+        s[0] = s[1] = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) {
+            __m256i x = bcast4_256(xb->q, g);
+            for (int h = 0; h < 2; h++) {
+                __m256i w = _mm256_xor_si256(
+                    _mm256_load_si256((const __m256i *)(q + 64 * g + 32 * h)), flip);
+                __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+                s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(p, ones));
+            }
+        }
+        return;
+    }
+    __m256i lo = _mm256_set1_epi8(0x0f);
+    __m256i off = _mm256_set1_epi32(-code_offset(f) * xb->s);
+    for (int h = 0; h < 2; h++) {
+        __m256i p = _mm256_setzero_si256();
+        for (int g = 0; g < 4; g++) {
+            __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * g + 32 * h));
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(v, lo),
+                                                         bcast4_256(xb->q, g)));
+            p = _mm256_add_epi16(
+                p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo),
+                                        bcast4_256(xb->q, g + 4)));
+        }
+        s[h] = _mm256_add_epi32(_mm256_madd_epi16(p, ones), off);
+    }
+}
+
+/* a[h] <- fma(s, d * d_x, a[h]) (and Q4_1's minimum term) for block b. */
+AVX2_INLINE void block_acc_avx2(zsk_qfmt f, const uint8_t *tile, int64_t b,
+                                const __m256i s[2], const zsk_block_q8x *xb, __m256 a[2])
+{
+    __m256 xd = _mm256_set1_ps(xb->d), xm = _mm256_set1_ps(xb->d * (float)xb->s);
+    for (int h = 0; h < 2; h++) {
+        __m256 d = _mm256_cvtph_ps(
+            _mm_load_si128((const __m128i *)(tile + scale_off(f, b, 0) + 16 * h)));
+        a[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]), _mm256_mul_ps(d, xd), a[h]);
+        if (f == ZSK_Q4_1) {
+            __m256 m = _mm256_cvtph_ps(
+                _mm_load_si128((const __m128i *)(tile + scale_off(f, b, 1) + 16 * h)));
+            a[h] = _mm256_fmadd_ps(m, xm, a[h]);
+        }
+    }
+}
+
+/* R activation rows over one tile, a block at a time (the tile block stays
+ * in L1 while the rows pass; unlike zmm, its 16 ymm do not fit in
+ * registers, so each row reloads them). */
+AVX2_INLINE void tile_avx2_f(zsk_qfmt f, const uint8_t *tile, int64_t nb,
+                             const zsk_block_q8x *xq, int R, float *acc)
+{
+    __m256 a[MR][2];
+    for (int i = 0; i < R; i++)
+        a[i][0] = a[i][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = tile + data_off(f, b);
+        for (int i = 0; i < R; i++) {
+            __m256i s[2];
+            block_sums_avx2(f, q, xq + i * nb + b, s);
+            block_acc_avx2(f, tile, b, s, xq + i * nb + b, a[i]);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        _mm256_storeu_ps(acc + i * ZSK_QTILE, a[i][0]);
+        _mm256_storeu_ps(acc + i * ZSK_QTILE + 8, a[i][1]);
+    }
+}
+
+AVX2 static void tile_avx2(zsk_qfmt f, const uint8_t *tile, int64_t nb,
+                           const zsk_block_q8x *xq, int R, float *acc)
+{
+    switch (f) {
+    case ZSK_Q8_0: tile_avx2_f(ZSK_Q8_0, tile, nb, xq, R, acc); return;
+    case ZSK_Q4_0: tile_avx2_f(ZSK_Q4_0, tile, nb, xq, R, acc); return;
+    case ZSK_Q4_1: tile_avx2_f(ZSK_Q4_1, tile, nb, xq, R, acc); return;
+    }
+}
+
+/* M = 1 on STREAMS tiles at once, as gemv_vnni. */
+AVX2_INLINE void gemv_avx2_f(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
+                             const zsk_block_q8x *xq, float *const *out)
+{
+    __m256 a[STREAMS][2];
+    for (int i = 0; i < STREAMS; i++)
+        a[i][0] = a[i][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+        for (int i = 0; i < STREAMS; i++) {
+            __m256i s[2];
+            block_sums_avx2(f, t[i] + data_off(f, b), xq + b, s);
+            block_acc_avx2(f, t[i], b, s, xq + b, a[i]);
+        }
+    for (int i = 0; i < STREAMS; i++) {
+        _mm256_storeu_ps(out[i], a[i][0]);
+        _mm256_storeu_ps(out[i] + 8, a[i][1]);
+    }
+}
+
+AVX2 static void gemv_avx2(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
+                           const zsk_block_q8x *xq, float *const *out)
+{
+    switch (f) {
+    case ZSK_Q8_0: gemv_avx2_f(ZSK_Q8_0, t, nb, xq, out); return;
+    case ZSK_Q4_0: gemv_avx2_f(ZSK_Q4_0, t, nb, xq, out); return;
+    case ZSK_Q4_1: gemv_avx2_f(ZSK_Q4_1, t, nb, xq, out); return;
+    }
+}
 #endif
 
 /* ---- driver -------------------------------------------------------------------- */
@@ -408,7 +547,7 @@ typedef struct qlin_job {
     float *raw;        /* M = 1: [tiles * 16] sums before the epilogue */
     int64_t M, nb, ldx, ldr, ldy;
     zsk_act act;
-    bool vnni;
+    bool vnni, avx2; /* at most one: the path taken */
 } qlin_job;
 
 static void quantize_rows(void *ctx, int64_t m0, int64_t m1)
@@ -436,6 +575,10 @@ static void tile_sums(const qlin_job *j, int64_t t, const zsk_block_q8x *xq, int
         tile_vnni(j->p->fmt, tile, j->nb, xq, R, acc);
         return;
     }
+    if (j->avx2) {
+        tile_avx2(j->p->fmt, tile, j->nb, xq, R, acc);
+        return;
+    }
 #endif
     tile_c(j->p->fmt, tile, j->nb, xq, R, acc);
 }
@@ -446,7 +589,7 @@ static void gemv_tiles(const qlin_job *j, int64_t t0, int64_t t1)
 {
     int64_t first = t0, N = j->p->N;
 #ifdef ZSK_QPACKED_VNNI
-    if (j->vnni && t1 - t0 >= STREAMS) {
+    if ((j->vnni || j->avx2) && t1 - t0 >= STREAMS) {
         int64_t h = (t1 - t0) / STREAMS;
         for (int64_t t = 0; t < h; t++) {
             const uint8_t *tp[STREAMS];
@@ -455,7 +598,10 @@ static void gemv_tiles(const qlin_job *j, int64_t t0, int64_t t1)
                 tp[i] = j->p->data + (t0 + i * h + t) * j->p->tile_bytes;
                 out[i] = j->raw + (t0 + i * h + t) * ZSK_QTILE;
             }
-            gemv_vnni(j->p->fmt, tp, j->nb, j->xq, out);
+            if (j->vnni)
+                gemv_vnni(j->p->fmt, tp, j->nb, j->xq, out);
+            else
+                gemv_avx2(j->p->fmt, tp, j->nb, j->xq, out);
         }
         t0 += STREAMS * h;
     }
@@ -511,9 +657,10 @@ zs_status zsk_qpacked_linear(const zsk_qpacked *p, const float *x, int64_t M,
         return zs_set_error_code(ZS_ERR_NOMEM, "qpacked_linear: out of memory (%zu bytes)",
                                  bytes);
     qlin_job j = {p, x, bias, residual, y, (zsk_block_q8x *)ws, (float *)(ws + xbytes), M,
-                  nb, ldx, ldr, ldy, act, false};
+                  nb, ldx, ldr, ldy, act, false, false};
 #ifdef ZSK_QPACKED_VNNI
     j.vnni = !zsk_linear_portable() && zsk_quant_has_vnni();
+    j.avx2 = !zsk_linear_portable() && !j.vnni && zsk_quant_has_avx2();
 #endif
     if (nb > 0)
         zs_parallel_for(M, 1 + 16384 / p->K, quantize_rows, &j);

@@ -28,6 +28,7 @@
 #include <immintrin.h>
 #define ZSK_QUANT_VNNI 1
 #define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
 _Static_assert(sizeof(zsk_block_q8_0) == ZSK_Q8_0_BYTES, "q8_0 block size");
@@ -371,7 +372,8 @@ ZSK_CLONES static float dot_q4_1_c(const void *w, const zsk_block_q8x *x, int64_
 }
 
 #ifdef ZSK_QUANT_VNNI
-VNNI static float hsum8(__m256 v)
+/* hsum8 and unpack_nibbles need only AVX2, so both paths share them. */
+AVX2 static inline float hsum8(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -380,7 +382,7 @@ VNNI static float hsum8(__m256 v)
 }
 
 /* 32 nibbles of 16 bytes as 32 bytes: low nibbles first. */
-VNNI static __m256i unpack_nibbles(const uint8_t *qs)
+AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)qs);
     __m128i m = _mm_set1_epi8(15);
@@ -413,14 +415,14 @@ VNNI static __m256i dot_signed(__m256i w, const int8_t *x)
 #define W_Q4_0(wb, b) _mm256_sub_epi8(unpack_nibbles((wb)[b].qs), _mm256_set1_epi8(8))
 
 /* Two blocks per step into two accumulators (one fmadd chain would bound
- * the loop). */
-#define DOT_SIGNED_BODY(T, WVEC)                                           \
+ * the loop). DOTS is dot_signed or its AVX2 twin. */
+#define DOT_SIGNED_BODY(T, WVEC, DOTS)                                        \
     const T *wb = w;                                                          \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();            \
     int64_t b = 0;                                                            \
     for (; b + 1 < nb; b += 2) {                                              \
-        __m256i p0 = dot_signed(WVEC(wb, b), x[b].q);              \
-        __m256i p1 = dot_signed(WVEC(wb, b + 1), x[b + 1].q);  \
+        __m256i p0 = DOTS(WVEC(wb, b), x[b].q);                               \
+        __m256i p1 = DOTS(WVEC(wb, b + 1), x[b + 1].q);                       \
         acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),                        \
                                _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0); \
         acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1),                        \
@@ -428,45 +430,84 @@ VNNI static __m256i dot_signed(__m256i w, const int8_t *x)
                                acc1);                                         \
     }                                                                         \
     if (b < nb) {                                                             \
-        __m256i p0 = dot_signed(WVEC(wb, b), x[b].q);              \
+        __m256i p0 = DOTS(WVEC(wb, b), x[b].q);                               \
         acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),                        \
                                _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0); \
     }                                                                         \
     return hsum8(_mm256_add_ps(acc0, acc1));
 
+/* Q4_1: unsigned nibbles and the minimum term kept apart. DOTU is dot_u8
+ * or its AVX2 twin. */
+#define DOT_Q4_1_BODY(DOTU)                                                   \
+    const zsk_block_q4_1 *wb = w;                                             \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();            \
+    float off0 = 0, off1 = 0;                                                 \
+    int64_t b = 0;                                                            \
+    for (; b + 1 < nb; b += 2) {                                              \
+        __m256i p0 = DOTU(unpack_nibbles(wb[b].qs), x[b].q);                  \
+        __m256i p1 = DOTU(unpack_nibbles(wb[b + 1].qs), x[b + 1].q);          \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),                        \
+                               _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0); \
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1),                        \
+                               _mm256_set1_ps(_cvtsh_ss(wb[b + 1].d) * x[b + 1].d), \
+                               acc1);                                         \
+        off0 += _cvtsh_ss(wb[b].m) * x[b].d * (float)x[b].s;                  \
+        off1 += _cvtsh_ss(wb[b + 1].m) * x[b + 1].d * (float)x[b + 1].s;      \
+    }                                                                         \
+    if (b < nb) {                                                             \
+        __m256i p0 = DOTU(unpack_nibbles(wb[b].qs), x[b].q);                  \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),                        \
+                               _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0); \
+        off0 += _cvtsh_ss(wb[b].m) * x[b].d * (float)x[b].s;                  \
+    }                                                                         \
+    return hsum8(_mm256_add_ps(acc0, acc1)) + (off0 + off1);
+
 VNNI static float dot_q8_0_vnni(const void *w, const zsk_block_q8x *x, int64_t nb)
 {
-    DOT_SIGNED_BODY(zsk_block_q8_0, W_Q8_0)
+    DOT_SIGNED_BODY(zsk_block_q8_0, W_Q8_0, dot_signed)
 }
 
 VNNI static float dot_q4_0_vnni(const void *w, const zsk_block_q8x *x, int64_t nb)
 {
-    DOT_SIGNED_BODY(zsk_block_q4_0, W_Q4_0)
+    DOT_SIGNED_BODY(zsk_block_q4_0, W_Q4_0, dot_signed)
 }
 
 VNNI static float dot_q4_1_vnni(const void *w, const zsk_block_q8x *x, int64_t nb)
 {
-    const zsk_block_q4_1 *wb = w;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float off0 = 0, off1 = 0;
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        __m256i p0 = dot_u8(unpack_nibbles(wb[b].qs), x[b].q);
-        __m256i p1 = dot_u8(unpack_nibbles(wb[b + 1].qs), x[b + 1].q);
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),
-                               _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1),
-                               _mm256_set1_ps(_cvtsh_ss(wb[b + 1].d) * x[b + 1].d), acc1);
-        off0 += _cvtsh_ss(wb[b].m) * x[b].d * (float)x[b].s;
-        off1 += _cvtsh_ss(wb[b + 1].m) * x[b + 1].d * (float)x[b + 1].s;
-    }
-    if (b < nb) {
-        __m256i p0 = dot_u8(unpack_nibbles(wb[b].qs), x[b].q);
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),
-                               _mm256_set1_ps(_cvtsh_ss(wb[b].d) * x[b].d), acc0);
-        off0 += _cvtsh_ss(wb[b].m) * x[b].d * (float)x[b].s;
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1)) + (off0 + off1);
+    DOT_Q4_1_BODY(dot_u8)
+}
+
+/* AVX2 + FMA + F16C: vpdpbusd becomes vpmaddubsw (u8 x s8 -> s16 pairs)
+ * and vpmaddwd with ones (pairs -> the 4-byte lane's int32). The u8
+ * operand is at most 128 (|w|) or 15 (a nibble) and |x| <= 127, so a pair
+ * (<= 32512) never saturates and each lane holds the same int32 as
+ * vpdpbusd's: the dots give the VNNI ones' bits. */
+AVX2 static __m256i dot_u8_avx2(__m256i u, const int8_t *x)
+{
+    __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+AVX2 static __m256i dot_signed_avx2(__m256i w, const int8_t *x)
+{
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x);
+    __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+AVX2 static float dot_q8_0_avx2(const void *w, const zsk_block_q8x *x, int64_t nb)
+{
+    DOT_SIGNED_BODY(zsk_block_q8_0, W_Q8_0, dot_signed_avx2)
+}
+
+AVX2 static float dot_q4_0_avx2(const void *w, const zsk_block_q8x *x, int64_t nb)
+{
+    DOT_SIGNED_BODY(zsk_block_q4_0, W_Q4_0, dot_signed_avx2)
+}
+
+AVX2 static float dot_q4_1_avx2(const void *w, const zsk_block_q8x *x, int64_t nb)
+{
+    DOT_Q4_1_BODY(dot_u8_avx2)
 }
 #endif
 
@@ -490,6 +531,16 @@ bool zsk_quant_has_vnni(void)
 #endif
 }
 
+bool zsk_quant_has_avx2(void)
+{
+#ifdef ZSK_QUANT_VNNI
+    const zs_cpu_features *f = zs_cpu();
+    return f->avx2 && f->fma && f->f16c;
+#else
+    return false;
+#endif
+}
+
 static dot_fn pick_dot(zsk_qfmt fmt)
 {
 #ifdef ZSK_QUANT_VNNI
@@ -498,6 +549,13 @@ static dot_fn pick_dot(zsk_qfmt fmt)
         case ZSK_Q8_0: return dot_q8_0_vnni;
         case ZSK_Q4_0: return dot_q4_0_vnni;
         case ZSK_Q4_1: return dot_q4_1_vnni;
+        }
+    }
+    if (!force_portable && zsk_quant_has_avx2()) {
+        switch (fmt) {
+        case ZSK_Q8_0: return dot_q8_0_avx2;
+        case ZSK_Q4_0: return dot_q4_0_avx2;
+        case ZSK_Q4_1: return dot_q4_1_avx2;
         }
     }
 #endif

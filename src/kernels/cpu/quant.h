@@ -104,5 +104,8 @@ zs_status zsk_qmatmul(zsk_qfmt fmt, const void *W, const float *x, float *y,
 bool zsk_quant_force_portable(bool on);
 /* True when the VNNI path exists in this build and the CPU runs it. */
 bool zsk_quant_has_vnni(void);
+/* True when the AVX2 + FMA + F16C path exists in this build and the CPU (as
+ * capped by ZS_CPU_ISA) runs it; the kernels take it when VNNI is absent. */
+bool zsk_quant_has_avx2(void);
 
 #endif
