@@ -25,6 +25,13 @@
  *   within the run: the machine's memory speed is not steady);
  *   M = 64: 570-625 GFLOP/s-equivalent, 4.4-5.3x zsk_sgemm and 4-5x
  *   zsk_qmatmul.
+ * AVX2 path (ZS_CPU_ISA=avx2, same machine, shared with another job, so
+ * the figures swing 2x between runs): the same blocking (MR, STREAMS),
+ * each tile block as 16 ymm re-read from L1 per activation row; the M = 1
+ * set of infer_gemm --quick at 82% (Q8_0) and 66% (Q4_0) of the triad
+ * against the VNNI path's 71% and 74% in the next run; bench/infer
+ * decode q8_0 / f32 2.26-2.84x, q4_0 / f32 2.65-3.24x (VNNI: 2.42-2.51x,
+ * 3.35-3.41x; portable C: 0.30x, 0.22x).
  */
 #include "kernels/cpu/qpacked.h"
 

@@ -34,8 +34,9 @@
  *         q_x, s_x the activation block (quant.h's zsk_block_q8x)
  *   acc = fma((float)s, d[n, b] * d_x[i, b], acc)
  *   Q4_1: acc = fma(m[n, b], d_x[i, b] * (float)s_x[i, b], acc)
- * then the epilogue of packed_linear.h. The AVX-512 VNNI path and the
- * portable C path (fmaf) perform exactly these operations, so both give the
+ * then the epilogue of packed_linear.h. The AVX-512 VNNI path, the AVX2
+ * path (vpmaddubsw / vpmaddwd on the same layout, qpacked.c) and the
+ * portable C path (fmaf) perform exactly these operations, so all give the
  * same bits, and so do any M, any row position in the batch and any thread
  * count (batch invariance, as in packed_linear.h).
  */

@@ -6,9 +6,10 @@
  * buffer of M * K / 32 blocks), then the pool splits W's N rows; each
  * weight row is read once and dotted with all M activation rows while it
  * sits in L1 (K = 4096: 4.3 KB in Q8_0). One dot function per format and
- * path; the VNNI ones (x86-64 only, chosen at run time by
+ * path; the VNNI and AVX2 ones (x86-64 only, chosen at run time by
  * zs_cpu(), capped by ZS_CPU_ISA) keep 8 f32 lanes of scaled block sums and reduce
- * once per dot.
+ * once per dot; the AVX2 ones make the VNNI ones' int32 lanes with
+ * vpmaddubsw + vpmaddwd and so give their bits.
  *
  * Measured (bench/quant, M = 1, N = K = 4096, 2 threads, Zen 5 EPYC): Q8_0
  * 0.29 ms (61 GB/s of weights), Q4_0 0.34 ms (28 GB/s), Q4_1 0.41 ms,
