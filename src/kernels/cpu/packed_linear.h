@@ -20,8 +20,11 @@
  * so an M = 1 product (decode) reads the weights as one sequential stream.
  *
  * Paths: AVX-512 (a tile of up to 6 rows x 64 columns in 24 zmm
- * accumulators) when the CPU has it, else portable C with fmaf (same
- * chains, same bits; tests/kernels/test_packed_linear.c checks both). The
+ * accumulators) when the CPU has it, else AVX2+FMA (6 rows x 16 columns
+ * in 12 ymm, the panel's four strips in turn; M = 1 the whole panel in 8
+ * ymm), else portable C with fmaf (same chains, same bits;
+ * tests/kernels/test_packed_linear.c checks the vector path taken against
+ * the portable one, and runs again under ZS_CPU_ISA=avx2). The
  * pool splits (panel, block of rows) work items; neither split changes a
  * sum. Measured figures: packed_linear.c's file comment.
  */
