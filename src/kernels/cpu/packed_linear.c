@@ -23,6 +23,11 @@
  * GFLOP/s): M = 1 over GPT-2's five weight shapes read from DRAM 35.3 GB/s
  * of weights, 85% of the triad (zsk_sgemm's GEMV 86%); M = 64 .. 1024
  * 219-231 GFLOP/s, 93-98% of peak, 1.08-1.95x zsk_sgemm.
+ * AVX2 path (the same EPYC capped with ZS_CPU_ISA=avx2, bench/infer
+ * --only decode, GPT-2 124M f32, batch 1, memory slow and drifting that
+ * day): 89.5% and 90.7% of the triad measured before each run (the
+ * AVX-512 path 95.0% and 76.1% in the same session). Not yet measured on
+ * a CPU that stops at AVX2, where the portable clone is AVX2 code too.
  */
 #include "kernels/cpu/packed_linear.h"
 
