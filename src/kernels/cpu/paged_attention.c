@@ -239,31 +239,6 @@ AVX2_INLINE float hmax8(__m256 v)
     return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
 }
 
-/* exp of 8 lanes for x <= 0 (s - max): vmath.h's polynomial with x
- * clamped to [-88, 88] and the scale built from the bits of the rounding
- * sum, as zsi_exp_f32_clamped (x <= -88 gives 0). */
-AVX2_INLINE __m256 exp8(__m256 x)
-{
-    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-88.0f), x));
-    __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(ZSI_EXP_LOG2E), _mm256_set1_ps(ZSI_EXP_RINT));
-    __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(ZSI_EXP_RINT));
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ZSI_EXP_LN2_HI), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ZSI_EXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(ZSI_EXP_P0);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P5));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t),
-                                          _mm256_set1_epi32(0x4B400000)),
-                         _mm256_set1_epi32(127)),
-        23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
 /* tile_heads_kv on ymm: the same address order and steps, a head's 16
  * scores as two vectors, the dot products over D in 8-lane pieces. */
 AVX2_INLINE void tile_heads_kv8(zs_dtype kv, const zsk_paged_attn *a, const float *q,
@@ -303,8 +278,8 @@ AVX2_INLINE void tile_heads_kv8(zs_dtype kv, const zsk_paged_attn *a, const floa
         float m2 = hmax8(_mm256_max_ps(s0, s1));
         m2 = m2 > *m ? m2 : *m;
         __m256 mv = _mm256_set1_ps(m2);
-        __m256 e0 = _mm256_and_ps(live0, exp8(_mm256_sub_ps(s0, mv)));
-        __m256 e1 = _mm256_and_ps(live1, exp8(_mm256_sub_ps(s1, mv)));
+        __m256 e0 = _mm256_and_ps(live0, zsi_exp_m256(_mm256_sub_ps(s0, mv)));
+        __m256 e1 = _mm256_and_ps(live1, zsi_exp_m256(_mm256_sub_ps(s1, mv)));
         float c = zsi_exp_f32(*m - m2);
         *sum = *sum * c + hsum8(_mm256_add_ps(e0, e1));
         *m = m2;

@@ -27,6 +27,8 @@
  *                       (below -104 it still gives 0 down to about -2^22)
  *   zsi_exp_m512        the same with x clamped to [-104, 89], NaN kept
  *                       (unary.c; gemm_f32_avx512.c clamps only below)
+ *   zsi_exp_m256        AVX2 + FMA, 8 lanes, as zsi_exp_f32_clamped
+ *                       (paged_attention.c's AVX2 path)
  */
 #ifndef ZS_KERNELS_CPU_VMATH_H
 #define ZS_KERNELS_CPU_VMATH_H
@@ -146,6 +148,33 @@ ZSI_AVX512 __m512 zsi_exp_m512(__m512 x)
 {
     x = _mm512_min_ps(ZSI_SPLAT(89.0f), _mm512_max_ps(ZSI_SPLAT(-104.0f), x));
     return zsi_exp_m512_nc(x);
+}
+
+#define ZSI_AVX2 static inline __attribute__((target("avx2,fma"), always_inline))
+
+/* exp of 8 lanes (AVX2 + FMA): the polynomial above with x
+ * clamped to [-88, 88] and the scale built from the bits of the rounding
+ * sum, as zsi_exp_f32_clamped (x <= -88 gives 0). */
+ZSI_AVX2 __m256 zsi_exp_m256(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-88.0f), x));
+    __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(ZSI_EXP_LOG2E), _mm256_set1_ps(ZSI_EXP_RINT));
+    __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(ZSI_EXP_RINT));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ZSI_EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ZSI_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(ZSI_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZSI_EXP_P5));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t),
+                                          _mm256_set1_epi32(0x4B400000)),
+                         _mm256_set1_epi32(127)),
+        23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 #endif
 
