@@ -281,9 +281,7 @@ zs_status zsi_infer_same_float(zsi_call *c)
         return zs_set_error("%s: dtype %s is not supported, expected a float "
                             "dtype (convert with zs_to_dtype)", c->def->op.name,
                             zs_dtype_name(a->dtype));
-    c->dtype = a->dtype;
-    c->ndim = a->ndim;
-    memcpy(c->shape, a->shape, sizeof c->shape);
+    zsi_out_like(c, a);
     return ZS_OK;
 }
 

@@ -96,9 +96,7 @@ static zs_status infer_dropout(zsi_call *c)
     const zs_tensor *a = c->in[0];
     if (check_dropout(a, ((const dropout_attrs *)c->attrs)->p) != ZS_OK)
         return ZS_ERR_ARG;
-    c->dtype = a->dtype;
-    c->ndim = a->ndim;
-    memcpy(c->shape, a->shape, sizeof c->shape);
+    zsi_out_like(c, a);
     return ZS_OK;
 }
 
@@ -177,9 +175,7 @@ static zs_status infer_dropout_bw(zsi_call *c)
                             zs_shape_str(m, sm, sizeof sm),
                             zs_shape_str(g, sg, sizeof sg));
     }
-    c->dtype = g->dtype;
-    c->ndim = g->ndim;
-    memcpy(c->shape, g->shape, sizeof c->shape);
+    zsi_out_like(c, g);
     return ZS_OK;
 }
 

@@ -32,15 +32,6 @@ ZSI_ATTRS(zsi_paged_attn_attrs);
 ZSI_ATTRS(zsi_norm_rows_attrs);
 ZSI_ATTRS(zsi_gather_attrs);
 
-/* In place: the "output" the profiler and cost models see is in[0]. */
-static void set_dst(zsi_call *c)
-{
-    const zs_tensor *t = c->in[0];
-    c->dtype = t->dtype;
-    c->ndim = t->ndim;
-    memcpy(c->shape, t->shape, sizeof c->shape);
-}
-
 /* Fails unless t holds at least n elements of dtype dt. */
 static zs_status need(const zsi_call *c, const char *what, const zs_tensor *t,
                       zs_dtype dt, int64_t n)
@@ -67,7 +58,7 @@ static zs_status check_float_dst(zsi_call *c)
     if (dt != ZS_F32 && dt != ZS_F64)
         return zs_set_error("%s: the destination is %s, expected f32 or f64",
                             c->def->op.name, zs_dtype_name(dt));
-    set_dst(c);
+    zsi_out_like(c, c->in[0]);
     return ZS_OK;
 }
 

@@ -30,16 +30,6 @@ typedef struct scale_attrs {
 } scale_attrs;
 ZSI_ATTRS(scale_attrs);
 
-/* An in-place descriptor's "output" is its destination: the cost models
- * and the profiler read c's dtype and shape. */
-static void set_dst(zsi_call *c)
-{
-    const zs_tensor *t = c->in[0];
-    c->dtype = t->dtype;
-    c->ndim = t->ndim;
-    memcpy(c->shape, t->shape, sizeof c->shape);
-}
-
 /* ZS_OK, or a negative status when zsi_run failed (message set; a NULL
  * argument keeps the first error). r is in[0], retained, on success. */
 static zs_status done(zs_tensor *r)
@@ -124,7 +114,7 @@ static zs_status infer_copy(zsi_call *c)
                             zs_shape_str(dst, a, sizeof a),
                             zs_shape_str(src, b, sizeof b));
     }
-    set_dst(c);
+    zsi_out_like(c, c->in[0]);
     return ZS_OK;
 }
 
@@ -172,7 +162,7 @@ zs_status zs_copy_(zs_tensor *dst, const zs_tensor *src)
 
 static zs_status infer_dst(zsi_call *c)
 {
-    set_dst(c);
+    zsi_out_like(c, c->in[0]);
     return ZS_OK;
 }
 
@@ -209,7 +199,7 @@ static zs_status infer_scale(zsi_call *c)
         return zs_set_error("%s: dtype %s is not supported, expected a float "
                             "dtype (convert with zs_to_dtype)", c->def->op.name,
                             zs_dtype_name(t->dtype));
-    set_dst(c);
+    zsi_out_like(c, c->in[0]);
     return ZS_OK;
 }
 

@@ -125,9 +125,7 @@ static zs_status infer_concat(zsi_call *c)
                      &d) != ZS_OK)
         return ZS_ERR_ARG;
     const zs_tensor *t0 = c->in[0];
-    c->dtype = t0->dtype;
-    c->ndim = t0->ndim;
-    memcpy(c->shape, t0->shape, sizeof c->shape);
+    zsi_out_like(c, t0);
     c->shape[d] = 0;
     for (int i = 0; i < c->nin; i++)
         c->shape[d] += c->in[i]->shape[d];

@@ -265,9 +265,7 @@ static zs_status infer_linear(zsi_call *c)
     const zs_tensor *x = c->in[0], *w = c->in[1];
     if (check_inputs(c->def->op.name, x, w, in_b(c), in_r(c)) != ZS_OK)
         return ZS_ERR_ARG;
-    c->dtype = x->dtype;
-    c->ndim = x->ndim;
-    memcpy(c->shape, x->shape, sizeof c->shape);
+    zsi_out_like(c, x);
     c->shape[x->ndim - 1] = w->shape[0];
     return ZS_OK;
 }

@@ -204,9 +204,7 @@ static zs_status infer_cross_entropy_backward(zsi_call *c)
                             zs_shape_str(g, sg, sizeof sg), (long long)N,
                             (long long)N);
     }
-    c->dtype = x->dtype;
-    c->ndim = x->ndim;
-    memcpy(c->shape, x->shape, sizeof c->shape);
+    zsi_out_like(c, x);
     return ZS_OK;
 }
 

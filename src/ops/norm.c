@@ -312,9 +312,7 @@ static zs_status infer_layer_norm(zsi_call *c)
         (st = check_vec("layer_norm", "bias", x, b, C, true)) != ZS_OK ||
         (st = check_eps("layer_norm", at->eps)) != ZS_OK)
         return st;
-    c->dtype = x->dtype;
-    c->ndim = x->ndim;
-    memcpy(c->shape, x->shape, sizeof c->shape);
+    zsi_out_like(c, x);
     return ZS_OK;
 }
 
@@ -483,9 +481,7 @@ static zs_status infer_batch_norm(zsi_call *c)
                             "statistics", zs_shape_str(x, sx, sizeof sx),
                             (long long)(a->N * a->S));
     }
-    c->dtype = x->dtype;
-    c->ndim = x->ndim;
-    memcpy(c->shape, x->shape, sizeof c->shape);
+    zsi_out_like(c, x);
     return ZS_OK;
 }
 

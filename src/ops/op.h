@@ -17,6 +17,8 @@
 #ifndef ZS_OPS_OP_H
 #define ZS_OPS_OP_H
 
+#include <string.h>
+
 #include "core/internal.h"
 
 #define ZSI_MAX_SAVED 6
@@ -206,6 +208,13 @@ bool zsi_call_records(const zsi_call *c);
  * operators. */
 zs_status zsi_op_set_kernel(zsi_opdef *def, int device, zs_dtype dt,
                             zsi_kernel_fn fn);
+/* Sets c's output dtype and shape to t's (the common infer ending). */
+static inline void zsi_out_like(zsi_call *c, const zs_tensor *t)
+{
+    c->dtype = t->dtype;
+    c->ndim = t->ndim;
+    memcpy(c->shape, t->shape, sizeof c->shape);
+}
 /* The infer of operators whose output has their first input's float dtype
  * and shape (the unary and scalar elementwise operators). */
 zs_status zsi_infer_same_float(zsi_call *c);

@@ -53,9 +53,7 @@ static zs_status infer_update(zsi_call *c)
                                 (long long)zs_numel(p), zs_shape_str(p, b, sizeof b));
         }
     }
-    c->dtype = p->dtype;
-    c->ndim = p->ndim;
-    memcpy(c->shape, p->shape, sizeof c->shape);
+    zsi_out_like(c, p);
     return ZS_OK;
 }
 

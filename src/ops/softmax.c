@@ -55,9 +55,7 @@ static zs_status infer_softmax(zsi_call *c)
     if (zsi_check_float_dtype(op, a) != ZS_OK ||
         zsi_norm_dim(op, (int)at->dim, a->ndim > 0 ? a->ndim : 1) < 0)
         return ZS_ERR_ARG;
-    c->dtype = a->dtype;
-    c->ndim = a->ndim;
-    memcpy(c->shape, a->shape, sizeof c->shape);
+    zsi_out_like(c, a);
     return ZS_OK;
 }
 
