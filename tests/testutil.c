@@ -146,3 +146,25 @@ bool zt_shape_is(const zs_tensor *t, int ndim, const int64_t *shape)
             return false;
     return true;
 }
+
+zs_module *zt_tiny_gpt(zs_gpt_arch arch, int64_t vocab, int64_t ctx, uint64_t seed,
+                       uint64_t bias_seed)
+{
+    zs_gpt_config c = {.arch = arch, .vocab = vocab, .ctx = ctx, .layers = 2,
+                       .heads = 4, .width = 64};
+    zs_module *m = zs_gpt_new(&c, seed);
+    zs_tensor **p;
+    char **names;
+    int n = m ? zs_module_parameters(m, &p, &names) : 0;
+    for (int i = 0; i < n; i++)
+        if (strstr(names[i], "bias") || strstr(names[i], "ln")) {
+            zs_tensor *r = zt_rand(ZS_F32, p[i]->ndim, p[i]->shape, bias_seed + (uint64_t)i);
+            zs_tensor *s = zs_mul_scalar(r, 0.2);
+            zs_copy_(p[i], s);
+            zs_release(r);
+            zs_release(s);
+        }
+    if (m)
+        zs_names_free(n, p, names);
+    return m;
+}

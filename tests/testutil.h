@@ -69,5 +69,10 @@ void zt_gradcheck_(const char *file, int line, const char *name, zs_grad_fn fn,
 
 /* Leak check for a test body: tensors and nodes alive at the end. */
 int64_t zt_live_bytes(void);
+/* A 2-layer, 4-head, width-64 GPT of the given vocabulary and context
+ * (init seed), with its biases and norms set to 0.2 x zt_rand(bias_seed + i)
+ * so that every parameter matters (the engine tests). */
+zs_module *zt_tiny_gpt(zs_gpt_arch arch, int64_t vocab, int64_t ctx, uint64_t seed,
+                       uint64_t bias_seed);
 
 #endif

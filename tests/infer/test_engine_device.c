@@ -27,22 +27,7 @@
 
 static zs_module *tiny_gpt(zs_gpt_arch arch)
 {
-    zs_gpt_config c = {.arch = arch, .vocab = V, .ctx = 96, .layers = 2, .heads = 4,
-                       .width = 64};
-    zs_module *m = zs_gpt_new(&c, 11);
-    zs_tensor **p;
-    char **names;
-    int n = zs_module_parameters(m, &p, &names);
-    for (int i = 0; i < n; i++) /* non-zero biases and norms */
-        if (strstr(names[i], "bias") || strstr(names[i], "ln")) {
-            zs_tensor *r = zt_rand(ZS_F32, p[i]->ndim, p[i]->shape, 200 + (uint64_t)i);
-            zs_tensor *s = zs_mul_scalar(r, 0.2);
-            zs_copy_(p[i], s);
-            zs_release(r);
-            zs_release(s);
-        }
-    zs_names_free(n, p, names);
-    return m;
+    return zt_tiny_gpt(arch, V, 96, 11, 200);
 }
 
 /* Every event of a run, in order. */
