@@ -63,6 +63,7 @@ done
 refused "train lenet --device tpu" "devices: cpu, test" "$zs" train lenet --device tpu
 refused "train gpt --device tpu" "devices: cpu, test" "$zs" train gpt --device tpu
 
+refused "zs ops --frobnicate" "unknown flag" "$zs" ops --frobnicate
 "$zs" ops > "$tmp/ops" 2>&1
 check "zs ops prints the table with a test column" \
       'head -1 "$tmp/ops" | grep -q "operator.*cpu.*test.*backward"'

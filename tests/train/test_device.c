@@ -35,6 +35,13 @@ static void test_memory(void)
     ZT_CHECK(d && d->device == DEV, "to_device: on the test device");
     ZT_EXPECT_ERROR(zs_data(d) == NULL, "data: the tensor is on test, which the "
                     "CPU cannot address");
+    float hb[15];
+    zs_tensor *col = zs_narrow(d, 1, 0, 3);
+    ZT_EXPECT_ERROR(zs_copy_to_buffer(col, hb, 9 * sizeof *hb) != ZS_OK,
+                    "copy_to_buffer: a strided view on test: make it contiguous");
+    ZT_CHECK(zs_copy_to_buffer(d, hb, sizeof hb) == ZS_OK && hb[7] == (float)zs_get(x, 7),
+             "copy_to_buffer copies a contiguous device tensor to the host");
+    zs_release(col);
     zs_tensor *row = zs_narrow(d, 0, 1, 1);
     ZT_CHECK(zs_get(d, 7) == zs_get(x, 7) && zs_item(row) == zs_get(x, 5),
              "zs_get and zs_item copy the element to the host");
