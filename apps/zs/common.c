@@ -136,6 +136,10 @@ int app_device(const char *cmd, const char *name)
         fprintf(stderr, "%s: %s\n", cmd, zs_last_error());
         return -1;
     }
+    if (!strcmp(name, "cuda") && zs_cuda_enable() != ZS_OK) {
+        fprintf(stderr, "%s: --device cuda: %s\n", cmd, zs_last_error());
+        return -1;
+    }
     int d = zs_device_find(name);
     if (d < 0) {
         /* the test device is always available from the command line */

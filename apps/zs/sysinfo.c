@@ -26,6 +26,9 @@ int cmd_sysinfo(int argc, char **argv)
     printf("cpu features   avx2=%d fma=%d f16c=%d avx512f=%d avx512bw=%d "
            "avx512vl=%d avx512_bf16=%d avx512vnni=%d (as capped)\n", f->avx2, f->fma, f->f16c,
            f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16, f->avx512vnni);
+    char gpu[384];
+    zs_cuda_describe(gpu, sizeof gpu);
+    printf("gpu            %s\n", gpu);
     zs_kernel_paths_print(stdout);
     if (quick)
         return 0;

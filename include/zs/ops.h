@@ -287,6 +287,17 @@ zs_status zs_test_device_enable(void);
 int64_t zs_test_device_calls(const char *op);
 void zs_test_device_reset_calls(void);
 
+/* The CUDA device (src/ops/cuda.c): registers GPU 0 as ZS_CUDA, named
+ * "cuda", with its caching allocator, streams and events, and installs
+ * the CUDA kernels into the operators. Later calls do nothing. Fails with
+ * the reason (a build without CUDA; no GPU or no driver) and leaves the
+ * library as it was. Call before other threads run operators. */
+zs_status zs_cuda_enable(void);
+/* One line about GPU 0 into buf ("NVIDIA H100 ..., 132 SMs, 79.1 GiB,
+ * sm_90, runtime 13.0, driver 13.0", or "none (why)"); 1 when there is
+ * one, else 0. Does not register anything. */
+int zs_cuda_describe(char *buf, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "ops/attrs.h"
 #include "ops/internal.h"
 
 static zs_status add_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -86,13 +87,6 @@ zs_status zsi_broadcast_shape(const char *op, const zs_tensor *a,
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* Attributes of every binary descriptor: the kernel's operation and, for
- * the scalar forms, the scalar (the tensor forms leave it 0). */
-typedef struct binary_attrs {
-    double s;   /* add_scalar, mul_scalar: a + s, a * s */
-    int64_t op; /* zsk_binop */
-} binary_attrs;
-ZSI_ATTRS(binary_attrs);
 
 /* a, b: one float dtype, shapes that broadcast */
 static zs_status infer_binary(zsi_call *c)

@@ -13,22 +13,9 @@
 #include <string.h>
 
 #include "kernels/cpu/optim.h"
+#include "ops/attrs.h"
 #include "ops/internal.h"
 
-typedef struct axpy_attrs {
-    double alpha;
-} axpy_attrs;
-ZSI_ATTRS(axpy_attrs);
-
-typedef struct fill_attrs {
-    double value;
-} fill_attrs;
-ZSI_ATTRS(fill_attrs);
-
-typedef struct scale_attrs {
-    double s;
-} scale_attrs;
-ZSI_ATTRS(scale_attrs);
 
 /* ZS_OK, or a negative status when zsi_run failed (message set; a NULL
  * argument keeps the first error). r is in[0], retained, on success. */

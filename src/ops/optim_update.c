@@ -19,19 +19,11 @@
 #include <string.h>
 
 #include "kernels/cpu/optim.h"
+#include "ops/attrs.h"
 #include "ops/internal.h"
 
 /* ---- sgd_update, adam_update ---------------------------------------------- */
 
-typedef struct sgd_update_attrs {
-    zsk_sgd_args s;
-} sgd_update_attrs;
-ZSI_ATTRS(sgd_update_attrs);
-
-typedef struct adam_update_attrs {
-    zsk_adam_args a; /* AdamW: a.decoupled, a.decay = 1 - lr * wd */
-} adam_update_attrs;
-ZSI_ATTRS(adam_update_attrs);
 
 /* p: contiguous f32; every other input (gradient, state buffers) a
  * contiguous f32 tensor of p's numel. */
