@@ -92,11 +92,17 @@ static int64_t *read_ids(const char *op, zs_tensor *idx, int64_t *n)
     return v;
 }
 
-/* Untracked host tensors from arrays. */
-static zs_tensor *host_tensor(zs_dtype dt, int ndim, const int64_t *shape, const void *d)
+/* Untracked tensors on device from host arrays. */
+static zs_tensor *host_tensor(zs_dtype dt, int ndim, const int64_t *shape, const void *d,
+                              int device)
 {
     zsi_tracking_pause();
     zs_tensor *t = zs_from_data(dt, ndim, shape, d);
+    if (t && device != ZS_CPU) {
+        zs_tensor *o = zs_to_device(t, device);
+        zs_release(t);
+        t = o;
+    }
     zsi_tracking_resume();
     return t;
 }
@@ -170,8 +176,8 @@ zs_tensor *zs_tp_vocab_embedding(zs_comm *tp, zs_tensor *w, zs_tensor *idx, int 
         int64_t msh[ZS_MAX_DIMS];
         memcpy(msh, idx->shape, (size_t)idx->ndim * sizeof *msh);
         msh[idx->ndim] = 1;
-        zs_tensor *li = host_tensor(ZS_I64, idx->ndim, idx->shape, L.id);
-        zs_tensor *mask = host_tensor(ZS_U8, idx->ndim + 1, msh, L.not_owned);
+        zs_tensor *li = host_tensor(ZS_I64, idx->ndim, idx->shape, L.id, w->device);
+        zs_tensor *mask = host_tensor(ZS_U8, idx->ndim + 1, msh, L.not_owned, w->device);
         zsi_tracking_pause();
         zs_tensor *e = zs_embedding(w, li);
         zs_tensor *em = zs_masked_fill(e, mask, 0.0);
@@ -190,14 +196,15 @@ zs_tensor *zs_tp_vocab_embedding(zs_comm *tp, zs_tensor *w, zs_tensor *idx, int 
 }
 
 /* The row maxima of z [N, Vl] over every rank's columns: a new [N, 1]
- * tensor of z's dtype, no autograd (the shift of a log-sum-exp does not
- * change its value or gradient). */
+ * tensor of z's dtype on z's device, no autograd (the shift of a
+ * log-sum-exp does not change its value or gradient). The P N maxima
+ * travel through host memory. */
 static zs_tensor *global_max(zs_comm *tp, zs_tensor *z, int64_t N)
 {
     int P = zs_comm_size(tp);
     zs_no_grad_push();
     zs_tensor *m = zs_max(z, 1, (int[]){1}, false);
-    zs_tensor *mc = zs_contiguous(m);
+    zs_tensor *mc = m ? zs_to_device(m, ZS_CPU) : NULL;
     zs_tensor *all = zs_empty(z->dtype, 1, (int64_t[]){N * P});
     zs_tensor *gm = zs_empty(z->dtype, 2, (int64_t[]){N, 1});
     zs_no_grad_pop();
@@ -220,6 +227,11 @@ static zs_tensor *global_max(zs_comm *tp, zs_tensor *z, int64_t N)
         zs_release(gm);
         return NULL;
     }
+    if (z->device != ZS_CPU) {
+        zs_tensor *d = zs_to_device(gm, z->device);
+        zs_release(gm);
+        gm = d;
+    }
     return gm;
 }
 
@@ -228,9 +240,9 @@ static zs_tensor *global_max(zs_comm *tp, zs_tensor *z, int64_t N)
 static zs_tensor *vocab_ce(zs_comm *tp, zs_tensor *z, const local_ids *L,
                            const uint8_t *ignored, int64_t N, int64_t count)
 {
-    zs_tensor *li = host_tensor(ZS_I64, 2, (int64_t[]){N, 1}, L->id);
-    zs_tensor *no = host_tensor(ZS_U8, 1, &N, L->not_owned);
-    zs_tensor *ig = host_tensor(ZS_U8, 1, &N, ignored);
+    zs_tensor *li = host_tensor(ZS_I64, 2, (int64_t[]){N, 1}, L->id, z->device);
+    zs_tensor *no = host_tensor(ZS_U8, 1, &N, L->not_owned, z->device);
+    zs_tensor *ig = host_tensor(ZS_U8, 1, &N, ignored, z->device);
     zs_tensor *gm = li && no && ig ? global_max(tp, z, N) : NULL;
     zs_tensor *sh = zs_sub(z, gm);                       /* [N, Vl] */
     zs_tensor *e = zs_exp(sh);
@@ -285,7 +297,8 @@ zs_tensor *zs_tp_vocab_cross_entropy(zs_comm *tp, zs_tensor *logits, zs_tensor *
         }
         zsi_tracking_pause();
         zs_tensor *z = zs_reshape(logits, 2, (int64_t[]){N, Vl});
-        loss = N > 0 ? vocab_ce(tp, z, &L, ignored, N, count) : zs_zeros(logits->dtype, 0, NULL);
+        loss = N > 0 ? vocab_ce(tp, z, &L, ignored, N, count)
+                     : zs_zeros_on(logits->device, logits->dtype, 0, NULL);
         zs_release(z);
         zsi_tracking_resume();
     } else {

@@ -275,6 +275,57 @@ static void test_ce_all_ignored(zs_comm *T)
     zt_section("vocabulary-parallel cross-entropy, every target ignored");
 }
 
+/* ---- the test device ---------------------------------------------------- */
+
+/* A copy of t on device dev as a leaf requiring grad. */
+static zs_tensor *leaf_on(zs_tensor *t, int dev)
+{
+    return leaf(zs_to_device(t, dev));
+}
+
+/* The sequence-parallel MLP, the vocabulary embedding and cross-entropy
+ * on device dev: the loss and gradients (on the CPU, in g[]). */
+static double step_on(zs_comm *T, int dev, zs_tensor **g)
+{
+    int64_t C = 5, H = 4 * P, S = 3 * P, V = 5 * P;
+    zs_tensor *W1 = leaf_on(zs_tp_shard(rnd(2, (int64_t[]){H, C}, 91), 0, 1, R, P), dev);
+    zs_tensor *W2 = leaf_on(zs_tp_shard(rnd(2, (int64_t[]){C, H}, 92), 1, 1, R, P), dev);
+    zs_tensor *E = leaf_on(zs_tp_shard(rnd(2, (int64_t[]){V, C}, 93), 0, 1, R, P), dev);
+    zs_tensor *U = leaf_on(zs_tp_shard(rnd(2, (int64_t[]){V, C}, 94), 0, 1, R, P), dev);
+    zs_tensor *idx = ids(2, (int64_t[]){2, S}, V, 95, false);
+    zs_tensor *tg = ids(2, (int64_t[]){2, S}, V, 96, true);
+    zs_tensor *x = zs_tp_vocab_embedding(T, E, idx, 1);             /* [2, S/P, C] */
+    zs_tensor *h = zs_tp_column_linear(T, x, W1, NULL, false, 1);   /* [2, S, H/P] */
+    zs_tensor *y = zs_tp_row_linear(T, zs_gelu(h, ZS_GELU_TANH), W2, NULL, true, 1);
+    zs_tensor *lg = zs_tp_column_linear(T, y, U, NULL, false, 1);   /* [2, S, V/P] */
+    zs_tensor *loss = zs_tp_vocab_cross_entropy(T, lg, tg, -1);
+    double v = loss ? zs_item(zs_to_device(loss, ZS_CPU)) : NAN;
+    zs_backward(loss, NULL, false);
+    zs_tensor *ps[4] = {W1, W2, E, U};
+    for (int i = 0; i < 4; i++)
+        g[i] = zs_grad(ps[i]) ? zs_to_device(zs_grad(ps[i]), ZS_CPU) : NULL;
+    return v;
+}
+
+static void test_device(zs_comm *T)
+{
+    if (zs_test_device_enable() != ZS_OK) {
+        ZT_CHECK(false, "test device");
+        return;
+    }
+    zs_scope_push();
+    zs_tensor *gc[4], *gd[4];
+    double lc = step_on(T, ZS_CPU, gc), ld = step_on(T, ZS_TEST_DEVICE, gd);
+    ZT_CHECK(lc == ld && isfinite(lc), "loss on the test device %.17g, CPU %.17g", ld, lc);
+    for (int i = 0; i < 4; i++)
+        ZT_CHECK(diff(gd[i], gc[i]) == 0, "gradient %d: test device == CPU", i);
+    ZT_CHECK(zs_test_device_calls("tp_allgather") > 0 &&
+                 zs_test_device_calls("tp_reduce_scatter") > 0,
+             "the collectives' kernels ran on the test device");
+    zs_scope_pop();
+    zt_section("embedding, sequence-parallel MLP, head and vocab CE on the test device");
+}
+
 /* ---- shards, seeds, errors ---------------------------------------------- */
 
 static void test_shards(zs_comm *T)
@@ -353,6 +404,7 @@ static void run_all(zs_comm *T, const char *label)
     test_ce(T, ZS_F64, 3, true);
     test_ce(T, ZS_F32, 2, true);
     test_ce_all_ignored(T);
+    test_device(T);
     test_shards(T);
     test_errors(T);
 }
