@@ -11,8 +11,10 @@
  * node), and pp slowest (Megatron-LM's order). The layout functions are
  * pure (no communicator needed); zs_grid_new makes the three groups.
  *
- * Tensor parallel (src/parallel/tp.c). Autograd operators over a tp
- * communicator; their tensors are float (f32, f64) CPU tensors (the
+ * Tensor parallel (src/parallel/tp.c: the communication operators;
+ * tp_layers.c: the layers and shard helpers). Autograd operators over a tp
+ * communicator; their tensors are float (f32, f64) tensors in host memory
+ * (the CPU, or the test device, whose kernels run on host aliases: the
  * collectives move host memory). Every rank of the group must call them
  * in the same order with the same shapes, forward and backward (the
  * collectives' rule, zs/dist.h); a shape error found locally is found
@@ -123,9 +125,10 @@ zs_tensor *zs_tp_column_linear(zs_comm *tp, zs_tensor *x, zs_tensor *w, zs_tenso
  * as for every replicated parameter used on sequence shards (norms). */
 zs_tensor *zs_tp_row_linear(zs_comm *tp, zs_tensor *x, zs_tensor *w, zs_tensor *b,
                             bool input_is_parallel, int seq_dim);
-/* Sums the .grad of n tensors over tp in place (tensors without a
- * gradient are skipped alike on every rank only if they are alike: call it
- * after the same backward everywhere). */
+/* Sums the .grad of n tensors over tp in place (contiguous CPU
+ * gradients). A tensor without a gradient is skipped, so every rank must
+ * pass tensors that have gradients alike (call it after the same backward
+ * everywhere). */
 zs_status zs_tp_allreduce_grads(zs_comm *tp, int n, zs_tensor *const *params);
 
 /* Vocabulary-parallel embedding: w is this rank's rows [V/P, D] of the
