@@ -118,4 +118,10 @@ ZSI_OP(zsi_def_squeeze)
 ZSI_OP(zsi_def_to_dtype)
 ZSI_OP(zsi_def_unsqueeze)
 ZSI_OP(zsi_def_view)
+/* parallel/tp.c (tensor-parallel communication) */
+ZSI_OP(zsi_def_tp_allgather)
+ZSI_OP(zsi_def_tp_allreduce)
+ZSI_OP(zsi_def_tp_copy)
+ZSI_OP(zsi_def_tp_reduce_scatter)
+ZSI_OP(zsi_def_tp_split)
 #undef ZSI_OP
