@@ -19,6 +19,7 @@
 #include "dp.h"
 #include "zero.h"
 #include "ps.h"
+#include "onebit.h"
 #include "train.h"
 #include "kv_pool.h"
 #include "serve.h"
