@@ -16,7 +16,8 @@ extern "C" {
 #endif
 
 /* ZS_ONEBIT_ADAM: 1-bit Adam (Tang et al. 2021; DeepSpeed's OnebitAdam).
- * Steps 1 .. freeze_step are AdamW, the same numbers as ZS_ADAMW. From
+ * Made by zs_optim_new_onebit, which takes freeze_step (zs_optim_new
+ * refuses the kind). Steps 1 .. freeze_step are AdamW, the same numbers as ZS_ADAMW. From
  * step t = freeze_step + 1 on, the variance v is frozen and each step is
  *     m = b1 m + (1 - b1) g'          (g' = grad_scale g, this rank's own)
  *     m = reduce(m)                   (zs_optim_set_momentum_reduce: the
@@ -38,7 +39,6 @@ typedef struct zs_optim_config {
     bool nesterov;        /* SGD */
     double weight_decay;  /* SGD, Adam: L2 added to the gradient; AdamW: decoupled */
     double beta1, beta2, eps; /* Adam(W); 0 means the defaults 0.9, 0.999, 1e-8 */
-    int64_t freeze_step;  /* 1-bit Adam: AdamW steps before v freezes (>= 1) */
 } zs_optim_config;
 
 typedef struct zs_optim zs_optim;
@@ -46,6 +46,10 @@ typedef struct zs_optim zs_optim;
 /* params are retained. NULL + message on a bad config (lr < 0, betas
  * outside [0, 1), non-f32 parameter, ...). */
 zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params);
+/* 1-bit Adam (cfg->kind ZS_ONEBIT_ADAM; the other fields as AdamW's):
+ * AdamW for freeze_step (>= 1) steps, then v frozen. */
+zs_optim *zs_optim_new_onebit(const zs_optim_config *cfg, int64_t freeze_step, int n,
+                              zs_tensor **params);
 void zs_optim_free(zs_optim *o);
 /* One update with learning rate lr (from a schedule); parameters whose grad
  * is NULL are skipped. */

@@ -13,7 +13,8 @@
  * sqrt(v / (1 - b2^freeze_step)) + eps (made here when NULL; the caller
  * owns and releases it). reduce (may be NULL) averages m. step: the
  * 1-based count of this update (> freeze_step). */
-zs_status zsi_onebit_adam_step(const zs_optim_config *c, int64_t step, double lr,
+zs_status zsi_onebit_adam_step(const zs_optim_config *c, int64_t freeze_step,
+                               int64_t step, double lr,
                                double grad_scale, int i, zs_tensor *p, const zs_tensor *g,
                                zs_tensor *m, const zs_tensor *v, zs_tensor **denom,
                                zs_optim_reduce_fn reduce, void *ctx);

@@ -18,9 +18,10 @@
 #include "zs/ops.h"
 
 /* sqrt(v / (1 - b2^T)) + eps as a new tensor on v's device. */
-static zs_tensor *frozen_denominator(const zs_optim_config *c, const zs_tensor *v)
+static zs_tensor *frozen_denominator(const zs_optim_config *c, int64_t freeze_step,
+                                     const zs_tensor *v)
 {
-    double bc2 = sqrt(1 - pow(c->beta2, (double)c->freeze_step));
+    double bc2 = sqrt(1 - pow(c->beta2, (double)freeze_step));
     zs_tensor *r = zs_sqrt((zs_tensor *)v), *d = NULL;
     if (r && zs_scale_(r, 1 / bc2) == ZS_OK)
         d = zs_add_scalar(r, c->eps);
@@ -28,17 +29,18 @@ static zs_tensor *frozen_denominator(const zs_optim_config *c, const zs_tensor *
     return d;
 }
 
-zs_status zsi_onebit_adam_step(const zs_optim_config *c, int64_t step, double lr,
+zs_status zsi_onebit_adam_step(const zs_optim_config *c, int64_t freeze_step,
+                               int64_t step, double lr,
                                double grad_scale, int i, zs_tensor *p, const zs_tensor *g,
                                zs_tensor *m, const zs_tensor *v, zs_tensor **denom,
                                zs_optim_reduce_fn reduce, void *ctx)
 {
-    if (step <= c->freeze_step)
+    if (step <= freeze_step)
         return zs_set_error("onebit_adam: step %lld is not past freeze_step %lld",
-                            (long long)step, (long long)c->freeze_step);
+                            (long long)step, (long long)freeze_step);
     zsi_tracking_pause(); /* state and temporaries outlive / bypass scopes */
     zs_status st = ZS_OK;
-    if (!*denom && !(*denom = frozen_denominator(c, v)))
+    if (!*denom && !(*denom = frozen_denominator(c, freeze_step, v)))
         st = ZS_ERR_STATE;
     /* m = b1 m + (1 - b1) g' */
     if (st == ZS_OK)

@@ -32,6 +32,7 @@ struct zs_optim {
     zs_tensor **params;
     zs_tensor **m, **v; /* momentum buffer (SGD) or moments (Adam) */
     int64_t steps;
+    int64_t freeze_step; /* 1-bit Adam: the AdamW steps */
     /* 1-bit Adam: the frozen denominators (made at the first frozen
      * step) and the momentum averaging */
     zs_tensor **denom;
@@ -39,7 +40,9 @@ struct zs_optim {
     void *reduce_ctx;
 };
 
-zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params)
+/* The optimizer of cfg (1-bit Adam's freeze_step checked by the caller). */
+static zs_optim *make(const zs_optim_config *cfg, int64_t freeze_step, int n,
+                      zs_tensor **params)
 {
     zs_optim_config c = *cfg;
     if (c.beta1 == 0 && c.beta2 == 0) {
@@ -57,12 +60,6 @@ zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params)
                      c.beta1, c.beta2, c.eps);
         return NULL;
     }
-    if (c.kind == ZS_ONEBIT_ADAM && c.freeze_step < 1) {
-        zs_set_error("optim: 1-bit Adam with freeze_step %lld, expected >= 1 (the "
-                     "AdamW steps that set the variance before it is frozen)",
-                     (long long)c.freeze_step);
-        return NULL;
-    }
     for (int i = 0; i < n; i++) {
         if (!params[i] || params[i]->dtype != ZS_F32 || !zs_is_contiguous(params[i])) {
             zs_set_error("optim: parameter %d is not a contiguous f32 tensor", i);
@@ -73,6 +70,7 @@ zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params)
     if (!o)
         goto oom;
     o->cfg = c;
+    o->freeze_step = freeze_step;
     o->params = calloc((size_t)n + 1, sizeof *o->params);
     o->m = calloc((size_t)n + 1, sizeof *o->m);
     o->v = calloc((size_t)n + 1, sizeof *o->v);
@@ -97,6 +95,33 @@ oom:
     zs_optim_free(o);
     zs_set_error_code(ZS_ERR_NOMEM, "optim: out of memory");
     return NULL;
+}
+
+zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params)
+{
+    if (cfg->kind == ZS_ONEBIT_ADAM) {
+        zs_set_error("optim: 1-bit Adam is made by zs_optim_new_onebit (it needs "
+                     "freeze_step)");
+        return NULL;
+    }
+    return make(cfg, 0, n, params);
+}
+
+zs_optim *zs_optim_new_onebit(const zs_optim_config *cfg, int64_t freeze_step, int n,
+                              zs_tensor **params)
+{
+    if (cfg->kind != ZS_ONEBIT_ADAM) {
+        zs_set_error("optim: zs_optim_new_onebit with kind %d, expected ZS_ONEBIT_ADAM",
+                     (int)cfg->kind);
+        return NULL;
+    }
+    if (freeze_step < 1) {
+        zs_set_error("optim: 1-bit Adam with freeze_step %lld, expected >= 1 (the "
+                     "AdamW steps that set the variance before it is frozen)",
+                     (long long)freeze_step);
+        return NULL;
+    }
+    return make(cfg, freeze_step, n, params);
 }
 
 void zs_optim_free(zs_optim *o)
@@ -143,7 +168,7 @@ zs_status zs_optim_step_scaled(zs_optim *o, double lr, double grad_scale)
     zs_adam_step as = {lr, c->beta1, c->beta2, c->eps, c->weight_decay,
                        c->kind == ZS_ADAMW || c->kind == ZS_ONEBIT_ADAM, o->steps,
                        grad_scale};
-    bool frozen = c->kind == ZS_ONEBIT_ADAM && o->steps > c->freeze_step;
+    bool frozen = c->kind == ZS_ONEBIT_ADAM && o->steps > o->freeze_step;
     for (int i = 0; i < o->n; i++) {
         zs_tensor *p = o->params[i];
         if (!p->grad)
@@ -151,9 +176,10 @@ zs_status zs_optim_step_scaled(zs_optim *o, double lr, double grad_scale)
         zs_status st = c->kind == ZS_SGD
                            ? zs_sgd_update_(p, p->grad, o->m[i], &ss)
                        : frozen
-                           ? zsi_onebit_adam_step(c, o->steps, lr, grad_scale, i, p,
-                                                  p->grad, o->m[i], o->v[i], &o->denom[i],
-                                                  o->reduce, o->reduce_ctx)
+                           ? zsi_onebit_adam_step(c, o->freeze_step, o->steps, lr,
+                                                  grad_scale, i, p, p->grad, o->m[i],
+                                                  o->v[i], &o->denom[i], o->reduce,
+                                                  o->reduce_ctx)
                            : zs_adam_update_(p, p->grad, o->m[i], o->v[i], &as);
         if (st != ZS_OK)
             return st;
@@ -183,7 +209,7 @@ void zs_optim_set_momentum_reduce(zs_optim *o, zs_optim_reduce_fn fn, void *ctx)
 
 bool zs_optim_grads_local(const zs_optim *o)
 {
-    return o && o->cfg.kind == ZS_ONEBIT_ADAM && o->steps >= o->cfg.freeze_step;
+    return o && o->cfg.kind == ZS_ONEBIT_ADAM && o->steps >= o->freeze_step;
 }
 
 int zs_optim_state(zs_optim *o, int max, const char **names, zs_tensor **ts)

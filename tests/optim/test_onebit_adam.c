@@ -33,8 +33,9 @@ static int R, P;
 #define FREEZE 4
 #define STEPS 9
 
-static const zs_optim_config CFG = {ZS_ONEBIT_ADAM, 1e-2, 0, false, 0.1, 0.9, 0.99,
-                                    1e-8, FREEZE};
+static const zs_optim_config CFG = {ZS_ONEBIT_ADAM, 1e-2, 0, false, 0.1, 0.9, 0.99, 1e-8};
+
+static zs_optim *onebit(zs_tensor **p) { return zs_optim_new_onebit(&CFG, FREEZE, 1, p); }
 
 /* Rank r's gradient at step t (1-based): multiples of 1/64 in [-1, 1]. */
 static float grad_value(int r, int t, int64_t k)
@@ -110,7 +111,7 @@ static void test_warmup_and_frozen(void)
     zs_tensor *pa = new_param(ZS_CPU), *pb = new_param(ZS_CPU);
     zs_optim_config adamw = CFG;
     adamw.kind = ZS_ADAMW;
-    zs_optim *oa = zs_optim_new(&adamw, 1, &pa), *ob = zs_optim_new(&CFG, 1, &pb);
+    zs_optim *oa = zs_optim_new(&adamw, 1, &pa), *ob = onebit(&pb);
     bool same = true, local_ok = true;
     for (int t = 1; t <= FREEZE; t++) {
         local_ok &= !zs_optim_grads_local(ob);
@@ -177,7 +178,7 @@ static void test_device(void)
         return;
     }
     zs_tensor *pc = new_param(ZS_CPU), *pd = new_param(ZS_TEST_DEVICE);
-    zs_optim *oc = zs_optim_new(&CFG, 1, &pc), *od = zs_optim_new(&CFG, 1, &pd);
+    zs_optim *oc = onebit(&pc), *od = onebit(&pd);
     for (int t = 1; t <= STEPS; t++) {
         fill_grad(pc, 0, t);
         fill_grad(pd, 0, t);
@@ -197,13 +198,14 @@ static void test_device(void)
 static void test_errors(void)
 {
     zs_tensor *p = new_param(ZS_CPU);
-    zs_optim_config c = CFG;
-    c.freeze_step = 0;
-    ZT_EXPECT_ERROR(zs_optim_new(&c, 1, &p) == NULL, "freeze_step 0");
-    c.freeze_step = -3;
-    ZT_EXPECT_ERROR(zs_optim_new(&c, 1, &p) == NULL, "expected >= 1");
+    ZT_EXPECT_ERROR(zs_optim_new_onebit(&CFG, 0, 1, &p) == NULL, "freeze_step 0");
+    ZT_EXPECT_ERROR(zs_optim_new_onebit(&CFG, -3, 1, &p) == NULL, "expected >= 1");
+    ZT_EXPECT_ERROR(zs_optim_new(&CFG, 1, &p) == NULL, "zs_optim_new_onebit");
+    zs_optim_config adam = CFG;
+    adam.kind = ZS_ADAM;
+    ZT_EXPECT_ERROR(zs_optim_new_onebit(&adam, 4, 1, &p) == NULL, "ZS_ONEBIT_ADAM");
     zs_release(p);
-    zt_section("1-bit Adam refuses freeze_step < 1");
+    zt_section("1-bit Adam refuses freeze_step < 1 and the other constructor");
 }
 
 /* ---- every rank against the one-process simulation ----------------------- */
@@ -263,7 +265,7 @@ static void test_world(void)
         return;
     zs_comm *c = zs_comm_world();
     zs_tensor *p = new_param(ZS_CPU), *q = new_param(ZS_CPU);
-    zs_optim *o = zs_optim_new(&CFG, 1, &p), *os = zs_optim_new(&CFG, 1, &q);
+    zs_optim *o = onebit(&p), *os = onebit(&q);
     zs_onebit *ob = zs_onebit_new(c, N, 0);
     sim s = {0};
     for (int r = 0; r < P; r++) {
