@@ -17,8 +17,9 @@ extern "C" {
 
 /* ZS_ONEBIT_ADAM: 1-bit Adam (Tang et al. 2021; DeepSpeed's OnebitAdam).
  * Made by zs_optim_new_onebit, which takes freeze_step (zs_optim_new
- * refuses the kind). Steps 1 .. freeze_step are AdamW, the same numbers as ZS_ADAMW. From
- * step t = freeze_step + 1 on, the variance v is frozen and each step is
+ * refuses the kind). Steps 1 .. freeze_step are AdamW, the same numbers as
+ * ZS_ADAMW. From step t = freeze_step + 1 on, the variance v is frozen and
+ * each step is
  *     m = b1 m + (1 - b1) g'          (g' = grad_scale g, this rank's own)
  *     m = reduce(m)                   (zs_optim_set_momentum_reduce: the
  *                                      compressed average over the ranks)

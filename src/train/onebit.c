@@ -10,7 +10,9 @@
  * gradient, and the optimizer averages the momentum through
  * zs_onebit_allreduce over the trainer's communicator. The parameters stay
  * equal on every rank because every rank decodes the same server packets
- * (the replica check at validation confirms it).
+ * (the replica check at validation confirms it). The compressed
+ * all-reduce runs inside the optimizer step, so the profile counts its
+ * time in update_s, not comm_s.
  */
 #include "train/internal.h"
 
