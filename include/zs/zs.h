@@ -20,6 +20,7 @@
 #include "zero.h"
 #include "ps.h"
 #include "tp.h"
+#include "onebit.h"
 #include "train.h"
 #include "kv_pool.h"
 #include "serve.h"

@@ -8,6 +8,8 @@
  *   Adam:  g += wd*p; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
  *          p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
  *   AdamW: p *= 1 - lr*wd, then the Adam update without the L2 term.
+ *   1-bit Adam: AdamW for freeze_step steps, then v frozen and the
+ *          momentum averaged by a reduce function (onebit_adam.c).
  * Moments are kept in f32 and accumulated in f32, as PyTorch does.
  *
  * A step is one fused operator call per parameter (zs/ops.h, defined in
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "optim/internal.h"
 #include "zs/ops.h"
 #include "zs/optim.h"
 
@@ -29,9 +32,17 @@ struct zs_optim {
     zs_tensor **params;
     zs_tensor **m, **v; /* momentum buffer (SGD) or moments (Adam) */
     int64_t steps;
+    int64_t freeze_step; /* 1-bit Adam: the AdamW steps */
+    /* 1-bit Adam: the frozen denominators (made at the first frozen
+     * step) and the momentum averaging */
+    zs_tensor **denom;
+    zs_optim_reduce_fn reduce;
+    void *reduce_ctx;
 };
 
-zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params)
+/* The optimizer of cfg (1-bit Adam's freeze_step checked by the caller). */
+static zs_optim *make(const zs_optim_config *cfg, int64_t freeze_step, int n,
+                      zs_tensor **params)
 {
     zs_optim_config c = *cfg;
     if (c.beta1 == 0 && c.beta2 == 0) {
@@ -43,7 +54,7 @@ zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params)
     if (!(c.lr >= 0) || !(c.momentum >= 0 && c.momentum < 1) ||
         !(c.weight_decay >= 0) || !(c.beta1 >= 0 && c.beta1 < 1) ||
         !(c.beta2 >= 0 && c.beta2 < 1) || !(c.eps > 0) ||
-        (unsigned)c.kind > ZS_ADAMW) {
+        (unsigned)c.kind > ZS_ONEBIT_ADAM) {
         zs_set_error("optim: bad config (lr %g, momentum %g, weight decay %g, "
                      "betas %g %g, eps %g)", c.lr, c.momentum, c.weight_decay,
                      c.beta1, c.beta2, c.eps);
@@ -59,10 +70,12 @@ zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params)
     if (!o)
         goto oom;
     o->cfg = c;
+    o->freeze_step = freeze_step;
     o->params = calloc((size_t)n + 1, sizeof *o->params);
     o->m = calloc((size_t)n + 1, sizeof *o->m);
     o->v = calloc((size_t)n + 1, sizeof *o->v);
-    if (!o->params || !o->m || !o->v)
+    o->denom = calloc((size_t)n + 1, sizeof *o->denom);
+    if (!o->params || !o->m || !o->v || !o->denom)
         goto oom;
     o->n = n;
     zsi_tracking_pause();
@@ -84,6 +97,33 @@ oom:
     return NULL;
 }
 
+zs_optim *zs_optim_new(const zs_optim_config *cfg, int n, zs_tensor **params)
+{
+    if (cfg->kind == ZS_ONEBIT_ADAM) {
+        zs_set_error("optim: 1-bit Adam is made by zs_optim_new_onebit (it needs "
+                     "freeze_step)");
+        return NULL;
+    }
+    return make(cfg, 0, n, params);
+}
+
+zs_optim *zs_optim_new_onebit(const zs_optim_config *cfg, int64_t freeze_step, int n,
+                              zs_tensor **params)
+{
+    if (cfg->kind != ZS_ONEBIT_ADAM) {
+        zs_set_error("optim: zs_optim_new_onebit with kind %d, expected ZS_ONEBIT_ADAM",
+                     (int)cfg->kind);
+        return NULL;
+    }
+    if (freeze_step < 1) {
+        zs_set_error("optim: 1-bit Adam with freeze_step %lld, expected >= 1 (the "
+                     "AdamW steps that set the variance before it is frozen)",
+                     (long long)freeze_step);
+        return NULL;
+    }
+    return make(cfg, freeze_step, n, params);
+}
+
 void zs_optim_free(zs_optim *o)
 {
     if (!o)
@@ -92,7 +132,10 @@ void zs_optim_free(zs_optim *o)
         zs_release(o->params[i]);
         zs_release(o->m[i]);
         zs_release(o->v[i]);
+        if (o->denom)
+            zs_release(o->denom[i]);
     }
+    free(o->denom);
     free(o->params);
     free(o->m);
     free(o->v);
@@ -123,13 +166,20 @@ zs_status zs_optim_step_scaled(zs_optim *o, double lr, double grad_scale)
     zs_sgd_step ss = {lr, c->momentum, c->weight_decay, c->nesterov, o->steps,
                       grad_scale};
     zs_adam_step as = {lr, c->beta1, c->beta2, c->eps, c->weight_decay,
-                       c->kind == ZS_ADAMW, o->steps, grad_scale};
+                       c->kind == ZS_ADAMW || c->kind == ZS_ONEBIT_ADAM, o->steps,
+                       grad_scale};
+    bool frozen = c->kind == ZS_ONEBIT_ADAM && o->steps > o->freeze_step;
     for (int i = 0; i < o->n; i++) {
         zs_tensor *p = o->params[i];
         if (!p->grad)
             continue;
         zs_status st = c->kind == ZS_SGD
                            ? zs_sgd_update_(p, p->grad, o->m[i], &ss)
+                       : frozen
+                           ? zsi_onebit_adam_step(c, o->freeze_step, o->steps, lr,
+                                                  grad_scale, i, p, p->grad, o->m[i],
+                                                  o->v[i], &o->denom[i], o->reduce,
+                                                  o->reduce_ctx)
                            : zs_adam_update_(p, p->grad, o->m[i], o->v[i], &as);
         if (st != ZS_OK)
             return st;
@@ -140,8 +190,26 @@ zs_status zs_optim_step_scaled(zs_optim *o, double lr, double grad_scale)
 int64_t zs_optim_steps(const zs_optim *o) { return o ? o->steps : 0; }
 void zs_optim_set_steps(zs_optim *o, int64_t steps)
 {
-    if (o)
-        o->steps = steps;
+    if (!o)
+        return;
+    o->steps = steps;
+    for (int i = 0; i < o->n; i++) { /* v may have been loaded: recomputed */
+        zs_release(o->denom[i]);
+        o->denom[i] = NULL;
+    }
+}
+
+void zs_optim_set_momentum_reduce(zs_optim *o, zs_optim_reduce_fn fn, void *ctx)
+{
+    if (o) {
+        o->reduce = fn;
+        o->reduce_ctx = ctx;
+    }
+}
+
+bool zs_optim_grads_local(const zs_optim *o)
+{
+    return o && o->cfg.kind == ZS_ONEBIT_ADAM && o->steps >= o->freeze_step;
 }
 
 int zs_optim_state(zs_optim *o, int max, const char **names, zs_tensor **ts)

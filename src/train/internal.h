@@ -8,6 +8,7 @@
 
 #include "zs/autograd.h"
 #include "zs/dp.h"
+#include "zs/onebit.h"
 #include "zs/ops.h"
 #include "zs/ps.h"
 #include "zs/train.h"
@@ -26,6 +27,8 @@ struct zs_trainer {
     zs_dp *dp;            /* gradient averaging during backward */
     zs_zero *z;           /* ZeRO 1 (with dp), 2 or 3 (instead of dp) */
     zs_ps *ps;            /* made when the run starts, after any resume */
+    zs_onebit *ob;        /* 1-bit Adam's momentum all-reduce (several ranks) */
+    int64_t comm_bytes;   /* sent by this rank in the last step */
     int64_t step;         /* next step */
     double peak;          /* FLOP/s of the computing ranks together */
     zs_train_profile prof;
@@ -61,6 +64,15 @@ zs_status zsi_train_accumulate(zs_trainer *t, int64_t i, int part, int parts,
                                double *loss);
 /* ASYNC and SSP: the server (rank 0) or a worker until the last step. */
 zs_status zsi_train_run_async(zs_trainer *t);
+/* 1-bit Adam (onebit.c): the config's conflicts (ZS_OK or an error); the
+ * compressed momentum all-reduce made and handed to the optimizer, and
+ * the setup line logged; whether this step skips the gradient all-reduce;
+ * the bytes this rank sends averaging this step (local: it does skip). */
+zs_status zsi_train_onebit_check(const zs_trainer_config *c);
+zs_status zsi_train_onebit_setup(zs_trainer *t);
+bool zsi_train_grads_local(const zs_trainer *t);
+int64_t zsi_train_step_bytes(const zs_trainer *t, bool local);
+
 /* Every rank's flat parameters hash alike, or an error naming the rank
  * that diverged. Collective. */
 zs_status zsi_train_check_replicas(zs_trainer *t);

@@ -69,8 +69,11 @@ int zs_train_log_event(void *ctx, const zs_train_event *e)
 {
     zs_train_log *l = ctx;
     fprintf(l->f, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.3g,\"grad_norm\":%.4f,"
-            "\"tokens_per_s\":%.0f,\"mfu\":%.4f}\n", (long long)e->step, e->loss, e->lr,
+            "\"tokens_per_s\":%.0f,\"mfu\":%.4f", (long long)e->step, e->loss, e->lr,
             e->grad_norm, e->tokens_per_s, e->mfu);
+    if (e->comm_bytes > 0) /* data parallel: bytes this rank sent averaging */
+        fprintf(l->f, ",\"comm_bytes\":%lld", (long long)e->comm_bytes);
+    fputs("}\n", l->f);
     push(l, (double)e->step, e->loss, NAN);
     if (!e->validated)
         return 0;

@@ -68,7 +68,7 @@ static zs_status check_config(const zs_trainer_config *c, int size)
         return zs_set_error("trainer: asynchronous and stale-synchronous training "
                             "need at least 2 ranks (rank 0 serves, the others "
                             "compute)");
-    return ZS_OK;
+    return zsi_train_onebit_check(c);
 }
 
 /* Model-state bytes per rank, measured, beside zs analyze's formula
@@ -161,9 +161,11 @@ static zs_status build(zs_trainer *t)
                             "elements)", t->rank);
     /* the parameter-server modes keep the optimizer on rank 0 only */
     if ((c->sync == ZS_SYNC_ALLREDUCE || t->rank == 0) &&
-        !(t->o = zs_optim_new(&c->optim, n_opt, opt)))
+        !(t->o = c->optim.kind == ZS_ONEBIT_ADAM
+                     ? zs_optim_new_onebit(&c->optim, c->freeze_step, n_opt, opt)
+                     : zs_optim_new(&c->optim, n_opt, opt)))
         return ZS_ERR_STATE;
-    return ZS_OK;
+    return zsi_train_onebit_setup(t);
 }
 
 zs_trainer *zs_trainer_new(zs_module *m, const zs_trainer_config *cfg)
@@ -205,6 +207,7 @@ void zs_trainer_free(zs_trainer *t)
     if (!t)
         return;
     zs_ps_free(t->ps);
+    zs_onebit_free(t->ob);
     zs_zero_free(t->z);
     zs_dp_free(t->dp);
     zs_optim_free(t->o);
@@ -298,7 +301,7 @@ zs_status zsi_train_micro(zs_trainer *t, int64_t index, int part, int parts,
     zs_tensor *l = t->c.loss ? t->c.loss(t->c.loss_ctx, t->m, x, y) : zs_gpt_loss(t->m, x, y);
     zs_tensor *scaled = l && t->c.accum > 1 ? zs_mul_scalar(l, 1.0 / (double)t->c.accum) : l;
     double t1 = zsi_train_now();
-    if (t->dp && last)
+    if (t->dp && last && !zsi_train_grads_local(t)) /* 1-bit Adam: not after the freeze */
         st = zs_dp_begin(t->dp);
     if (st == ZS_OK && (!scaled || zs_backward(scaled, NULL, false) != ZS_OK))
         st = ZS_ERR_STATE;
@@ -348,7 +351,9 @@ static zs_status gradients(zs_trainer *t, int64_t step, double *loss)
     double sum = 0;
     zs_status st = zsi_train_accumulate(t, step, t->rank, t->size, &sum);
     double t0 = zsi_train_now();
-    if (t->dp && zs_dp_finish(t->dp) != ZS_OK) /* gradients averaged over ranks */
+    bool local = zsi_train_grads_local(t);
+    t->comm_bytes = zsi_train_step_bytes(t, local);
+    if (t->dp && !local && zs_dp_finish(t->dp) != ZS_OK) /* averaged over ranks */
         st = ZS_ERR_STATE;
     t->prof.comm_s += zsi_train_now() - t0;
     if (st == ZS_OK && t->size > 1) { /* and the losses */
@@ -391,7 +396,10 @@ static zs_status sync_step(zs_trainer *t, int64_t step, double *loss, double *gn
 {
     t->targets = 0; /* counted by the micro-batches */
     zs_status st = gradients(t, step, loss);
-    if (st == ZS_OK && t->ps) { /* rank 0 applies the average, then broadcasts */
+    if (st == ZS_OK && t->ob && zsi_train_grads_local(t)) { /* counted by the update */
+        st = zsi_train_update(t, step, gnorm);
+        t->comm_bytes = zsi_train_step_bytes(t, true);
+    } else if (st == ZS_OK && t->ps) { /* rank 0 applies the average, then broadcasts */
         ps_update u = {t, step, gnorm};
         if (zs_ps_sync_step(t->ps, *loss, apply_sync, &u) < 0)
             st = ZS_ERR_STATE;
@@ -415,7 +423,7 @@ static zs_train_event event_of(const zs_trainer *t, int64_t step, double loss,
         .lr = zs_lr_at(&t->c.schedule, step), .step_s = dt,
         .targets = targets, .tokens_per_s = dt > 0 ? (double)targets / dt : 0,
         .elapsed_s = elapsed,
-        .val_loss = NAN, .rank = t->rank,
+        .val_loss = NAN, .rank = t->rank, .comm_bytes = t->comm_bytes,
     };
     e.mfu = t->peak > 0 ? t->c.flops_per_token * e.tokens_per_s / t->peak : 0;
     e.eta_s = done > 0 ? elapsed / done * (double)(t->c.steps - step - 1) : 0;
