@@ -24,6 +24,8 @@
 
 #include "zs/zs.h"
 
+#include "isa_cap.h"
+
 enum { B = 1, H = 6, D = 64, MAXT = 16 };
 
 static double now(void)
@@ -194,6 +196,8 @@ int main(int argc, char **argv)
     }
     if (threads)
         zs_set_num_threads(threads);
+    static const char *const fam[] = {"attention", "gemm f32", "softmax, norms, reductions"};
+    isa_cap_header(stdout, fam, 3, NULL);
     printf("attention fwd+bwd, causal f32, B=%d H=%d D=%d, %d threads, best "
            "of %d\n", B, H, D, zs_num_threads(), reps);
     printf("%6s %9s %9s %9s %10s %9s %9s %10s %8s %8s %9s\n", "T", "fused_fwd",

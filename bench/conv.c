@@ -31,6 +31,8 @@
 
 #include "zs/zs.h"
 
+#include "isa_cap.h"
+
 /* The PyTorch peer's environment (its best settings on this machine). */
 #define PEER_ENV                                                             \
     "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE "                      \
@@ -197,8 +199,8 @@ static void keep_best(timing *best, timing t)
 static int bench_torch(const config *c, int threads, timing *tt)
 {
     char cmd[16384];
-    int k = snprintf(cmd, sizeof cmd, PEER_ENV PEER_PYTHON
-                     " '%s' --threads %d --reps %d --warmup %d", c->script,
+    int k = snprintf(cmd, sizeof cmd, PEER_ENV "%s" PEER_PYTHON
+                     " '%s' --threads %d --reps %d --warmup %d", isa_cap_torch_env(), c->script,
                      threads, c->reps, c->warmup);
     for (int i = 0; i < NLAYERS; i++) {
         const layer *l = &LAYERS[i];
@@ -283,6 +285,8 @@ int main(int argc, char **argv)
         zs_set_num_threads(c.threads);
     int threads = zs_num_threads();
     double peak = measure_peak(threads);
+    static const char *const fam[] = {"convolution", "gemm f32"};
+    isa_cap_header(stdout, fam, 2, "PyTorch");
     printf("conv2d forward+backward (grads for x, w, b), f32, best of %d after "
            "%d warm-up, %d alternating rounds; %d threads\n", c.reps, c.warmup,
            c.rounds, threads);

@@ -10,9 +10,11 @@
  * shape shrink with its size (at least 2) to keep the run near 3 minutes.
  *
  * OpenBLAS picks its kernels from OPENBLAS_CORETYPE at load time, before
- * main; when that variable is set (this machine pins it to Haswell, an
- * AVX2 kernel) the program removes it and re-executes itself so OpenBLAS
- * uses its best kernel for the CPU.
+ * main; the program sets that variable for the ISA cap (isa_cap.h:
+ * Haswell under ZS_CPU_ISA=avx2 on an AVX-512 machine) or removes it
+ * when uncapped (this machine pins it to Haswell, an AVX2 kernel), and
+ * re-executes itself, so OpenBLAS runs the kernels of the same kind of
+ * CPU as Zhisuan.
  *
  * Usage: gemm [--quick]   (--quick: squares up to 1024, fewer rounds)
  * The last line reads "gemm geomean zhisuan/openblas 2 threads = R", the
@@ -28,6 +30,8 @@
 #include "kernels/cpu/gemm.h"
 #include "zs/analyze.h"
 #include "zs/zs.h"
+
+#include "isa_cap.h"
 
 #ifdef ZS_HAVE_OPENBLAS
 #include <cblas.h>
@@ -121,11 +125,9 @@ static int rounds_for(const shape *s, int threads, double budget)
 
 int main(int argc, char **argv)
 {
-    if (getenv("OPENBLAS_CORETYPE")) {
-        unsetenv("OPENBLAS_CORETYPE");
-        execv("/proc/self/exe", argv);
-        perror("gemm: re-exec without OPENBLAS_CORETYPE");
-    }
+#ifdef ZS_HAVE_OPENBLAS
+    isa_cap_exec(argv);
+#endif
     bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     double budget = quick ? 0.1 : 1.0;
     int64_t maxn = 0;
@@ -139,6 +141,12 @@ int main(int argc, char **argv)
     double peak[3] = {0};
     for (int t = 1; t <= max_threads; t++)
         peak[t] = zs_measure_peak_gflops(t, 0.3);
+    static const char *const fam[] = {"gemm f32"};
+#ifdef ZS_HAVE_OPENBLAS
+    isa_cap_header(stdout, fam, 1, "OpenBLAS");
+#else
+    isa_cap_header(stdout, fam, 1, NULL);
+#endif
     printf("SGEMM, C = A B row-major; zhisuan %s", zsk_gemm_isa_name());
 #ifdef ZS_HAVE_OPENBLAS
     printf(", OpenBLAS %s (%s)", openblas_get_corename(), openblas_get_config());

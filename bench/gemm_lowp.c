@@ -25,6 +25,8 @@
 #include "zs/analyze.h"
 #include "zs/zs.h"
 
+#include "isa_cap.h"
+
 typedef struct shape {
     int64_t m, n, k;
 } shape;
@@ -126,6 +128,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    static const char *const fam[] = {"gemm bf16", "gemm f16", "gemm f32"};
+    isa_cap_header(stdout, fam, 3, NULL);
     double geo = 0;
     int ngeo = 0;
     for (int threads = 1; threads <= 2; threads++) {

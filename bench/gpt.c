@@ -47,6 +47,8 @@
 
 #include "zs/zs.h"
 
+#include "isa_cap.h"
+
 /* The PyTorch peer's environment (its best settings on this machine). */
 #define PEER_ENV                                                             \
     "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE "                      \
@@ -390,8 +392,8 @@ static void print_profile(trainer *t, const config *c)
 static bool run_peer(const config *c, const char *args, result *r, double *rss)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, PEER_ENV PEER_PYTHON " '%s' --threads %d %s",
-             c->script, c->threads, args);
+    snprintf(cmd, sizeof cmd, PEER_ENV "%s" PEER_PYTHON " '%s' --threads %d %s",
+             isa_cap_torch_env(), c->script, c->threads, args);
     fflush(stdout);
     FILE *pf = popen(cmd, "r");
     if (!pf)
@@ -574,6 +576,9 @@ int main(int argc, char **argv)
         return 1;
     }
     const zs_gpt_config *g = zs_gpt_config_of(t.m);
+    static const char *const fam[] = {"gemm f32", "attention", "pointwise",
+                                      "softmax, norms, reductions", "optimizer"};
+    isa_cap_header(stdout, fam, 5, "PyTorch");
     printf("GPT %s: %lld layers, width %lld, %lld heads, context %lld, vocab %lld "
            "(random tokens), %lld parameters; train batch %lld x %lld, AdamW, clip "
            "1.0, %lld warm-up + %lld timed steps; generate batch 1, prompt %lld, "

@@ -112,6 +112,8 @@
 
 #include "zs/zs.h"
 
+#include "isa_cap.h"
+
 /* The PyTorch peer's environment, as bench/gpt runs it. */
 #define PEER_ENV                                                             \
     "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE "                      \
@@ -507,9 +509,9 @@ static double run_peer(const config *c, const zs_gpt_config *g, const char **why
         return -1;
     }
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, PEER_ENV PEER_PYTHON " '%s' --threads %d --generate "
+    snprintf(cmd, sizeof cmd, PEER_ENV "%s" PEER_PYTHON " '%s' --threads %d --generate "
              "--preset %s --vocab %lld --prompt %lld --new %lld --reps %lld",
-             c->script, c->threads, preset, (long long)g->vocab, (long long)c->prompt,
+             isa_cap_torch_env(), c->script, c->threads, preset, (long long)g->vocab, (long long)c->prompt,
              (long long)c->new_tokens, (long long)c->reps);
     fflush(stdout);
     FILE *pf = popen(cmd, "r");
@@ -1138,6 +1140,9 @@ int main(int argc, char **argv)
         return 2;
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows when redirected */
     zs_set_num_threads(c.threads);
+    static const char *const fam[] = {"gemm f32", "packed linear", "quantized matmul",
+                                      "int8 / w8a8", "paged attention", "attention"};
+    isa_cap_header(stdout, fam, 6, "PyTorch");
     zs_model_file file;
     zs_module *m = open_model(&c, &file);
     zs_status st = m ? ZS_OK : ZS_ERR_ARG;

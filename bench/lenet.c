@@ -30,6 +30,8 @@
 #include "../apps/zs/cnn.h" /* ZS_FMNIST_MEAN, ZS_FMNIST_STD, ZS_FMNIST_DIR */
 #include "zs/zs.h"
 
+#include "isa_cap.h"
+
 /* The PyTorch peer's environment (its best settings on this machine). */
 #define PEER_ENV                                                             \
     "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE "                      \
@@ -249,9 +251,9 @@ static bool bench_torch(const config *c, int threads, int64_t steps,
                         run_result *r)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, PEER_ENV PEER_PYTHON " '%s' --data '%s' --threads %d "
+    snprintf(cmd, sizeof cmd, PEER_ENV "%s" PEER_PYTHON " '%s' --data '%s' --threads %d "
              "--steps %lld --warmup %d --batch %d --block %d --mean %.9g --std %.9g",
-             c->script, c->data, threads, (long long)steps, c->warmup, BATCH, BLOCK,
+             isa_cap_torch_env(), c->script, c->data, threads, (long long)steps, c->warmup, BATCH, BLOCK,
              (double)ZS_FMNIST_MEAN, (double)ZS_FMNIST_STD);
     fflush(stdout);
     FILE *pf = popen(cmd, "r");
@@ -299,6 +301,9 @@ int main(int argc, char **argv)
     }
     int64_t nb = zs_loader_batches_per_epoch(t.l);
     int64_t steps = c.steps > 0 ? c.steps : nb;
+    static const char *const fam[] = {"gemm f32", "convolution", "pointwise",
+                                      "softmax, norms, reductions", "optimizer"};
+    isa_cap_header(stdout, fam, 5, "PyTorch");
     printf("LeNet-5 on Fashion-MNIST (%lld images, %lld batches of %d per epoch), "
            "Adam lr 1e-3; %d warm-up + %lld timed steps; %d threads\n",
            (long long)t.train.images->shape[0], (long long)nb, BATCH, c.warmup,

@@ -91,8 +91,10 @@ void zs_ops_print(FILE *f)
     }
 }
 
-/* The clones' choice: GCC's resolver picks by the hardware at load time
- * (x86-64-v4 needs AVX-512 F/BW/CD/DQ/VL, v3 AVX2+FMA+F16C+BMI). */
+/* The clones' choice in the files still on ZSK_CLONES (kernels.h): GCC's
+ * resolver picks by the hardware at load time (x86-64-v4 needs AVX-512
+ * F/BW/CD/DQ/VL, v3 AVX2+FMA+F16C+BMI). The families on ZSK_ISA_FN follow
+ * the cap (zsk_isa_name). */
 static const char *clone_path(void)
 {
 #if defined(__x86_64__) && !defined(ZSI_NO_CLONES)
@@ -104,6 +106,18 @@ static const char *clone_path(void)
 #else
     return "portable (no clones in this build)";
 #endif
+}
+
+/* unary.c's AVX-512 vector math, else its compiled loops (ZSK_ISA_VOID)
+ * with libm; binary.c's loops follow the same cap. */
+static const char *pointwise_path(void)
+{
+    static const char *const loops[] = {"portable",
+                                        "avx2 (compiled loops, libm math)",
+                                        "avx512 (compiled loops, libm math)"};
+    if (zsk_unary_has_vector(ZSK_EXP))
+        return "avx512 (vector math and loops)";
+    return loops[zsk_isa_level()];
 }
 
 void zs_kernel_paths_print(FILE *f)
@@ -124,19 +138,21 @@ void zs_kernel_paths_print(FILE *f)
                                                      : "portable"},
         {"quantized matmul", !vec ? "portable" : zsk_quant_has_vnni() ? "avx512 vnni"
                              : zsk_quant_has_avx2() ? "avx2" : "portable"},
-        {"int8 / w8a8", vec && zsk_i8_has_vnni() ? "avx512 vnni" : "portable"},
+        {"int8 / w8a8", vec && zsk_i8_has_vnni()   ? "avx512 vnni"
+                        : vec && zsk_i8_has_avx2() ? "avx2"
+                                                   : "portable"},
         {"paged attention",
          vec && c->avx512f && c->avx2 && c->fma && c->f16c
              ? "avx512 (head dim % 16 == 0), else avx2 (head dim % 8 == 0)"
          : vec && c->avx512f ? "avx512 (head dim % 16 == 0)"
          : vec && c->avx2 && c->fma && c->f16c ? "avx2 (head dim % 8 == 0)"
                                                 : "portable"},
-        {"pointwise", zsk_unary_has_vector(ZSK_EXP) ? "avx512" : clone_path()},
+        {"pointwise", pointwise_path()},
         {"convolution", c->avx512f ? "direct avx512 where it fits, else im2col + gemm"
                                    : "im2col + gemm"},
         {"attention", clone_path()},
         {"softmax, norms, reductions", clone_path()},
-        {"optimizer", clone_path()},
+        {"optimizer", zsk_isa_name()},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         fprintf(f, "  %-27s %s\n", rows[i].family, rows[i].path);

@@ -15,6 +15,7 @@
  */
 #include <stdlib.h>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_lowp.h"
 #include "testutil.h"
 
@@ -192,6 +193,9 @@ static void suite(const char *name, int stride, bool large)
 
 int main(void)
 {
+    printf("paths (ZS_CPU_ISA caps them): %s, %s\n",
+           zsk_gemm_desc_for(ZSK_GEMM_BF16)->name,
+           zsk_gemm_desc_for(ZSK_GEMM_F16)->name);
     zs_set_num_threads(2);
     suite("bf16/f16 gemm, 2 threads: odd shapes, transposes, alpha/beta, ld, blocks", 2, true);
     zs_set_num_threads(1);

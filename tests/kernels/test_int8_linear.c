@@ -23,7 +23,8 @@
  *     threshold (computed in float) and loses it without.
  * (4) Invariance, bitwise: rows alone vs in batches at several positions
  *     (batches whose other rows have outliers in other columns), 1 vs 2
- *     threads, VNNI vs portable; K = 131072 extremes (dot32 near 2^31).
+ *     threads, the vector path (VNNI, or AVX2 under ZS_CPU_ISA=avx2) vs
+ *     portable; K = 131072 extremes (dot32 near 2^31).
  * (5) Errors: NULL pointers, negative sizes, K too large, strides, act,
  *     overlap, failed allocation; outputs untouched.
  */
@@ -382,7 +383,7 @@ static void check_invariance(const prob *p, bool vnni)
             ZT_CHECK(run(p, true, true, false, act, yp) == ZS_OK, "portable");
             zsk_linear_force_portable(old);
             ZT_CHECK(same_rows(y2, p->ldy, yp, p->ldy, p->M, p->N),
-                     "seed %llu M=%lld N=%lld K=%lld: VNNI vs portable differ",
+                     "seed %llu M=%lld N=%lld K=%lld: vector vs portable differ",
                      (unsigned long long)p->seed, (long long)p->M, (long long)p->N,
                      (long long)p->K);
         }
@@ -419,7 +420,7 @@ static void check_extremes(bool vnni)
         ZT_CHECK(zsk_i8_linear(Wq, ws, N, K, x, 1, K, NULL, NULL, NULL, 0, ZSK_ACT_NONE, yp,
                                N) == ZS_OK, "extremes portable");
         zsk_linear_force_portable(old);
-        ZT_CHECK(memcmp(y, yp, sizeof y) == 0, "extremes: VNNI vs portable differ");
+        ZT_CHECK(memcmp(y, yp, sizeof y) == 0, "extremes: vector vs portable differ");
     }
     free(Wq);
     free(x);
@@ -481,8 +482,10 @@ static void check_errors(void)
 
 int main(void)
 {
-    bool vnni = zsk_i8_has_vnni();
-    printf("VNNI path: %s\n", vnni ? "yes" : "no (portable only)");
+    bool vnni = zsk_i8_has_vnni() || zsk_i8_has_avx2();
+    printf("vector path: %s\n", zsk_i8_has_vnni()   ? "avx512 vnni"
+                                 : zsk_i8_has_avx2() ? "avx2"
+                                                     : "no (portable only)");
     check_quantize_rows(7, 100, 1);
     check_quantize_rows(64, 257, 2);
     zt_section("quantize_rows_i8");

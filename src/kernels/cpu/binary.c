@@ -4,7 +4,9 @@
  * Each segment (a run along the innermost merged dim) has a unit-stride
  * fast path that the compiler vectorises; broadcast operands have stride 0
  * (a scalar splat). These kernels are memory bound: bench/bandwidth
- * compares them with a triad measured in the same run.
+ * compares them with a triad measured in the same run. Each segment
+ * routine is compiled for AVX-512, AVX2 and baseline x86-64 and picked
+ * under ZS_CPU_ISA (ZSK_ISA_VOID, kernels.h).
  */
 #include "kernels/cpu/kernels.h"
 
@@ -17,8 +19,8 @@ typedef struct bin_ctx {
 } bin_ctx;
 
 #define DEFINE_BIN_SEG(T, SUF)                                                \
-    ZSK_CLONES static void bin_seg_##SUF(void *p, const int64_t *offs,       \
-                                         int64_t n)                          \
+    static ZSK_ISA_VOID(bin_seg_##SUF, (void *p, const int64_t *offs,        \
+                                        int64_t n), (p, offs, n))            \
     {                                                                         \
         const bin_ctx *c = p;                                                 \
         int last = c->it->ndim - 1;                                           \
@@ -63,8 +65,8 @@ typedef struct bin_ctx {
             }                                                                 \
         }                                                                     \
     }                                                                         \
-    ZSK_CLONES static void scal_seg_##SUF(void *p, const int64_t *offs,      \
-                                          int64_t n)                         \
+    static ZSK_ISA_VOID(scal_seg_##SUF, (void *p, const int64_t *offs,       \
+                                         int64_t n), (p, offs, n))           \
     {                                                                         \
         const bin_ctx *c = p;                                                 \
         int last = c->it->ndim - 1;                                           \
@@ -92,8 +94,8 @@ typedef struct bin_ctx {
             o[i * so] = r;                                                    \
         }                                                                     \
     }                                                                         \
-    ZSK_CLONES static void axpy_seg_##SUF(void *p, const int64_t *offs,      \
-                                          int64_t n)                         \
+    static ZSK_ISA_VOID(axpy_seg_##SUF, (void *p, const int64_t *offs,       \
+                                         int64_t n), (p, offs, n))           \
     {                                                                         \
         const bin_ctx *c = p;                                                 \
         int last = c->it->ndim - 1;                                           \

@@ -6,7 +6,7 @@
  * place for M <= 4), the fused epilogue, and run-time selection of the
  * descriptor (gemm.h: zsk_gemm_desc) per (type, ISA). Descriptors live
  * with their kernels: gemm_f32_avx512.c, gemm_f32_avx2.c,
- * gemm_bf16_avx512.c, and the portable gemm_ref.c.
+ * gemm_bf16_avx512.c, gemm_lowp_avx2.c, and the portable gemm_ref.c.
  *
  * Loops, per thread, over its own block of C (rows [m0, m1), columns
  * [n0, n1)):
@@ -73,8 +73,9 @@ bool zsk_lowp_force_bf16_as_f32;
 /* Every descriptor, best first within a type. */
 static const zsk_gemm_desc *const DESCS[] = {
     &zsk_gemm_f32_avx512,      &zsk_gemm_f32_avx2,    &zsk_gemm_f32_ref,
-    &zsk_gemm_bf16_avx512bf16, &zsk_gemm_bf16_avx512, &zsk_gemm_bf16_ref,
-    &zsk_gemm_f16_avx512,      &zsk_gemm_f16_ref,
+    &zsk_gemm_bf16_avx512bf16, &zsk_gemm_bf16_avx512, &zsk_gemm_bf16_avx2,
+    &zsk_gemm_bf16_ref,        &zsk_gemm_f16_avx512,  &zsk_gemm_f16_avx2,
+    &zsk_gemm_f16_ref,
 };
 #define NDESCS (int)(sizeof DESCS / sizeof *DESCS)
 

@@ -14,11 +14,11 @@
  * skinny shortcuts for all of them. zsk_sgemm runs the f32 descriptor of
  * the best ISA (gemm_f32_avx512.c, gemm_f32_avx2.c, portable gemm_ref.c);
  * zsk_gemm_bf16 / zsk_gemm_f16 (gemm_lowp.h) the 16-bit ones
- * (gemm_bf16_avx512.c, gemm_ref.c). zsk_dgemm is the portable row-parallel
- * code of gemm_ref.c. zsk_sgemm_ex adds a fused epilogue (bias, GeLU,
- * residual) applied to each block of C right after its last K block, while
- * the block is in cache, so C goes to memory once and no separate
- * elementwise pass runs.
+ * (gemm_bf16_avx512.c, gemm_lowp_avx2.c, gemm_ref.c). zsk_dgemm is the
+ * portable row-parallel code of gemm_ref.c. zsk_sgemm_ex adds a fused
+ * epilogue (bias, GeLU, residual) applied to each block of C right after
+ * its last K block, while the block is in cache, so C goes to memory once
+ * and no separate elementwise pass runs.
  */
 #ifndef ZS_KERNELS_CPU_GEMM_H
 #define ZS_KERNELS_CPU_GEMM_H
@@ -145,11 +145,12 @@ typedef struct zsk_gemm_desc {
     zsk_gemm_small_fn small; /* M <= ZSK_GEMM_SMALL_M, or NULL */
 } zsk_gemm_desc;
 
-/* The descriptors (gemm_ref.c, gemm_f32_avx2.c, gemm_f32_avx512.c,
- * gemm_bf16_avx512.c). */
+/* The descriptors (gemm_ref.c, gemm_f32_avx2.c, gemm_lowp_avx2.c,
+ * gemm_f32_avx512.c, gemm_bf16_avx512.c). */
 extern const zsk_gemm_desc zsk_gemm_f32_ref, zsk_gemm_bf16_ref,
     zsk_gemm_f16_ref;
 extern const zsk_gemm_desc zsk_gemm_f32_avx2;
+extern const zsk_gemm_desc zsk_gemm_bf16_avx2, zsk_gemm_f16_avx2;
 extern const zsk_gemm_desc zsk_gemm_f32_avx512;
 extern const zsk_gemm_desc zsk_gemm_bf16_avx512bf16, zsk_gemm_bf16_avx512,
     zsk_gemm_f16_avx512;
@@ -159,6 +160,12 @@ extern const zsk_gemm_desc zsk_gemm_bf16_avx512bf16, zsk_gemm_bf16_avx512,
 void zsk_gemm_f32_avx512_14x32(int64_t ku, const void *a, const void *b,
                                float *c, int64_t ldc, int m, int n,
                                float alpha, float beta);
+
+/* The f32 AVX2 + FMA micro-kernel (6 x 16), also run by the 16-bit AVX2
+ * descriptors (gemm_lowp_avx2.c) on panels converted to f32. */
+void zsk_gemm_f32_avx2_6x16(int64_t ku, const void *a, const void *b,
+                            float *c, int64_t ldc, int m, int n, float alpha,
+                            float beta);
 
 /* Every descriptor the CPU can run, into out[0 .. cap); returns how many
  * there are (tests run each one). */

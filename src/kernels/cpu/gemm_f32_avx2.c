@@ -1,7 +1,8 @@
 /*
  * gemm_f32_avx2.c - the f32 AVX2+FMA descriptor of the GEMM framework: a
  * 6 x 16 micro-kernel (see gemm.h for the packed panel contract) on the
- * portable f32 packer, with the scalar epilogue.
+ * portable f32 packer, with the scalar epilogue. The bf16 / f16 AVX2
+ * descriptors (gemm_lowp_avx2.c) run the same kernel on converted panels.
  *
  * 12 ymm accumulators (6 rows x 2 vectors), 2 B loads and 6 broadcasts per
  * k step: 12 FMAs cover the FMA latency on two pipes and leave 4 of the 16
@@ -15,8 +16,9 @@
 #define MR 6
 #define NR 16
 
-/* alpha is applied by the packer (alpha_in_pack). */
-__attribute__((target("avx2,fma"))) static void ukr_6x16(
+/* alpha is applied by the packer (alpha_in_pack). Also the kernel of the
+ * 16-bit AVX2 descriptors (gemm_lowp_avx2.c), which pack f32 panels. */
+__attribute__((target("avx2,fma"))) void zsk_gemm_f32_avx2_6x16(
     int64_t kc, const void *ap, const void *bp, float *restrict c,
     int64_t ldc, int m, int n, float alpha, float beta)
 {
@@ -71,5 +73,6 @@ const zsk_gemm_desc zsk_gemm_f32_avx2 = {
     .name = "avx2 6x16", .type = ZSK_GEMM_F32, .isa = ZSK_GEMM_AVX2,
     .usable = usable, .mr = MR, .nr = NR, .kstep = 1, .alpha_in_pack = true,
     .kc = 1024, .mc = 42, .nc = 2048, .pack_a = zsk_gemm_pack_f32,
-    .pack_b = zsk_gemm_pack_f32, .ukr = ukr_6x16, .epi = zsk_sgemm_epi_ref,
+    .pack_b = zsk_gemm_pack_f32, .ukr = zsk_gemm_f32_avx2_6x16,
+    .epi = zsk_sgemm_epi_ref,
     .gemv = true};

@@ -11,6 +11,8 @@
  * sums into floats, adds the row's outlier terms and runs the shared
  * epilogue (zsk_linear_epilogue) on the block's columns.
  *
+ * The dot kernel is the AVX-512 VNNI tile, the AVX2 one (the comment at
+ * tile_avx2) or portable C, by the CPU under ZS_CPU_ISA; all exact.
  * The VNNI tile keeps TR x TC zmm accumulators of vpdpbusd(qx + 128, w);
  * on the first row tile of a block it also sums each W row (vpdpbusd of
  * ones and w), and dot32 = sum - 128 * sum(w) in wrapping uint32
@@ -41,7 +43,11 @@
 #include <immintrin.h>
 #define ZSK_I8_VNNI 1
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define AVX2 __attribute__((target("avx2")))
 #endif
+
+/* The dot kernels of phase 2, chosen per call (zsk_i8_linear). */
+enum path { PATH_C, PATH_AVX2, PATH_VNNI };
 
 #define BLK 64             /* output columns per work item */
 #define TR 4               /* rows of x per tile */
@@ -99,7 +105,7 @@ typedef struct work {
     int64_t N, K, Kp, M, ldx, ldr, ldy;
     float threshold;
     zsk_act act;
-    bool vnni;
+    enum path path;
     /* workspace */
     uint8_t *u;    /* [M, Kp] qx + 128 */
     float *sx;     /* [M] */
@@ -339,6 +345,110 @@ VNNI static void gemv2_vnni(const uint8_t *u, const int8_t *wa, const int8_t *wb
     d[0] = (int32_t)(hsum_u32(aa) - 128u * hsum_u32(sa));
     d[1] = (int32_t)(hsum_u32(ab) - 128u * hsum_u32(sb));
 }
+
+/* ---- the AVX2 tiles (llama.cpp's int8 dot on AVX2) ----------------------------
+ * vpmaddubsw multiplies unsigned by signed bytes into saturating int16
+ * pairs, so qx + 128 (up to 255) times w would saturate; instead the
+ * signed qx = u ^ 0x80 (|qx| <= 127; padding gives 0) takes w's sign
+ * (vpsignb) and multiplies |w| (vpsignb(w, w): -128 gives 0x80, read as
+ * the unsigned 128): each pair is at most 2 * 128 * 127 = 32512 in
+ * magnitude, exact; vpmaddwd with ones widens to int32 lanes. The same
+ * integers as the other paths, so the same bits. The K tail of a W row is
+ * copied to a zeroed 32-byte buffer (no byte-masked loads in AVX2). */
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2")))
+
+/* 32 weights from k, zeros past K. */
+AVX2_INLINE __m256i load_w32(const int8_t *w, int64_t k, int64_t K)
+{
+    if (K - k >= 32)
+        return _mm256_loadu_si256((const __m256i *)(w + k));
+    int8_t t[32] = {0};
+    for (int64_t j = 0; j < K - k; j++)
+        t[j] = w[k + j];
+    return _mm256_loadu_si256((const __m256i *)t);
+}
+
+/* 32 activations qx from u + k (64-aligned rows padded to Kp). */
+AVX2_INLINE __m256i load_x32(const uint8_t *u)
+{
+    return _mm256_xor_si256(_mm256_load_si256((const __m256i *)u),
+                            _mm256_set1_epi8((char)0x80));
+}
+
+/* acc + the int32 lane sums of x * w, given aw = vpsignb(w, w). */
+AVX2_INLINE __m256i dot32_step(__m256i acc, __m256i aw, __m256i x, __m256i w)
+{
+    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/* Sum of the 8 lanes, wrapping. */
+AVX2_INLINE int32_t hsum8_i32(__m256i v)
+{
+    __m128i b = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0x4e));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0xb1));
+    return _mm_cvtsi128_si32(b);
+}
+
+/* R <= 2 rows of x by C <= TC rows of W: 8 accumulators at most, within
+ * the 16 ymm registers. */
+AVX2_INLINE void tile_avx2_rc(const int R, const int C, const uint8_t *u, int64_t ldu,
+                              const int8_t *w, int64_t K, int32_t *d, int ldd)
+{
+    __m256i acc[2][TC];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++)
+            acc[r][c] = _mm256_setzero_si256();
+    for (int64_t k = 0; k < K; k += 32) {
+        __m256i xv[2];
+        for (int r = 0; r < R; r++)
+            xv[r] = load_x32(u + r * ldu + k);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            __m256i wv = load_w32(w + c * K, k, K), aw = _mm256_sign_epi8(wv, wv);
+            for (int r = 0; r < R; r++)
+                acc[r][c] = dot32_step(acc[r][c], aw, xv[r], wv);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++)
+            d[r * ldd + c] = hsum8_i32(acc[r][c]);
+}
+
+#define TILE2_CASE(r, c)                                                                  \
+    case (r) * 8 + (c):                                                                   \
+        tile_avx2_rc(r, c, u + r0 * ldu, ldu, w, K, d + r0 * C, C);                       \
+        break;
+
+/* The tile of tile_c in pairs of rows. */
+AVX2 static void tile_avx2(int R, int C, const uint8_t *u, int64_t ldu, const int8_t *w,
+                           int64_t K, int32_t *d)
+{
+    for (int r0 = 0; r0 < R; r0 += 2) {
+        switch ((R - r0 < 2 ? R - r0 : 2) * 8 + C) {
+            TILE2_CASE(1, 1) TILE2_CASE(1, 2) TILE2_CASE(1, 3) TILE2_CASE(1, 4)
+            TILE2_CASE(2, 1) TILE2_CASE(2, 2) TILE2_CASE(2, 3) TILE2_CASE(2, 4)
+        }
+    }
+}
+
+/* gemv2_vnni on AVX2. */
+AVX2 static void gemv2_avx2(const uint8_t *u, const int8_t *wa, const int8_t *wb, int64_t K,
+                            int32_t *d)
+{
+    __m256i aa = _mm256_setzero_si256(), ab = aa;
+    for (int64_t k = 0; k < K; k += 32) {
+        __m256i xv = load_x32(u + k);
+        __m256i va = load_w32(wa, k, K), vb = load_w32(wb, k, K);
+        aa = dot32_step(aa, _mm256_sign_epi8(va, va), xv, va);
+        ab = dot32_step(ab, _mm256_sign_epi8(vb, vb), xv, vb);
+    }
+    d[0] = hsum8_i32(aa);
+    d[1] = hsum8_i32(ab);
+}
 #endif
 
 bool zsk_i8_has_vnni(void)
@@ -348,6 +458,33 @@ bool zsk_i8_has_vnni(void)
 #else
     return false;
 #endif
+}
+
+bool zsk_i8_has_avx2(void)
+{
+#ifdef ZSK_I8_VNNI
+    return zs_cpu()->avx2; /* capped by ZS_CPU_ISA */
+#else
+    return false;
+#endif
+}
+
+/* d[r * C + c] = dot32(x row r, W row c) on w's path (wsum: tile_vnni's). */
+static void tile(const work *w, int R, int C, bool first, const uint8_t *u, const int8_t *wr,
+                 int32_t *d, int32_t *wsum)
+{
+    (void)first, (void)wsum;
+#ifdef ZSK_I8_VNNI
+    if (w->path == PATH_VNNI) {
+        tile_vnni(R, C, first, u, w->Kp, wr, w->K, d, wsum);
+        return;
+    }
+    if (w->path == PATH_AVX2) {
+        tile_avx2(R, C, u, w->Kp, wr, w->K, d);
+        return;
+    }
+#endif
+    tile_c(R, C, u, w->Kp, wr, w->K, d);
 }
 
 /* ---- phase 2: blocks of 64 output columns ------------------------------------- */
@@ -377,7 +514,8 @@ static void finish_rows(const work *w, int64_t m, int R, int64_t n0, int64_t nb,
 
 #ifdef ZSK_I8_VNNI
 /* M = 1 on blocks [b0, b0 + 2h): block t and block t + h side by side, two
- * weight streams per thread (the dots are the same integers). */
+ * weight streams per thread (the dots are the same integers); vector paths
+ * only. */
 static void gemv_pairs(const work *w, int64_t b0, int64_t h)
 {
     int64_t K = w->K;
@@ -388,10 +526,14 @@ static void gemv_pairs(const work *w, int64_t b0, int64_t h)
         for (int64_t c = 0; c < BLK; c++) {
             int32_t d[2], ws[2];
             if (c < cb) {
-                gemv2_vnni(w->u, w->Wq + (na + c) * K, w->Wq + (nb + c) * K, K, d);
+                const int8_t *wa = w->Wq + (na + c) * K, *wb = w->Wq + (nb + c) * K;
+                if (w->path == PATH_VNNI)
+                    gemv2_vnni(w->u, wa, wb, K, d);
+                else
+                    gemv2_avx2(w->u, wa, wb, K, d);
                 acc[1][c] = (w->sx[0] * w->w_scale[nb + c]) * (float)d[1];
             } else {
-                tile_vnni(1, 1, true, w->u, w->Kp, w->Wq + (na + c) * K, K, d, ws);
+                tile(w, 1, 1, true, w->u, w->Wq + (na + c) * K, d, ws);
             }
             acc[0][c] = (w->sx[0] * w->w_scale[na + c]) * (float)d[0];
         }
@@ -408,7 +550,7 @@ static void block_cols(void *ctx, int64_t b0, int64_t b1)
     int32_t d[TR * TC], wsum[BLK];
     float acc[TR][BLK];
 #ifdef ZSK_I8_VNNI
-    if (w->vnni && w->M == 1 && K > 0 && b1 - b0 >= 2) {
+    if (w->path != PATH_C && w->M == 1 && K > 0 && b1 - b0 >= 2) {
         int64_t h = (b1 - b0) / 2;
         gemv_pairs(w, b0, h);
         b0 += 2 * h;
@@ -426,12 +568,8 @@ static void block_cols(void *ctx, int64_t b0, int64_t b1)
                 const int8_t *wr = K > 0 ? w->Wq + (n0 + c0) * K : NULL;
                 if (K == 0)
                     memset(d, 0, sizeof d);
-#ifdef ZSK_I8_VNNI
-                else if (w->vnni)
-                    tile_vnni(R, C, m == 0, w->u + m * w->Kp, w->Kp, wr, K, d, wsum + c0);
-#endif
                 else
-                    tile_c(R, C, w->u + m * w->Kp, w->Kp, wr, K, d);
+                    tile(w, R, C, m == 0, w->u + m * w->Kp, wr, d, wsum + c0);
                 for (int r = 0; r < R; r++)
                     for (int c = 0; c < C; c++)
                         acc[r][c0 + c] = (w->sx[m + r] * w->w_scale[n0 + c0 + c]) *
@@ -474,9 +612,10 @@ zs_status zsk_i8_linear(const int8_t *Wq, const float *w_scale, int64_t N, int64
               .threshold = o ? o->threshold : 0.0f, .act = act};
     if (!(w.threshold > 0))
         w.threshold = 0;
-#ifdef ZSK_I8_VNNI
-    w.vnni = !zsk_linear_portable() && zsk_i8_has_vnni();
-#endif
+    w.path = zsk_linear_portable() ? PATH_C
+             : zsk_i8_has_vnni()   ? PATH_VNNI
+             : zsk_i8_has_avx2()   ? PATH_AVX2
+                                   : PATH_C;
     /* workspace: u (64-aligned rows), sx, cnt, then oidx, oval */
     size_t nu = (size_t)(M * w.Kp), no = w.threshold > 0 ? (size_t)(M * K) : 0;
     size_t bytes = nu + (size_t)M * 8 + no * 8;

@@ -26,9 +26,10 @@
  * Paths: AVX-512 VNNI (vpdpbusd; the activations are stored as unsigned
  * qx + 128 and 128 * sum_k Wq[n, k], summed by the same kernel, is
  * subtracted: one instruction per 64 products instead of the abs/sign pair
- * of quant.c) when the CPU has AVX512F/BW/VNNI, else portable C. Both give
- * the same dot32 and share the float code, so the same bits
- * (test_int8_linear checks it). The pool splits blocks of 64 output
+ * of quant.c) when the CPU has AVX512F/BW/VNNI, else AVX2 (vpmaddubsw on
+ * |w| and qx with w's sign, vpmaddwd, as llama.cpp's AVX2 path), else
+ * portable C; ZS_CPU_ISA caps the choice. All give the same dot32 and
+ * share the float code, so the same bits (test_int8_linear checks it). The pool splits blocks of 64 output
  * columns. Measured figures: int8_linear.c's file comment.
  */
 #ifndef ZS_KERNELS_CPU_INT8_LINEAR_H
@@ -79,5 +80,9 @@ zs_status zsk_i8_linear(const int8_t *Wq, const float *w_scale, int64_t N, int64
 /* True when the VNNI path exists in this build and the CPU runs it (the
  * kernel takes it unless zsk_linear_force_portable is on). */
 bool zsk_i8_has_vnni(void);
+/* True when the AVX2 path exists in this build and the (capped) CPU runs
+ * it; the kernel takes it when VNNI is not there, unless
+ * zsk_linear_force_portable is on. */
+bool zsk_i8_has_avx2(void);
 
 #endif

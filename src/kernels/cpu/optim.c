@@ -7,7 +7,9 @@
  * sum of squares accumulates in double, eight lanes at a time (an f32 sum
  * of 10^8 squares would lose digits; one double chain per thread ran at a
  * quarter of the bandwidth): each pool chunk owns a fixed slot, and the
- * slots are added in order.
+ * slots are added in order. The loops are compiled for AVX-512, AVX2 and
+ * baseline x86-64 and picked under ZS_CPU_ISA (ZSK_ISA_VOID / ZSK_ISA_FN,
+ * kernels.h).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -15,9 +17,10 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/optim.h"
 
-ZSK_CLONES void zsk_adam_f32(const zsk_adam_args *a, float *restrict p,
-                             float *restrict m, float *restrict v,
-                             const float *restrict g, int64_t n)
+ZSK_ISA_VOID(zsk_adam_f32, (const zsk_adam_args *a, float *restrict p,
+                            float *restrict m, float *restrict v,
+                            const float *restrict g, int64_t n),
+             (a, p, m, v, g, n))
 {
     float b2 = a->b2, w1 = a->one_m_b1, w2 = a->one_m_b2, eps = a->eps;
     float wd = a->wd, decay = a->decay, step = a->step_size, bc2s = a->bc2_sqrt;
@@ -41,8 +44,9 @@ ZSK_CLONES void zsk_adam_f32(const zsk_adam_args *a, float *restrict p,
     }
 }
 
-ZSK_CLONES void zsk_sgd_f32(const zsk_sgd_args *a, float *restrict p,
-                            float *restrict b, const float *restrict g, int64_t n)
+ZSK_ISA_VOID(zsk_sgd_f32, (const zsk_sgd_args *a, float *restrict p,
+                           float *restrict b, const float *restrict g, int64_t n),
+             (a, p, b, g, n))
 {
     float lr = a->lr, wd = a->wd, mu = a->mu, gs = a->gscale;
     if (!b) {
@@ -66,7 +70,7 @@ typedef struct sumsq_job {
     double part[SLOTS];
 } sumsq_job;
 
-ZSK_CLONES static double sumsq_range(const float *restrict x, int64_t n)
+static ZSK_ISA_FN(double, sumsq_range, (const float *restrict x, int64_t n), (x, n))
 {
     double acc[8] = {0};
     int64_t i = 0;
@@ -116,7 +120,7 @@ typedef struct scale_job {
     float s;
 } scale_job;
 
-ZSK_CLONES static void scale_body(void *ctx, int64_t b, int64_t e)
+static ZSK_ISA_VOID(scale_body, (void *ctx, int64_t b, int64_t e), (ctx, b, e))
 {
     const scale_job *j = ctx;
     float *restrict x = j->x, s = j->s;

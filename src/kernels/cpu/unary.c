@@ -8,7 +8,9 @@
  *     sigmoid, silu, gelu (both forms), relu, abs, clamp and step, chosen
  *     at run time with zs_cpu()->avx512f;
  *   - a portable fallback (f32 and f64) evaluating each element in double
- *     with libm, so its f32 results are the correctly rounded-ish reference.
+ *     with libm, so its f32 results are the correctly rounded-ish reference;
+ *     its loops are compiled for AVX-512, AVX2 and baseline x86-64 and
+ *     picked under ZS_CPU_ISA (ZSK_ISA_VOID, kernels.h).
  *
  * f32 vector methods (errors measured against double libm on the same
  * float input by tests/ops/test_unary.c, sweep over [-100, 100] and
@@ -118,8 +120,9 @@ static inline double silu_grad_d(double x)
 
 /* Contiguous fallback: every element evaluated in double, then rounded. */
 #define DEFINE_SCALAR(T, SUF, SIN, COS, POW)                                   \
-    ZSK_CLONES static void scalar_##SUF(zsk_unop op, T *o, const T *a,       \
-                                        int64_t n, double p0, double p1)     \
+    static ZSK_ISA_VOID(scalar_##SUF, (zsk_unop op, T *o, const T *a,        \
+                                       int64_t n, double p0, double p1),     \
+                        (op, o, a, n, p0, p1))                               \
     {                                                                         \
         switch (op) {                                                         \
         case ZSK_EXP: LOOP(exp(x));                                           \
