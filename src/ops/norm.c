@@ -80,8 +80,8 @@ static zs_status check_vec(const char *op, const char *what,
 {
     if (!p)
         return ZS_OK;
-    zs_status st = same_dtype ? zsi_check_pair_dtype(op, x, p)
-                              : zsi_check_float_dtype(op, p);
+    zs_status st = same_dtype ? zsi_check_pair_float16(op, x, p)
+                              : zsi_check_float16_dtype(op, p);
     if (st != ZS_OK)
         return st;
     if (p->ndim != 1 || p->shape[0] != C) {

@@ -7,7 +7,8 @@
  * f16: vcvtph2ps / vcvtps2ph (round to nearest even) 8 lanes at a time when
  * the CPU has F16C (zs_cpu(), so ZS_CPU_ISA=portable tests the scalar
  * path), the scalar conversions of core for the tail and without F16C.
- * The F16C path gives the same bits as zs_f32_to_f16 (tests/kernels).
+ * The F16C path gives the bits of zs_f32_to_f16 except NaN payloads
+ * (tests/ops/test_lowp_ops.c).
  */
 #include <string.h>
 

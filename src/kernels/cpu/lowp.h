@@ -4,8 +4,10 @@
  * compute in f32 (attention, conv, norms, softmax, reductions, ...).
  *
  * The arrays hold raw 16-bit patterns. Narrowing rounds to nearest even
- * and keeps NaN a NaN, bit for bit as zs_f32_to_bf16 / zs_f32_to_f16 of
- * include/zs/core.h; widening is exact. f16 uses F16C (vcvtph2ps,
+ * and keeps NaN a quiet NaN of the same sign, bit for bit as
+ * zs_f32_to_bf16 / zs_f32_to_f16 of include/zs/core.h except for the
+ * payload of an f16 NaN (F16C keeps its top bits, the scalar form gives
+ * 0x7e00); widening is exact. f16 uses F16C (vcvtph2ps,
  * vcvtps2ph) when zs_cpu() has it, bf16 a shift that vectorises on every
  * path. Single-threaded: callers convert the block they work on.
  */
