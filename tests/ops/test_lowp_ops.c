@@ -1,6 +1,7 @@
 /*
  * test_lowp_ops.c - the bf16 and f16 kernels of layer_norm, softmax,
- * log_softmax, cross_entropy, mse_loss, sum and mean (and the bulk
+ * log_softmax, cross_entropy, mse_loss, sum, mean, embedding and dropout
+ * (and the bulk
  * conversions of kernels/cpu/lowp.h they use), forward and backward,
  * against float64 references computed from the same rounded inputs (the
  * values the 16-bit tensors hold). attention and conv2d have their
@@ -408,6 +409,70 @@ static void test_sum_mean(void)
     zt_section("sum and mean bf16/f16 (axes, keepdim, strided) vs float64");
 }
 
+/* ---- embedding, dropout -------------------------------------------------- */
+
+/* embedding of a bf16/f16 weight: rows copied exactly; the gradient of a
+ * row picked several times is summed in f32 and rounded once. dropout:
+ * the f32 mask (same seed) decides, y = x * 1/(1-p) rounded once; the
+ * gradient g * mask / (1-p). */
+static void test_embedding_dropout(void)
+{
+    int64_t V = 11, D = 37, n = 40;
+    for (int k = 0; k < 2; k++) {
+        zs_dtype dt = LOWP[k];
+        zs_tensor *w = rand_view(dt, ZS_SHAPE(V, D), 1.0, 600 + (uint64_t)k);
+        zs_tensor *idx = zs_empty(ZS_I32, ZS_SHAPE(4, 10));
+        for (int64_t i = 0; i < n; i++)
+            ((int32_t *)zs_data(idx))[i] = (int32_t)((i * 5 + 1) % (V - 1));
+        zs_tensor *g = zt_rand(dt, ZS_SHAPE(4, 10, D), 610 + (uint64_t)k);
+        zs_set_requires_grad(w, true);
+        zs_tensor *y = zs_embedding(w, idx);
+        bool ran = y && y->dtype == dt && zs_backward(y, g, false) == ZS_OK;
+        double *wv = zt_values(w), *gv = zt_values(g);
+        double *ry = malloc((size_t)(n * D) * sizeof *ry);
+        double *rg = calloc((size_t)(V * D), sizeof *rg);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = ((int32_t *)zs_data(idx))[i];
+            for (int64_t d = 0; d < D; d++) {
+                ry[i * D + d] = wv[v * D + d];
+                rg[v * D + d] += gv[i * D + d];
+            }
+        }
+        double ey = rel_err(y, ry, n * D), eg = grad_err(w, rg, dt);
+        ZT_CHECK(ran && ey == 0 && eg <= tol_of(dt), "embedding %s: y %g gw %g",
+                 zs_dtype_name(dt), ey, eg);
+        free(wv), free(gv), free(ry), free(rg);
+        zs_release(w), zs_release(idx), zs_release(g), zs_release(y);
+
+        int64_t m = 1001;
+        zs_tensor *xf = zs_uniform(ZS_F32, 1, &m, -1, 1, 620);
+        zs_tensor *x = zs_to_dtype(xf, dt), *gd = zt_rand(dt, 1, &m, 621);
+        zs_set_requires_grad(x, true);
+        zs_manual_seed(5);
+        zs_tensor *yd = zs_dropout(x, 0.3, true);
+        zs_manual_seed(5);
+        zs_tensor *y32 = zs_dropout(xf, 0.3, true); /* the same mask */
+        ran = yd && yd->dtype == dt && zs_backward(yd, gd, false) == ZS_OK;
+        double *y32v = y32 ? zt_values(y32) : NULL, *xv = zt_values(x);
+        double *gdv = zt_values(gd), *r = malloc((size_t)m * sizeof *r);
+        double *rgd = malloc((size_t)m * sizeof *rgd);
+        for (int64_t i = 0; y32v && i < m; i++) {
+            bool keep = y32v[i] != 0 || zs_get(xf, i) == 0;
+            r[i] = keep ? xv[i] / 0.7 : 0;
+            rgd[i] = keep ? gdv[i] / 0.7 : 0;
+        }
+        double e1 = y32v ? rel_err(yd, r, m) : INFINITY;
+        double e2 = y32v ? grad_err(x, rgd, dt) : INFINITY;
+        ZT_CHECK(ran && e1 <= tol_of(dt) && e2 <= tol_of(dt),
+                 "dropout %s: y %g gx %g", zs_dtype_name(dt), e1, e2);
+        free(y32v), free(xv), free(gdv), free(r), free(rgd);
+        zs_tensor *all[] = {xf, x, gd, yd, y32};
+        for (int i = 0; i < 5; i++)
+            zs_release(all[i]);
+    }
+    zt_section("embedding and dropout bf16/f16 vs float64");
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static void test_errors(void)
@@ -438,6 +503,7 @@ int main(void)
     test_cross_entropy();
     test_mse();
     test_sum_mean();
+    test_embedding_dropout();
     test_errors();
     ZT_CHECK(zt_live_bytes() == before, "%lld bytes left",
              (long long)(zt_live_bytes() - before));
