@@ -1,7 +1,7 @@
 /*
  * test_lowp_ops.c - the bf16 and f16 kernels of layer_norm, softmax,
- * log_softmax, cross_entropy, mse_loss, sum, mean, embedding and dropout
- * (and the bulk
+ * log_softmax, cross_entropy, mse_loss, sum, mean, embedding, dropout,
+ * gather_backward and index_select_backward (and the bulk
  * conversions of kernels/cpu/lowp.h they use), forward and backward,
  * against float64 references computed from the same rounded inputs (the
  * values the 16-bit tensors hold). attention and conv2d have their
@@ -473,6 +473,38 @@ static void test_embedding_dropout(void)
     zt_section("embedding and dropout bf16/f16 vs float64");
 }
 
+/* index_select and gather of bf16/f16 (copies) and their backward: the
+ * scatter-add of repeated indices summed in f32, rounded once. */
+static void test_index_backward(void)
+{
+    int64_t A = 6, B = 9, L = 14;
+    for (int k = 0; k < 2; k++)
+        for (int gather = 0; gather < 2; gather++) {
+            zs_dtype dt = LOWP[k];
+            zs_tensor *a = rand_view(dt, ZS_SHAPE(A, B), 1.0, 700 + (uint64_t)k);
+            zs_tensor *idx = gather ? zs_empty(ZS_I64, ZS_SHAPE(A, L))
+                                    : zs_empty(ZS_I64, ZS_SHAPE(L));
+            for (int64_t i = 0; i < zs_numel(idx); i++)
+                ((int64_t *)zs_data(idx))[i] = (i * 7 + 2) % 4; /* repeats */
+            zs_set_requires_grad(a, true);
+            zs_tensor *y = gather ? zs_gather(a, 1, idx) : zs_index_select(a, 1, idx);
+            zs_tensor *g = y ? zt_rand(dt, y->ndim, y->shape, 710) : NULL;
+            bool ran = g && zs_backward(y, g, false) == ZS_OK;
+            double *gv = g ? zt_values(g) : NULL, *rg = calloc((size_t)(A * B), sizeof *rg);
+            for (int64_t r = 0; gv && r < A; r++)
+                for (int64_t l = 0; l < L; l++) {
+                    int64_t j = ((int64_t *)zs_data(idx))[gather ? r * L + l : l];
+                    rg[r * B + j] += gv[r * L + l];
+                }
+            double e = gv ? grad_err(a, rg, dt) : INFINITY;
+            ZT_CHECK(ran && e <= tol_of(dt), "%s backward %s: %g",
+                     gather ? "gather" : "index_select", zs_dtype_name(dt), e);
+            free(gv), free(rg);
+            zs_release(a), zs_release(idx), zs_release(y), zs_release(g);
+        }
+    zt_section("gather and index_select backward bf16/f16 vs float64");
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static void test_errors(void)
@@ -504,6 +536,7 @@ int main(void)
     test_mse();
     test_sum_mean();
     test_embedding_dropout();
+    test_index_backward();
     test_errors();
     ZT_CHECK(zt_live_bytes() == before, "%lld bytes left",
              (long long)(zt_live_bytes() - before));
