@@ -4,7 +4,9 @@
  * kernels/cpu/attention.c; public contract in include/zs/attention.h).
  *
  * One operator rather than matmul + softmax + matmul: the forward keeps
- * only the output and the per-row logsumexp lse [B, H, Tq] (dtype of q),
+ * only the output and the per-row logsumexp lse [B, H, Tq] (f64 for f64
+ * inputs, else f32: bf16 and f16 inputs compute in f32 and give an
+ * output of their own dtype, as torch's CPU flash attention),
  * and the backward recomputes the scores tile by tile, so neither pass
  * stores a Tq x Tk matrix and memory grows linearly with the sequence.
  * The backward rule runs the descriptor "attention_backward" (one fused
@@ -70,9 +72,9 @@ static zs_status shape_error(const zs_tensor *q, const zs_tensor *k,
 static zs_status check_args(const zs_tensor *q, const zs_tensor *k,
                             const zs_tensor *v, const zs_attention_params *p)
 {
-    zs_status st = zsi_check_pair_dtype("attention", q, k);
+    zs_status st = zsi_check_pair_float16("attention", q, k);
     if (st == ZS_OK)
-        st = zsi_check_pair_dtype("attention", q, v);
+        st = zsi_check_pair_float16("attention", q, v);
     if (st != ZS_OK)
         return st;
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
@@ -145,6 +147,13 @@ static double forward_flops(const zsk_attn *a)
 {
     return 4.0 * (double)a->D * (double)(a->B * a->H) *
            visible_pairs(a->Tq, a->Tk, a->causal, a->q_offset);
+}
+
+/* The dtype of lse for inputs of dtype dt: f64 for f64, else f32 (bf16
+ * and f16 compute in f32 and keep their statistics in it, as torch). */
+static zs_dtype lse_dtype(zs_dtype dt)
+{
+    return dt == ZS_F64 ? ZS_F64 : ZS_F32;
 }
 
 /* malloc'd ALiBi slopes for H heads (NULL when alibi is off, or on
@@ -220,7 +229,7 @@ static zs_status cpu_attention(const zsi_call *c, zs_tensor *out)
     call_args(&a, c, c->aux, slopes);
     if (zsi_call_records(c)) {
         zsi_tracking_pause();
-        c->aux[3] = zsi_new_tensor(a.dt, ZS_SHAPE(a.B, a.H, a.Tq));
+        c->aux[3] = zsi_new_tensor(lse_dtype(a.dt), ZS_SHAPE(a.B, a.H, a.Tq));
         zsi_tracking_resume();
         st = c->aux[3] ? ZS_OK : ZS_ERR_NOMEM;
     }
@@ -254,7 +263,7 @@ static zsi_cost attention_cost(const zsi_call *c, const zs_tensor *out)
     const zs_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
     zsk_attn a = call_shape(c);
     double lse = out->node ? (double)(a.B * a.H * a.Tq) *
-                                 (double)zs_dtype_size(q->dtype) : 0;
+                                 (double)zs_dtype_size(lse_dtype(q->dtype)) : 0;
     return (zsi_cost){forward_flops(&a),
                       zsi_bytes(q) + zsi_bytes(k) + zsi_bytes(v),
                       zsi_bytes(out) + lse};
@@ -271,9 +280,14 @@ static zs_status infer_attention_backward(zsi_call *c)
     const zs_tensor *g = c->in[5];
     if (infer_attention(c) != ZS_OK)
         return ZS_ERR_ARG;
-    for (int i = 3; i < 6; i++)
-        if (zsi_check_pair_dtype("attention_backward", q, c->in[i]) != ZS_OK)
-            return ZS_ERR_ARG;
+    if (zsi_check_pair_float16("attention_backward", q, out) != ZS_OK ||
+        zsi_check_pair_float16("attention_backward", q, g) != ZS_OK)
+        return ZS_ERR_ARG;
+    if (lse->dtype != lse_dtype(q->dtype))
+        return zs_set_error("attention_backward: lse is %s, expected %s for "
+                            "q of %s", zs_dtype_name(lse->dtype),
+                            zs_dtype_name(lse_dtype(q->dtype)),
+                            zs_dtype_name(q->dtype));
     if (!zs_same_shape(out, q) || !zs_same_shape(g, q) || lse->ndim != 3 ||
         lse->shape[0] != q->shape[0] || lse->shape[1] != q->shape[1] ||
         lse->shape[2] != q->shape[2]) {
@@ -338,13 +352,16 @@ zsi_opdef zsi_def_attention_backward = {
     .op = {.name = "attention_backward"}, .arity = 6,
     .infer = infer_attention_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_attention_backward,
-                           [ZS_F64] = cpu_attention_backward}},
+                           [ZS_F64] = cpu_attention_backward,
+                           [ZS_BF16] = cpu_attention_backward,
+                           [ZS_F16] = cpu_attention_backward}},
     .cost = attention_backward_cost, .attr_size = sizeof(attention_attrs)};
 
 zsi_opdef zsi_def_attention = {
     .op = {.name = "attention", .backward = attention_bw}, .arity = 3,
     .infer = infer_attention,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_attention, [ZS_F64] = cpu_attention}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_attention, [ZS_F64] = cpu_attention,
+                           [ZS_BF16] = cpu_attention, [ZS_F16] = cpu_attention}},
     .save = save_attention, .cost = attention_cost,
     .attr_size = sizeof(attention_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_attention_backward, NULL}};

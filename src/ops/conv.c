@@ -9,7 +9,9 @@
  *
  * A descriptor run by zsi_run (ops/op.h), attributes the params by value
  * (conv_attrs): infer checks dtypes, shapes and parameters, the CPU kernel
- * (f32, f64) reads w and bias contiguous.
+ * (f32, f64, bf16, f16: x, w and bias of one dtype, the output and the
+ * gradients in it; bf16/f16 accumulate in f32, as torch) reads w and bias
+ * contiguous.
  *
  * Backward (first derivatives only; the rule is not itself
  * differentiable): x and the contiguous w are saved; the rule runs the
@@ -117,8 +119,8 @@ static zs_status infer_conv(zsi_call *c)
     if (c->nin < 2 || c->nin > 3)
         return zs_set_error("conv2d: %d inputs, expected x, w and an optional "
                             "bias", c->nin);
-    if (zsi_check_pair_dtype("conv2d", x, w) != ZS_OK ||
-        (b && zsi_check_pair_dtype("conv2d", x, b) != ZS_OK) ||
+    if (zsi_check_pair_float16("conv2d", x, w) != ZS_OK ||
+        (b && zsi_check_pair_float16("conv2d", x, b) != ZS_OK) ||
         read_params("conv2d", &((const conv_attrs *)c->attrs)->p, &s) != ZS_OK ||
         check_shapes("conv2d", x, w, b, &s) != ZS_OK)
         return ZS_ERR_ARG;
@@ -181,7 +183,8 @@ static zsi_cost conv_cost(const zsi_call *c, const zs_tensor *out)
 
 zsi_opdef zsi_def_conv2d = {
     .op = {.name = "conv2d", .backward = conv2d_bw}, .infer = infer_conv,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_conv, [ZS_F64] = cpu_conv}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_conv, [ZS_F64] = cpu_conv,
+                           [ZS_BF16] = cpu_conv, [ZS_F16] = cpu_conv}},
     .save = save_conv, .cost = conv_cost, .attr_size = sizeof(conv_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_conv2d_backward, NULL}};
 
@@ -214,8 +217,8 @@ static zs_status infer_conv_bw(zsi_call *c)
     const zs_tensor *x = c->in[0], *w = c->in[1], *g = c->in[2];
     const char *op = "conv2d_backward";
     zsk_conv2d_shape s;
-    if (zsi_check_pair_dtype(op, x, w) != ZS_OK ||
-        zsi_check_pair_dtype(op, x, g) != ZS_OK ||
+    if (zsi_check_pair_float16(op, x, w) != ZS_OK ||
+        zsi_check_pair_float16(op, x, g) != ZS_OK ||
         read_params(op, &a->p, &s) != ZS_OK ||
         check_shapes(op, x, w, NULL, &s) != ZS_OK)
         return ZS_ERR_ARG;
@@ -301,7 +304,8 @@ static zsi_cost conv_bw_cost(const zsi_call *c, const zs_tensor *out)
 
 zsi_opdef zsi_def_conv2d_backward = {
     .op = {.name = "conv2d_backward"}, .arity = 3, .infer = infer_conv_bw,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_conv_bw, [ZS_F64] = cpu_conv_bw}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_conv_bw, [ZS_F64] = cpu_conv_bw,
+                           [ZS_BF16] = cpu_conv_bw, [ZS_F16] = cpu_conv_bw}},
     .cost = conv_bw_cost, .attr_size = sizeof(conv_bw_attrs)};
 
 static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

@@ -19,12 +19,14 @@
  * makes the u8 mask as an aux result only when a node will be recorded.
  * Saved: 0 the mask. Backward: the descriptor dropout_backward,
  * g * mask * scale with scale = 1/(1 - p).
+ * bf16 / f16: the same mask; x * scale computed in f32 and rounded once.
  * Cost model: one multiply per element; bytes = input read, output and
  * mask written (backward: g and mask read, gradient written).
  */
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/lowp.h"
 #include "ops/internal.h"
 
 static zs_status dropout_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -72,6 +74,52 @@ typedef struct drop_ctx {
 DEFINE_DROPOUT(float, f32)
 DEFINE_DROPOUT(double, f64)
 
+/* bf16 / f16 (dt): blocks of LP_BLOCK elements widened to f32, scaled or
+ * zeroed with the same mask as above, rounded once. */
+#define LP_BLOCK 256
+
+typedef struct drop_lp_ctx {
+    drop_ctx d;
+    zs_dtype dt;
+} drop_lp_ctx;
+
+static void drop_fw_lp(void *p, int64_t g0, int64_t g1)
+{
+    const drop_lp_ctx *l = p;
+    const drop_ctx *c = &l->d;
+    float buf[LP_BLOCK], s = (float)c->scale;
+    int64_t end = 4 * g1 < c->n ? 4 * g1 : c->n;
+    for (int64_t i0 = 4 * g0; i0 < end; i0 += LP_BLOCK) { /* LP_BLOCK % 4 == 0 */
+        int64_t m = end - i0 < LP_BLOCK ? end - i0 : LP_BLOCK;
+        zsk_widen16(l->dt, (const uint16_t *)c->x + i0, buf, m);
+        for (int64_t j = 0; j < m; j += 4) {
+            uint32_t w[4];
+            zs_philox(c->seed, c->offset + (uint64_t)((i0 + j) / 4), w);
+            for (int k = 0; k < 4 && j + k < m; k++) {
+                uint8_t keep = (uint64_t)w[k] < c->thr;
+                if (c->mask)
+                    c->mask[i0 + j + k] = keep;
+                buf[j + k] *= keep ? s : 0.0f;
+            }
+        }
+        zsk_narrow16(l->dt, buf, (uint16_t *)c->y + i0, m);
+    }
+}
+
+static void drop_bw_lp(void *p, int64_t i0, int64_t i1)
+{
+    const drop_lp_ctx *l = p;
+    const drop_ctx *c = &l->d;
+    float buf[LP_BLOCK], s = (float)c->scale;
+    for (int64_t b = i0; b < i1; b += LP_BLOCK) {
+        int64_t m = i1 - b < LP_BLOCK ? i1 - b : LP_BLOCK;
+        zsk_widen16(l->dt, (const uint16_t *)c->x + b, buf, m);
+        for (int64_t j = 0; j < m; j++)
+            buf[j] *= (float)c->mask[b + j] * s;
+        zsk_narrow16(l->dt, buf, (uint16_t *)c->y + b, m);
+    }
+}
+
 /* ---- operator ---------------------------------------------------------- */
 
 typedef struct dropout_attrs {
@@ -83,7 +131,7 @@ static double keep_scale(double p) { return p < 1 ? 1.0 / (1.0 - p) : 0.0; }
 
 static zs_status check_dropout(const zs_tensor *a, double p)
 {
-    if (zsi_check_float_dtype("dropout", a) != ZS_OK)
+    if (zsi_check_float16_dtype("dropout", a) != ZS_OK)
         return ZS_ERR_ARG;
     if (!(p >= 0 && p <= 1))
         return zs_set_error("dropout: p = %g, expected 0 <= p < 1 (p = 1 gives "
@@ -123,8 +171,12 @@ static zs_status cpu_dropout(const zsi_call *c, zs_tensor *out)
                   .mask = rec ? zs_data(c->aux[0]) : NULL, .n = n,
                   .thr = (uint64_t)ldexp(1.0 - p, 32), .scale = keep_scale(p)};
     zs_rng_reserve((uint64_t)n, &d.seed, &d.offset);
-    zs_parallel_for((n + 3) / 4, ZSK_GRAIN / 4,
-                    a->dtype == ZS_F64 ? drop_fw_f64 : drop_fw_f32, &d);
+    drop_lp_ctx l = {d, a->dtype};
+    if (zsk_is_lowp16(a->dtype))
+        zs_parallel_for((n + 3) / 4, ZSK_GRAIN / 4, drop_fw_lp, &l);
+    else
+        zs_parallel_for((n + 3) / 4, ZSK_GRAIN / 4,
+                        a->dtype == ZS_F64 ? drop_fw_f64 : drop_fw_f32, &d);
     zs_release(xc);
     return ZS_OK;
 }
@@ -145,7 +197,8 @@ static zsi_cost dropout_cost(const zsi_call *c, const zs_tensor *out)
 zsi_opdef zsi_def_dropout = {
     .op = {.name = "dropout", .backward = dropout_bw}, .arity = 1,
     .infer = infer_dropout,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_dropout, [ZS_F64] = cpu_dropout}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_dropout, [ZS_F64] = cpu_dropout,
+                           [ZS_BF16] = cpu_dropout, [ZS_F16] = cpu_dropout}},
     .save = save_dropout, .cost = dropout_cost,
     .attr_size = sizeof(dropout_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_dropout_backward, NULL}};
@@ -166,7 +219,7 @@ zs_tensor *zs_dropout(zs_tensor *a, double p, bool training)
 static zs_status infer_dropout_bw(zsi_call *c)
 {
     const zs_tensor *g = c->in[0], *m = c->in[1];
-    if (zsi_check_float_dtype("dropout_backward", g) != ZS_OK)
+    if (zsi_check_float16_dtype("dropout_backward", g) != ZS_OK)
         return ZS_ERR_ARG;
     if (m->dtype != ZS_U8 || !zs_same_shape(m, g)) {
         char sg[96], sm[96];
@@ -189,8 +242,12 @@ static zs_status cpu_dropout_bw(const zsi_call *c, zs_tensor *out)
     if (gc && mc) {
         drop_ctx d = {.x = zs_data(gc), .y = zs_data(out), .mask = zs_data(mc),
                       .scale = keep_scale(((const dropout_attrs *)c->attrs)->p)};
-        zs_parallel_for(zs_numel(out), ZSK_GRAIN,
-                        out->dtype == ZS_F64 ? drop_bw_f64 : drop_bw_f32, &d);
+        drop_lp_ctx l = {d, out->dtype};
+        if (zsk_is_lowp16(out->dtype))
+            zs_parallel_for(zs_numel(out), ZSK_GRAIN, drop_bw_lp, &l);
+        else
+            zs_parallel_for(zs_numel(out), ZSK_GRAIN,
+                            out->dtype == ZS_F64 ? drop_bw_f64 : drop_bw_f32, &d);
     }
     zs_status st = gc && mc ? ZS_OK : ZS_ERR_NOMEM;
     zs_release(gc);
@@ -207,7 +264,8 @@ static zsi_cost dropout_bw_cost(const zsi_call *c, const zs_tensor *out)
 
 zsi_opdef zsi_def_dropout_backward = {
     .op = {.name = "dropout_backward"}, .arity = 2, .infer = infer_dropout_bw,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_dropout_bw, [ZS_F64] = cpu_dropout_bw}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_dropout_bw, [ZS_F64] = cpu_dropout_bw,
+                           [ZS_BF16] = cpu_dropout_bw, [ZS_F16] = cpu_dropout_bw}},
     .cost = dropout_bw_cost, .attr_size = sizeof(dropout_attrs)};
 
 static zs_status dropout_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)

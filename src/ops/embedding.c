@@ -17,10 +17,13 @@
  * gout, attributes embedding_backward_attrs: V), a fused kernel not itself
  * differentiable. Cost model: no FLOPs forward; backward n*D additions.
  * Bytes: forward indices + rows read, rows written; backward indices +
- * gout read, [V, D] written.
+ * gout read, [V, D] written. bf16 / f16: the forward copies rows as any
+ * dtype; the backward sums each gradient row in f32 and rounds it once.
  */
+#include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/lowp.h"
 #include "ops/internal.h"
 
 static zs_status embedding_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -51,6 +54,8 @@ typedef struct emb_ctx {
     const char *g;            /* backward: gout [n, D] */
     char *gw;                 /* backward: [V, D] */
     bool f64;
+    zs_dtype dt;              /* backward: g's and gw's dtype */
+    int failed;               /* bf16/f16 backward: no accumulator */
 } emb_ctx;
 
 static void emb_fw_rows(void *p, int64_t i0, int64_t i1)
@@ -92,6 +97,40 @@ static void emb_bw_vocab(void *p, int64_t v0, int64_t v1)
     }
 }
 
+/* bf16 / f16 gradient rows: vocabulary rows [v0, v1) in chunks that fit
+ * an f32 accumulator of about 64K values, each chunk summing every g row
+ * whose index falls in it (widened), then rounded once into gw. */
+#define LP_ACC 65536
+
+static void emb_bw_vocab_lp(void *p, int64_t v0, int64_t v1)
+{
+    const emb_ctx *c = p;
+    int64_t D = c->D, vb = LP_ACC / (D > 0 ? D : 1);
+    vb = vb < 1 ? 1 : vb;
+    float *acc = malloc((size_t)((vb < v1 - v0 ? vb : v1 - v0) * D + D) *
+                        sizeof(float));
+    if (!acc) {
+        __atomic_store_n(&((emb_ctx *)c)->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *row = acc + (vb < v1 - v0 ? vb : v1 - v0) * D;
+    for (int64_t a = v0; a < v1; a += vb) {
+        int64_t b = a + vb < v1 ? a + vb : v1;
+        memset(acc, 0, (size_t)((b - a) * D) * sizeof(float));
+        for (int64_t i = 0; i < c->n; i++) {
+            int64_t v = idx_get(c->idt, c->idx, i);
+            if (v < a || v >= b)
+                continue;
+            zsk_widen16(c->dt, (const uint16_t *)c->g + i * D, row, D);
+            float *dst = acc + (v - a) * D;
+            for (int64_t d = 0; d < D; d++)
+                dst[d] += row[d];
+        }
+        zsk_narrow16(c->dt, acc, (uint16_t *)c->gw + a * D, (b - a) * D);
+    }
+    free(acc);
+}
+
 /* ---- operator ---------------------------------------------------------- */
 
 /* First index outside [0, V), reported with its coordinates in idx. */
@@ -123,7 +162,7 @@ static zs_status check_indices(const zs_tensor *idx, const void *data,
 static zs_status infer_embedding(zsi_call *c)
 {
     const zs_tensor *w = c->in[0], *idx = c->in[1];
-    zs_status st = zsi_check_float_dtype("embedding", w);
+    zs_status st = zsi_check_float16_dtype("embedding", w);
     if (st == ZS_OK)
         st = zsi_check_index("embedding", idx);
     if (st != ZS_OK)
@@ -186,7 +225,7 @@ static zs_status infer_embedding_backward(zsi_call *c)
     const zs_tensor *idx = c->in[0], *g = c->in[1];
     zs_status st = zsi_check_index("embedding_backward", idx);
     if (st == ZS_OK)
-        st = zsi_check_float_dtype("embedding_backward", g);
+        st = zsi_check_float16_dtype("embedding_backward", g);
     if (st != ZS_OK)
         return st;
     bool match = g->ndim == idx->ndim + 1;
@@ -217,13 +256,17 @@ static zs_status cpu_embedding_backward(const zsi_call *c, zs_tensor *out)
     int64_t V = out->shape[0], D = out->shape[1], cnt = zs_numel(ic);
     emb_ctx e = {.idt = ic->dtype, .idx = zs_data(ic), .n = cnt, .V = V,
                  .D = D, .g = zs_data(gc), .gw = zs_data(out),
-                 .f64 = out->dtype == ZS_F64};
+                 .f64 = out->dtype == ZS_F64, .dt = out->dtype};
     /* Each range rescans all indices: split only when the rows to add
      * outweigh that scan. */
     int64_t grain = cnt * D >= ZSK_GRAIN ? 1 : V;
-    zs_parallel_for(V, grain, emb_bw_vocab, &e);
+    zs_parallel_for(V, grain, zsk_is_lowp16(out->dtype) ? emb_bw_vocab_lp
+                                                      : emb_bw_vocab, &e);
     zs_release(ic);
     zs_release(gc);
+    if (e.failed)
+        return zs_set_error_code(ZS_ERR_NOMEM, "embedding_backward: out of "
+                                 "memory for the f32 accumulator");
     return ZS_OK;
 }
 
@@ -239,14 +282,17 @@ zsi_opdef zsi_def_embedding_backward = {
     .op = {.name = "embedding_backward"}, .arity = 2,
     .infer = infer_embedding_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_embedding_backward,
-                           [ZS_F64] = cpu_embedding_backward}},
+                           [ZS_F64] = cpu_embedding_backward,
+                           [ZS_BF16] = cpu_embedding_backward,
+                           [ZS_F16] = cpu_embedding_backward}},
     .cost = embedding_backward_cost,
     .attr_size = sizeof(embedding_backward_attrs)};
 
 zsi_opdef zsi_def_embedding = {
     .op = {.name = "embedding", .backward = embedding_bw}, .arity = 2,
     .infer = infer_embedding,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_embedding, [ZS_F64] = cpu_embedding}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_embedding, [ZS_F64] = cpu_embedding,
+                           [ZS_BF16] = cpu_embedding, [ZS_F16] = cpu_embedding}},
     .save = save_embedding, .cost = embedding_cost,
     .bw_ops = (zsi_opdef *const[]){&zsi_def_embedding_backward, NULL}};
 

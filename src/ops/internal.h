@@ -67,4 +67,11 @@ static inline double zsi_bytes(const zs_tensor *t)
     return (double)zs_nbytes(t);
 }
 
+/* For infer functions of operators with 16-bit float kernels (ops/lowp.c):
+ * fails (message names op) unless t is f32, f64, bf16 or f16; unless a
+ * and b are and share their dtype. */
+zs_status zsi_check_float16_dtype(const char *op, const zs_tensor *t);
+zs_status zsi_check_pair_float16(const char *op, const zs_tensor *a,
+                                 const zs_tensor *b);
+
 #endif

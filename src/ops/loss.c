@@ -15,6 +15,9 @@
  * those and g (one fused kernel, gx = g * (softmax(x) - onehot(t)) / count
  * on counted rows and 0 on ignored ones; all 0 when count is 0), which is
  * not itself differentiable.
+ * bf16 / f16 logits: computed in f32 (rows widened by the kernel), the
+ * loss in the logits' dtype and the logits' gradient too, as torch; the
+ * saved logits stay in their dtype and lse is f64 as for f32.
  *
  * mse_loss = mean((a - b)^2) over equal shapes, a fused sum of squared
  * differences; backward (with zs_* ops): ga = 2 (a - b) g / n, gb = -ga.
@@ -49,7 +52,7 @@ static zs_status infer_cross_entropy(zsi_call *c)
     const zs_tensor *x = c->in[0], *t = c->in[1];
     c->dtype = x->dtype;
     c->ndim = 0;
-    zs_status st = zsi_check_float_dtype("cross_entropy", x);
+    zs_status st = zsi_check_float16_dtype("cross_entropy", x);
     if (st == ZS_OK && x->ndim < 1)
         st = zs_set_error("cross_entropy: logits are 0-d, expected [N, C] "
                           "or [..., C]");
@@ -103,7 +106,12 @@ static zs_status ce_forward(zs_tensor *xc, const zsk_targets *tg, int64_t N,
     double *loss = malloc((size_t)(N ? N : 1) * sizeof *loss);
     if (!loss)
         return zs_set_error_code(ZS_ERR_NOMEM, "cross_entropy: out of memory");
-    zsk_cross_entropy(xc->dtype, zs_data(xc), tg, N, C, zs_data(lse), loss);
+    zs_status st = zsk_cross_entropy(xc->dtype, zs_data(xc), tg, N, C,
+                                     zs_data(lse), loss);
+    if (st != ZS_OK) {
+        free(loss);
+        return st;
+    }
     double s = 0;
     for (int64_t i = 0; i < N; i++)
         s += loss[i];
@@ -179,13 +187,13 @@ static zs_status infer_cross_entropy_backward(zsi_call *c)
     const char *op = c->def->op.name;
     const zs_tensor *x = c->in[0], *t = c->in[1], *lse = c->in[2];
     const zs_tensor *cnt = c->in[3], *g = c->in[4];
-    zs_status st = zsi_check_float_dtype(op, x);
+    zs_status st = zsi_check_float16_dtype(op, x);
     if (st == ZS_OK && (x->ndim < 1 || x->shape[x->ndim - 1] == 0))
         st = zs_set_error("%s: logits are 0-d or have 0 classes", op);
     if (st == ZS_OK)
         st = zsi_check_index(op, t);
     if (st == ZS_OK)
-        st = zsi_check_float_dtype(op, g);
+        st = zsi_check_float16_dtype(op, g);
     if (st != ZS_OK)
         return st;
     int64_t N = zs_numel(x) / x->shape[x->ndim - 1];
@@ -220,16 +228,18 @@ static zs_status cpu_cross_entropy_backward(const zsi_call *c, zs_tensor *out)
     }
     zs_tensor *xc = zsi_contig_host(x), *tc = xc ? zsi_contig_host(t) : NULL;
     zs_tensor *lc = tc ? zsi_contig_host(c->in[2]) : NULL;
+    zs_status st = ZS_ERR_NOMEM;
     if (lc) {
         zsk_targets tg = {zs_data(tc), t->dtype == ZS_I64, at->ignore_index};
-        zsk_cross_entropy_backward(x->dtype, zs_data(xc), &tg, N, C,
-                                   zs_data(lc), zs_item(c->in[4]) / (double)count,
-                                   zs_data(out));
+        st = zsk_cross_entropy_backward(x->dtype, zs_data(xc), &tg, N, C,
+                                        zs_data(lc),
+                                        zs_item(c->in[4]) / (double)count,
+                                        zs_data(out));
     }
     zs_release(xc);
     zs_release(tc);
     zs_release(lc);
-    return lc ? ZS_OK : ZS_ERR_NOMEM;
+    return st;
 }
 
 /* 4 FLOPs per logit; logits, targets and lse read, gx written */
@@ -246,7 +256,9 @@ zsi_opdef zsi_def_cross_entropy_backward = {
     .op = {.name = "cross_entropy_backward"}, .arity = 5, .cls = ZSI_OTHER,
     .infer = infer_cross_entropy_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_cross_entropy_backward,
-                           [ZS_F64] = cpu_cross_entropy_backward}},
+                           [ZS_F64] = cpu_cross_entropy_backward,
+                           [ZS_BF16] = cpu_cross_entropy_backward,
+                           [ZS_F16] = cpu_cross_entropy_backward}},
     .cost = cross_entropy_backward_cost,
     .attr_size = sizeof(cross_entropy_attrs)};
 
@@ -254,7 +266,9 @@ zsi_opdef zsi_def_cross_entropy = {
     .op = {.name = "cross_entropy", .backward = cross_entropy_bw}, .arity = 2,
     .cls = ZSI_OTHER, .flops = 5, .infer = infer_cross_entropy,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_cross_entropy,
-                           [ZS_F64] = cpu_cross_entropy}},
+                           [ZS_F64] = cpu_cross_entropy,
+                           [ZS_BF16] = cpu_cross_entropy,
+                           [ZS_F16] = cpu_cross_entropy}},
     .save = save_cross_entropy, .cost = loss_cost,
     .attr_size = sizeof(cross_entropy_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_cross_entropy_backward, NULL}};
@@ -275,11 +289,12 @@ static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 
 /* ---- mse --------------------------------------------------------------- */
 
-/* a, b: one dtype (f32 or f64), equal shapes; a 0-d output */
+/* a, b: one dtype (f32, f64, bf16 or f16), equal shapes; a 0-d output
+ * of that dtype (bf16/f16: summed in double, rounded once) */
 static zs_status infer_mse(zsi_call *c)
 {
     const zs_tensor *a = c->in[0], *b = c->in[1];
-    if (zsi_check_pair_dtype("mse_loss", a, b) != ZS_OK)
+    if (zsi_check_pair_float16("mse_loss", a, b) != ZS_OK)
         return ZS_ERR_ARG;
     if (!zs_same_shape(a, b)) {
         char sa[96], sb[96];
@@ -322,7 +337,8 @@ static void save_mse(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 zsi_opdef zsi_def_mse = {
     .op = {.name = "mse_loss", .backward = mse_bw}, .arity = 2,
     .cls = ZSI_OTHER, .flops = 3, .infer = infer_mse,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_mse, [ZS_F64] = cpu_mse}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_mse, [ZS_F64] = cpu_mse,
+                           [ZS_BF16] = cpu_mse, [ZS_F16] = cpu_mse}},
     .save = save_mse, .cost = loss_cost,
     .bw_ops = (zsi_opdef *const[]){&zsi_def_sub, &zsi_def_mul,
                                    &zsi_def_mul_scalar, NULL}};

@@ -25,6 +25,12 @@
  * (like x; an empty [0] tensor when not wanted, since the driver always
  * makes result 0), gw and gb ([C], or none when not wanted).
  *
+ * Layer norm of a bf16 / f16 x (kernels/cpu/norm.c, "bf16 / f16 x"):
+ * computed in f32 from rows widened block by block (no f32 copy of x is
+ * made or saved: x is saved in its dtype), y and gx in x's dtype, mean and
+ * rstd f32, weight and bias of x's dtype or both f32 (torch's mixed CPU
+ * layer_norm) with gradients of their own dtype.
+ *
  * Cost models count the minimum traffic: inputs and parameters read once,
  * outputs (and saved statistics) written once; FLOPs are about 8 per
  * element forward and 10 per element backward.
@@ -33,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/lowp.h"
 #include "kernels/cpu/norm.h"
 #include "ops/internal.h"
 
@@ -47,6 +54,9 @@ typedef struct layer_norm_attrs {
     double eps;
     int64_t weight, bias; /* input slots of the forward, -1 when absent */
     int64_t want;         /* layer_norm_backward: WANT_* bits */
+    /* layer_norm_backward: the dtype of gw and gb (the forward's weight
+     * and bias) + 1; 0: x's dtype */
+    int64_t pdt1;
 } layer_norm_attrs;
 ZSI_ATTRS(layer_norm_attrs);
 
@@ -70,8 +80,8 @@ static zs_status check_vec(const char *op, const char *what,
 {
     if (!p)
         return ZS_OK;
-    zs_status st = same_dtype ? zsi_check_pair_dtype(op, x, p)
-                              : zsi_check_float_dtype(op, p);
+    zs_status st = same_dtype ? zsi_check_pair_float16(op, x, p)
+                              : zsi_check_float16_dtype(op, p);
     if (st != ZS_OK)
         return st;
     if (p->ndim != 1 || p->shape[0] != C) {
@@ -210,7 +220,8 @@ static zs_status run_norm_backward(zsi_opdef *def, zsi_ctx *n, zs_tensor *g,
  * channel), g (like x) and, when has_w, the weight ([C], x's dtype);
  * results gx, gw, gb as `want` says. */
 static zs_status infer_norm_backward(zsi_call *c, bool layer, bool has_w,
-                                     int64_t want, zs_dtype stats_dt)
+                                     int64_t want, zs_dtype stats_dt,
+                                     zs_dtype pdt)
 {
     const char *op = c->def->op.name;
     const zs_tensor *x = c->in[0], *mean = c->in[1], *rstd = c->in[2];
@@ -218,11 +229,15 @@ static zs_status infer_norm_backward(zsi_call *c, bool layer, bool has_w,
     if (c->nin != (has_w ? 5 : 4))
         return zs_set_error("%s: %d inputs, expected %d (x, mean, rstd, g%s)",
                             op, c->nin, has_w ? 5 : 4, has_w ? ", weight" : "");
-    zs_status st = zsi_check_float_dtype(op, x);
-    if (st == ZS_OK)
-        st = zsi_check_pair_dtype(op, x, g);
-    if (st == ZS_OK && has_w)
-        st = zsi_check_pair_dtype(op, x, c->in[4]);
+    zs_status st = layer ? zsi_check_pair_float16(op, x, g)
+                         : zsi_check_pair_dtype(op, x, g);
+    if (st == ZS_OK && pdt != x->dtype && (pdt != ZS_F32 || !zsk_is_lowp16(x->dtype)))
+        st = zs_set_error("%s: parameters of %s with x of %s, expected x's "
+                          "dtype (or f32 for a bf16/f16 x)", op,
+                          zs_dtype_name(pdt), zs_dtype_name(x->dtype));
+    if (st == ZS_OK && has_w && c->in[4]->dtype != pdt)
+        st = zs_set_error("%s: weight of %s, expected %s", op,
+                          zs_dtype_name(c->in[4]->dtype), zs_dtype_name(pdt));
     if (st != ZS_OK)
         return st;
     int min_dims = layer ? 1 : 2;
@@ -253,7 +268,7 @@ static zs_status infer_norm_backward(zsi_call *c, bool layer, bool has_w,
         c->shape[0] = 0; /* not wanted: an empty result 0 */
     c->nout = 3;
     for (int k = 0; k < 2; k++)
-        c->more[k] = (zsi_meta){.dtype = x->dtype,
+        c->more[k] = (zsi_meta){.dtype = pdt,
                                 .ndim = want & (k ? WANT_GB : WANT_GW) ? 1 : -1,
                                 .shape = {C}};
     return ZS_OK;
@@ -295,21 +310,29 @@ static zsi_cost norm_backward_cost(const zsi_call *c, double flops_per_elem)
 
 /* ---- layer norm -------------------------------------------------------- */
 
-/* x [..., C], weight and bias [C] of x's dtype; the output is like x */
+/* x [..., C], weight and bias [C] of x's dtype (or both f32 for a bf16 or
+ * f16 x: torch's mixed CPU layer_norm); the output is like x */
 static zs_status infer_layer_norm(zsi_call *c)
 {
     const layer_norm_attrs *at = c->attrs;
     zs_tensor *x = c->in[0], *w = slot_of(c, at->weight);
     zs_tensor *b = slot_of(c, at->bias);
-    zs_status st = zsi_check_float_dtype("layer_norm", x);
+    zs_status st = zsi_check_float16_dtype("layer_norm", x);
+    zs_dtype pdt = w ? w->dtype : b ? b->dtype : x->dtype;
+    bool mixed = zsk_is_lowp16(x->dtype) && pdt == ZS_F32;
+    if (st == ZS_OK && mixed && ((w && w->dtype != pdt) || (b && b->dtype != pdt)))
+        st = zs_set_error("layer_norm: weight %s and bias %s, expected one "
+                          "dtype (f32 or x's %s)", w ? zs_dtype_name(w->dtype) : "none",
+                          b ? zs_dtype_name(b->dtype) : "none",
+                          zs_dtype_name(x->dtype));
     if (st == ZS_OK && x->ndim < 1)
         st = zs_set_error("layer_norm: x is 0-d, expected at least 1 dim "
                           "[..., C]");
     if (st != ZS_OK)
         return st;
     int64_t C = x->shape[x->ndim - 1];
-    if ((st = check_vec("layer_norm", "weight", x, w, C, true)) != ZS_OK ||
-        (st = check_vec("layer_norm", "bias", x, b, C, true)) != ZS_OK ||
+    if ((st = check_vec("layer_norm", "weight", x, w, C, !mixed)) != ZS_OK ||
+        (st = check_vec("layer_norm", "bias", x, b, C, !mixed)) != ZS_OK ||
         (st = check_eps("layer_norm", at->eps)) != ZS_OK)
         return st;
     zsi_out_like(c, x);
@@ -325,11 +348,18 @@ static zs_status cpu_layer_norm(const zsi_call *c, zs_tensor *out)
         return ZS_ERR_NOMEM;
     int64_t C = x->shape[x->ndim - 1];
     int64_t R = C > 0 ? zs_numel(x) / C : 0;
-    bool rec = zsi_call_records(c);
-    zs_tensor *mean = rec ? new_untracked(x->dtype, R) : NULL;
-    zs_tensor *rstd = rec ? new_untracked(x->dtype, R) : NULL;
+    bool rec = zsi_call_records(c), lp = zsk_is_lowp16(x->dtype);
+    zs_dtype sdt = lp ? ZS_F32 : x->dtype; /* statistics */
+    zs_tensor *mean = rec ? new_untracked(sdt, R) : NULL;
+    zs_tensor *rstd = rec ? new_untracked(sdt, R) : NULL;
     zs_status st = !rec || (mean && rstd) ? ZS_OK : ZS_ERR_NOMEM;
-    if (st == ZS_OK)
+    if (st == ZS_OK && lp)
+        st = zsk_layer_norm_lp(x->dtype, wc ? wc->dtype : bc ? bc->dtype : x->dtype,
+                               zs_data(xc), wc ? zs_data(wc) : NULL,
+                               bc ? zs_data(bc) : NULL, R, C, at->eps,
+                               zs_data(out), mean ? zs_data(mean) : NULL,
+                               rstd ? zs_data(rstd) : NULL);
+    else if (st == ZS_OK)
         zsk_layer_norm(x->dtype, zs_data(xc), wc ? zs_data(wc) : NULL,
                        bc ? zs_data(bc) : NULL, R, C, at->eps, zs_data(out),
                        mean ? zs_data(mean) : NULL, rstd ? zs_data(rstd) : NULL);
@@ -358,8 +388,10 @@ static zsi_cost layer_norm_cost(const zsi_call *c, const zs_tensor *out)
 static zs_status infer_layer_norm_backward(zsi_call *c)
 {
     const layer_norm_attrs *at = c->attrs;
+    zs_dtype xdt = c->in[0]->dtype;
     return infer_norm_backward(c, true, at->weight >= 0, at->want,
-                               c->in[0]->dtype);
+                               zsk_is_lowp16(xdt) ? ZS_F32 : xdt,
+                               at->pdt1 ? (zs_dtype)(at->pdt1 - 1) : xdt);
 }
 
 static zs_status cpu_layer_norm_backward(const zsi_call *c, zs_tensor *gx)
@@ -370,10 +402,17 @@ static zs_status cpu_layer_norm_backward(const zsi_call *c, zs_tensor *gx)
     zs_tensor *x = t[0];
     int64_t C = x->shape[x->ndim - 1];
     int64_t R = C > 0 ? zs_numel(x) / C : 0;
-    zs_status st = zsk_layer_norm_backward(
-        x->dtype, zs_data(x), t[4] ? zs_data(t[4]) : NULL, zs_data(t[1]),
-        zs_data(t[2]), zs_data(t[3]), R, C, result_data(gx),
-        result_data(c->outs[1]), result_data(c->outs[2]));
+    zs_status st;
+    if (zsk_is_lowp16(x->dtype))
+        st = zsk_layer_norm_backward_lp(
+            x->dtype, c->more[0].dtype, zs_data(x), t[4] ? zs_data(t[4]) : NULL,
+            zs_data(t[1]), zs_data(t[2]), zs_data(t[3]), R, C, result_data(gx),
+            result_data(c->outs[1]), result_data(c->outs[2]));
+    else
+        st = zsk_layer_norm_backward(
+            x->dtype, zs_data(x), t[4] ? zs_data(t[4]) : NULL, zs_data(t[1]),
+            zs_data(t[2]), zs_data(t[3]), R, C, result_data(gx),
+            result_data(c->outs[1]), result_data(c->outs[2]));
     for (int i = 0; i < 5; i++)
         zs_release(t[i]);
     return st;
@@ -389,13 +428,16 @@ zsi_opdef zsi_def_layer_norm_backward = {
     .op = {.name = "layer_norm_backward"}, .cls = ZSI_OTHER,
     .infer = infer_layer_norm_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_layer_norm_backward,
-                           [ZS_F64] = cpu_layer_norm_backward}},
+                           [ZS_F64] = cpu_layer_norm_backward,
+                           [ZS_BF16] = cpu_layer_norm_backward,
+                           [ZS_F16] = cpu_layer_norm_backward}},
     .cost = layer_norm_backward_cost, .attr_size = sizeof(layer_norm_attrs)};
 
 zsi_opdef zsi_def_layer_norm = {
     .op = {.name = "layer_norm", .backward = layer_norm_bw},
     .cls = ZSI_OTHER, .infer = infer_layer_norm,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_layer_norm, [ZS_F64] = cpu_layer_norm}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_layer_norm, [ZS_F64] = cpu_layer_norm,
+                           [ZS_BF16] = cpu_layer_norm, [ZS_F16] = cpu_layer_norm}},
     .save = save_norm, .cost = layer_norm_cost,
     .attr_size = sizeof(layer_norm_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_layer_norm_backward, NULL}};
@@ -414,6 +456,8 @@ static zs_status layer_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     layer_norm_attrs at = *(const layer_norm_attrs *)zsi_node_attrs(n);
     at.want = want_of(n, at.weight, at.bias);
+    int64_t p = at.weight >= 0 ? at.weight : at.bias; /* slot of a parameter */
+    at.pdt1 = p >= 0 ? (int64_t)n->in_meta[p].dtype + 1 : 0;
     return run_norm_backward(&zsi_def_layer_norm_backward, n, g, &at, at.want,
                              at.weight, at.bias, gin);
 }
@@ -598,7 +642,8 @@ static void bn_dx_coefs(const zs_tensor *w, const double *mean,
 static zs_status infer_batch_norm_backward(zsi_call *c)
 {
     const batch_norm_attrs *at = c->attrs;
-    return infer_norm_backward(c, false, at->weight >= 0, at->want, ZS_F64);
+    return infer_norm_backward(c, false, at->weight >= 0, at->want, ZS_F64,
+                               c->in[0]->dtype);
 }
 
 /* Per-channel sums of g and g*(x - mean), then gw = sum(g*(x-mean))*rstd,

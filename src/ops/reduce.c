@@ -17,8 +17,10 @@
  * Cost model: def->flops per input element (sum, mean, max, argmax 1;
  * var 3), the input read once, the output written once.
  */
+#include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/lowp.h"
 #include "ops/internal.h"
 
 static zs_status sum_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -58,7 +60,7 @@ int64_t zsi_reduce_keep(int ndim, const int64_t *shape, int64_t mask,
 zs_status zsi_infer_reduce(zsi_call *c, int64_t mask, bool keepdim)
 {
     const zs_tensor *a = c->in[0];
-    if (zsi_check_float_dtype(c->def->op.name, a) != ZS_OK)
+    if (zsi_check_float16_dtype(c->def->op.name, a) != ZS_OK)
         return ZS_ERR_ARG;
     int64_t keep[ZS_MAX_DIMS];
     zsi_reduce_keep(a->ndim, a->shape, mask, keep);
@@ -133,20 +135,30 @@ static zs_status infer_sum(zsi_call *c)
     return zsi_infer_reduce(c, a->mask, a->keepdim);
 }
 
+/* bf16 / f16: widened and summed in f32 / double by the kernel, which
+ * applies mean's 1/R before the one rounding into the output's dtype. */
 static zs_status cpu_sum(const zsi_call *c, zs_tensor *out)
 {
     const reduce_attrs *a = c->attrs;
     zsi_reduce_plan p;
     if (zsi_reduce_plan_make(c->in[0], a->mask, &p) != ZS_OK)
         return ZS_ERR_NOMEM;
-    zsk_reduce_sum(out->dtype, zs_data(p.x), p.O, p.R, p.K, zs_data(out));
-    if (c->def == &zsi_def_mean && p.R > 0) {
-        zsk_iter it;
-        zsk_iter_init(&it, out->ndim, out->shape, 2, (const int64_t *[]){NULL, NULL});
-        zsk_binary_scalar(out->dtype, ZSK_MUL, &it, zs_data(out), zs_data(out),
-                          1.0 / (double)p.R);
-    } else if (c->def == &zsi_def_mean) {
-        zsi_fill_host(out, 0.0 / 0.0);
+    bool mean = c->def == &zsi_def_mean;
+    if (zsk_is_lowp16(out->dtype)) {
+        zsk_reduce_sum_lp(out->dtype, zs_data(p.x), p.O, p.R, p.K,
+                          !mean ? 1.0 : p.R ? 1.0 / (double)p.R : NAN,
+                          zs_data(out));
+    } else {
+        zsk_reduce_sum(out->dtype, zs_data(p.x), p.O, p.R, p.K, zs_data(out));
+        if (mean && p.R > 0) {
+            zsk_iter it;
+            zsk_iter_init(&it, out->ndim, out->shape, 2,
+                          (const int64_t *[]){NULL, NULL});
+            zsk_binary_scalar(out->dtype, ZSK_MUL, &it, zs_data(out),
+                              zs_data(out), 1.0 / (double)p.R);
+        } else if (mean) {
+            zsi_fill_host(out, 0.0 / 0.0);
+        }
     }
     zs_release(p.x);
     return ZS_OK;
@@ -155,13 +167,15 @@ static zs_status cpu_sum(const zsi_call *c, zs_tensor *out)
 zsi_opdef zsi_def_sum = {
     .op = {.name = "sum", .backward = sum_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_sum,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum,
+                           [ZS_BF16] = cpu_sum, [ZS_F16] = cpu_sum}},
     .cost = zsi_reduce_cost, .attr_size = sizeof(reduce_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_view, &zsi_def_expand, NULL}};
 zsi_opdef zsi_def_mean = {
     .op = {.name = "mean", .backward = sum_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_sum,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sum, [ZS_F64] = cpu_sum,
+                           [ZS_BF16] = cpu_sum, [ZS_F16] = cpu_sum}},
     .cost = zsi_reduce_cost, .attr_size = sizeof(reduce_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_mul_scalar, &zsi_def_view,
                                    &zsi_def_expand, NULL}};

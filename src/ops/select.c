@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "kernels/cpu/select.h"
+#include "kernels/cpu/lowp.h"
 #include "ops/internal.h"
 
 static zs_status where_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -409,7 +410,7 @@ static zs_status infer_index_backward(zsi_call *c)
     const char *op = c->def->op.name;
     const zs_tensor *g = c->in[0], *idx = c->in[1];
     bool gather = is_gather(c);
-    if (zsi_check_float_dtype(op, g) != ZS_OK)
+    if (zsi_check_float16_dtype(op, g) != ZS_OK)
         return ZS_ERR_ARG;
     int d = zsi_norm_dim(op, (int)at->dim, g->ndim);
     if (d < 0)
@@ -437,6 +438,24 @@ static zs_status infer_index_backward(zsi_call *c)
     return ZS_OK;
 }
 
+/* bf16 / f16: the f32 scatter-add on g widened into a temporary, into an
+ * f32 gx rounded once (sums of repeated indices stay in f32). */
+static zs_status scatter_add_lp(const zsk_index_plan *p, zs_tensor *gx,
+                                const zs_tensor *gc)
+{
+    int64_t ng = zs_numel(gc), nx = zs_numel(gx);
+    float *g32 = zs_alloc((size_t)(ng + nx + 1) * sizeof(float));
+    if (!g32)
+        return zs_set_error_code(ZS_ERR_NOMEM, "index backward: out of memory");
+    float *x32 = g32 + ng;
+    zsk_widen16(gc->dtype, zs_data(gc), g32, ng);
+    memset(x32, 0, (size_t)nx * sizeof(float));
+    zsk_index_scatter_add(ZS_F32, p, x32, g32);
+    zsk_narrow16(gx->dtype, x32, zs_data(gx), nx);
+    zs_free(g32);
+    return ZS_OK;
+}
+
 /* gx = 0, then gx[indexed (o, l, k)] += g[o, l, k]. */
 static zs_status cpu_index_backward(const zsi_call *c, zs_tensor *gx)
 {
@@ -453,10 +472,14 @@ static zs_status cpu_index_backward(const zsi_call *c, zs_tensor *gx)
     if (gc && ic &&
         plan_make(g->ndim, g->shape, gx->strides, d, zs_data(ic), is_gather(c),
                   &p) == ZS_OK) {
-        memset(zs_data(gx), 0, zs_nbytes(gx));
-        zsk_index_scatter_add(gx->dtype, &p, zs_data(gx), zs_data(gc));
+        if (zsk_is_lowp16(gx->dtype)) {
+            st = scatter_add_lp(&p, gx, gc);
+        } else {
+            memset(zs_data(gx), 0, zs_nbytes(gx));
+            zsk_index_scatter_add(gx->dtype, &p, zs_data(gx), zs_data(gc));
+            st = ZS_OK;
+        }
         plan_free(&p);
-        st = ZS_OK;
     }
     zs_release(gc);
     zs_release(ic);
@@ -474,14 +497,18 @@ zsi_opdef zsi_def_index_select_backward = {
     .op = {.name = "index_select_backward"}, .arity = 2,
     .infer = infer_index_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_index_backward,
-                           [ZS_F64] = cpu_index_backward}},
+                           [ZS_F64] = cpu_index_backward,
+                           [ZS_BF16] = cpu_index_backward,
+                           [ZS_F16] = cpu_index_backward}},
     .cost = index_backward_cost, .attr_size = sizeof(index_attrs)};
 
 zsi_opdef zsi_def_gather_backward = {
     .op = {.name = "gather_backward"}, .arity = 2,
     .infer = infer_index_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_index_backward,
-                           [ZS_F64] = cpu_index_backward}},
+                           [ZS_F64] = cpu_index_backward,
+                           [ZS_BF16] = cpu_index_backward,
+                           [ZS_F16] = cpu_index_backward}},
     .cost = index_backward_cost, .attr_size = sizeof(index_attrs)};
 
 zsi_opdef zsi_def_index_select = {
@@ -542,7 +569,7 @@ static zs_status masked_fill_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 static zs_status index_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
-    if (m->dtype != ZS_F32 && m->dtype != ZS_F64)
+    if (m->dtype != ZS_F32 && m->dtype != ZS_F64 && !zsk_is_lowp16(m->dtype))
         return zs_set_error("%s: no gradient for dtype %s", n->op->name,
                             zs_dtype_name(m->dtype));
     index_attrs at = *(const index_attrs *)zsi_node_attrs(n);

@@ -46,13 +46,14 @@ static void split_dims(const zs_tensor *a, int dim, int64_t *O, int64_t *R,
     }
 }
 
-/* f32 or f64, dim in range; the output is like the input */
+/* f32, f64, bf16 or f16, dim in range; the output is like the input
+ * (bf16/f16: computed in f32, rounded once, as torch's CPU softmax) */
 static zs_status infer_softmax(zsi_call *c)
 {
     const zs_tensor *a = c->in[0];
     const softmax_attrs *at = c->attrs;
     const char *op = c->def->op.name;
-    if (zsi_check_float_dtype(op, a) != ZS_OK ||
+    if (zsi_check_float16_dtype(op, a) != ZS_OK ||
         zsi_norm_dim(op, (int)at->dim, a->ndim > 0 ? a->ndim : 1) < 0)
         return ZS_ERR_ARG;
     zsi_out_like(c, a);
@@ -68,10 +69,10 @@ static zs_status cpu_softmax(const zsi_call *c, zs_tensor *out)
     zs_tensor *xc = zsi_contig_host(a);
     if (!xc)
         return ZS_ERR_NOMEM;
-    zsk_softmax(a->dtype, zs_data(xc), O, R, K, c->def == &zsi_def_log_softmax,
-                zs_data(out));
+    zs_status st = zsk_softmax(a->dtype, zs_data(xc), O, R, K,
+                               c->def == &zsi_def_log_softmax, zs_data(out));
     zs_release(xc);
-    return ZS_OK;
+    return st;
 }
 
 static void save_softmax(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
@@ -87,7 +88,7 @@ static zs_status infer_softmax_backward(zsi_call *c)
 {
     const zs_tensor *y = c->in[0], *g = c->in[1];
     if (infer_softmax(c) != ZS_OK ||
-        zsi_check_pair_dtype(c->def->op.name, y, g) != ZS_OK)
+        zsi_check_pair_float16(c->def->op.name, y, g) != ZS_OK)
         return ZS_ERR_ARG;
     if (!zs_same_shape(y, g)) {
         char sy[96], sg[96];
@@ -106,13 +107,14 @@ static zs_status cpu_softmax_backward(const zsi_call *c, zs_tensor *out)
     int64_t O, R, K;
     split_dims(y, (int)at->dim, &O, &R, &K);
     zs_tensor *yc = zsi_contig_host(y), *gc = yc ? zsi_contig_host(c->in[1]) : NULL;
+    zs_status st = ZS_ERR_NOMEM;
     if (gc)
-        zsk_softmax_backward(y->dtype, zs_data(yc), zs_data(gc), O, R, K,
-                             c->def == &zsi_def_log_softmax_backward,
-                             zs_data(out));
+        st = zsk_softmax_backward(y->dtype, zs_data(yc), zs_data(gc), O, R, K,
+                                  c->def == &zsi_def_log_softmax_backward,
+                                  zs_data(out));
     zs_release(yc);
     zs_release(gc);
-    return gc ? ZS_OK : ZS_ERR_NOMEM;
+    return st;
 }
 
 /* 4 FLOPs per element; y and g read, gx written */
@@ -126,13 +128,17 @@ zsi_opdef zsi_def_softmax_backward = {
     .op = {.name = "softmax_backward"}, .arity = 2, .cls = ZSI_OTHER,
     .infer = infer_softmax_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_softmax_backward,
-                           [ZS_F64] = cpu_softmax_backward}},
+                           [ZS_F64] = cpu_softmax_backward,
+                           [ZS_BF16] = cpu_softmax_backward,
+                           [ZS_F16] = cpu_softmax_backward}},
     .cost = softmax_backward_cost, .attr_size = sizeof(softmax_attrs)};
 zsi_opdef zsi_def_log_softmax_backward = {
     .op = {.name = "log_softmax_backward"}, .arity = 2, .cls = ZSI_OTHER,
     .infer = infer_softmax_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_softmax_backward,
-                           [ZS_F64] = cpu_softmax_backward}},
+                           [ZS_F64] = cpu_softmax_backward,
+                           [ZS_BF16] = cpu_softmax_backward,
+                           [ZS_F16] = cpu_softmax_backward}},
     .cost = softmax_backward_cost, .attr_size = sizeof(softmax_attrs)};
 
 /* ---- forward descriptors ----------------------------------------------- */
@@ -141,13 +147,15 @@ zsi_opdef zsi_def_log_softmax_backward = {
 zsi_opdef zsi_def_softmax = {
     .op = {.name = "softmax", .backward = softmax_bw}, .arity = 1,
     .cls = ZSI_OTHER, .flops = 5, .infer = infer_softmax,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_softmax, [ZS_F64] = cpu_softmax}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_softmax, [ZS_F64] = cpu_softmax,
+                           [ZS_BF16] = cpu_softmax, [ZS_F16] = cpu_softmax}},
     .save = save_softmax, .attr_size = sizeof(softmax_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_softmax_backward, NULL}};
 zsi_opdef zsi_def_log_softmax = {
     .op = {.name = "log_softmax", .backward = softmax_bw}, .arity = 1,
     .cls = ZSI_OTHER, .flops = 5, .infer = infer_softmax,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_softmax, [ZS_F64] = cpu_softmax}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_softmax, [ZS_F64] = cpu_softmax,
+                           [ZS_BF16] = cpu_softmax, [ZS_F16] = cpu_softmax}},
     .save = save_softmax, .attr_size = sizeof(softmax_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_log_softmax_backward, NULL}};
 

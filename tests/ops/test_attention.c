@@ -8,7 +8,8 @@
  * formulas on multi-tile sizes, the descriptor attention_backward run
  * directly (strided inputs, lse from float64; its errors), gradient checks
  * in f64 (also through a fused QKV tensor), peak memory of forward + backward growing linearly
- * in T, and error paths.
+ * in T, and error paths. bf16 and f16 (f32 arithmetic inside, lse f32)
+ * against the float64 formulas on the same rounded inputs.
  *
  * Tolerances: outputs are convex combinations of values in [-1, 1], so
  * errors are absolute-like; f32 forward uses a polynomial exp (about 2 ulp)
@@ -212,7 +213,13 @@ static double forward_err(zs_dtype dt, const cfg *c, int layout, uint64_t seed)
     return err;
 }
 
-static double tol_fw(zs_dtype dt) { return dt == ZS_F32 ? 1e-5 : 1e-12; }
+/* bf16 / f16: the reference reads the same rounded inputs, the kernel
+ * computes in f32 (1e-5 as above) and rounds o once, by at most 2^-8
+ * (bf16) or 2^-11 (f16) of |o| <= 1: twice that. */
+static double tol_fw(zs_dtype dt)
+{
+    return dt == ZS_F32 ? 1e-5 : dt == ZS_F64 ? 1e-12 : dt == ZS_BF16 ? 0x1p-7 : 0x1p-10;
+}
 
 /* ---- forward ----------------------------------------------------------- */
 
@@ -348,7 +355,11 @@ static void test_backward_ref(zs_dtype dt)
         {2, 2, 25, 100, 16, true, false, 40, 0},
         {1, 2, 20, 90, 7, false, false, 0, 0},
     };
-    double tol = dt == ZS_F32 ? 1e-4 : 1e-10;
+    /* bf16 / f16: besides the final rounding of dq, dk, dv (2^-8, 2^-11
+     * relative), the backward reads the forward's rounded o in
+     * delta = g . o, as torch does: 4x the rounding. */
+    double tol = dt == ZS_F32 ? 1e-4 : dt == ZS_F64 ? 1e-10
+               : dt == ZS_BF16 ? 0x1p-6 : 0x1p-9;
     uint64_t seed = 4000;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const cfg *c = &cases[ci];
@@ -620,6 +631,12 @@ int main(void)
     test_offset(ZS_F64);
     test_backward_ref(ZS_F32);
     test_backward_ref(ZS_F64);
+    test_forward(ZS_BF16);
+    test_forward(ZS_F16);
+    test_alibi(ZS_BF16);
+    test_offset(ZS_F16);
+    test_backward_ref(ZS_BF16);
+    test_backward_ref(ZS_F16);
     test_backward_descriptor();
     test_gradcheck();
     test_memory();

@@ -5,7 +5,8 @@
  * non-contiguous inputs, 1x1 kernels, column tiling, both threading
  * modes; f64 gradient checks; the cost model; the descriptor
  * conv2d_backward run directly for every subset of gradients (strided x
- * and g) and through autograd with some inputs frozen; error paths.
+ * and g) and through autograd with some inputs frozen; error paths;
+ * bf16 and f16 (f32 accumulation) against the same reference.
  */
 #include <stdlib.h>
 
@@ -159,7 +160,11 @@ static void check_one(const conv_case *c, size_t ci, zs_dtype dt, int layout)
     double *rgw = malloc((size_t)zs_numel(w) * sizeof *rgw);
     double *rgb = malloc((size_t)c->O * sizeof *rgb);
     reference(c, xv, wv, bv, gyv, ry, rgx, rgw, rgb);
-    double tol = dt == ZS_F32 ? 1e-5 : 1e-12;
+    /* bf16 / f16: the reference reads the same rounded inputs; f32
+     * accumulation (1e-5 as f32) and one rounding of each result, at most
+     * 2^-8 (bf16) or 2^-11 (f16) of max |ref|: twice that */
+    double tol = dt == ZS_F32 ? 1e-5 : dt == ZS_F64 ? 1e-12
+               : dt == ZS_BF16 ? 0x1p-7 : 0x1p-10;
     double ey = rel_err(y, ry, ny);
     ZT_CHECK(y && y->shape[2] == OH && y->shape[3] == OW && ey <= tol,
              "case %zu %s layout %d threads %d: forward err %g (seed %llu)", ci,
@@ -239,6 +244,28 @@ static void test_paths(void)
     zsk_conv_set_direct(true);
     zs_set_num_threads(nt);
     zt_section("direct and GEMM paths (f32), 1 and 2 threads");
+}
+
+/* bf16 and f16 (16-bit GEMMs, f32 accumulation, results rounded once) on
+ * every case and layout, with 2 and 1 threads (both threading modes). */
+static void test_lowp(void)
+{
+    int nt = zs_num_threads();
+    size_t nc = sizeof cases / sizeof *cases;
+    size_t nd = sizeof direct_cases / sizeof *direct_cases;
+    int threads[2] = {nt, 1};
+    for (int k = 0; k < (nt > 1 ? 2 : 1); k++) {
+        zs_set_num_threads(threads[k]);
+        for (size_t ci = 0; ci < nc; ci++) {
+            check_case(ci, ZS_BF16, (int)ci % 3);
+            check_case(ci, ZS_F16, (int)(ci + 1) % 3);
+        }
+        for (size_t ci = 0; ci < nd; ci++)
+            check_one(&direct_cases[ci], 100 + ci, ci % 2 ? ZS_F16 : ZS_BF16,
+                      (int)ci % 3);
+    }
+    zs_set_num_threads(nt);
+    zt_section("bf16 and f16 forward and backward vs float64 reference");
 }
 
 typedef struct gc_ctx {
@@ -541,6 +568,7 @@ int main(void)
     test_conv_shapes();
     test_reference();
     test_paths();
+    test_lowp();
     test_grad();
     test_cost_model();
     test_backward_descriptor();

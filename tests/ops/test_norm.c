@@ -371,6 +371,7 @@ static void test_batch_norm(void)
 typedef struct ln_attrs {
     double eps;
     int64_t weight, bias, want;
+    int64_t pdt1; /* dtype of gw, gb + 1; 0 (these tests): x's */
 } ln_attrs;
 typedef struct bn_attrs {
     double eps, momentum;
@@ -431,7 +432,7 @@ static void test_ln_backward_descriptor(void)
                 gx[i * C + j] = rs * (d - a / (double)C - xh * bb / (double)C);
             }
         }
-        ln_attrs at = {1e-5, hw ? 1 : -1, 2, GX | GB | (hw ? GW : 0)};
+        ln_attrs at = {1e-5, hw ? 1 : -1, 2, GX | GB | (hw ? GW : 0), 0};
         zs_tensor *in[5] = {x, mean, rstd, g, w}, *all[3], *r[3];
         zs_status st = zsi_run_n(def, hw ? 5 : 4, in, &at, 3, all);
         double ex = st == ZS_OK ? zt_max_err(all[0], gx, R * C) : 1;
@@ -455,7 +456,7 @@ static void test_ln_backward_descriptor(void)
         for (int k = 0; k < 3; k++)
             zs_release(all[k]);
     }
-    ln_attrs at = {1e-5, -1, -1, GW};
+    ln_attrs at = {1e-5, -1, -1, GW, 0};
     zs_tensor *in[5] = {x, mean, rstd, g, w}, *r[3];
     ZT_EXPECT_ERROR(zsi_run_n(def, 4, in, &at, 3, r) < 0, "gw wanted");
     at.want = GX;

@@ -28,6 +28,10 @@
  * and 4096, against 50-100 GFLOP/s for matmul + softmax + matmul with
  * zs_* operators in the same run (bench/attention).
  *
+ * bf16 and f16 (see "bf16 / f16" below) widen into f32 scratch per task
+ * and run the f32 task bodies: f32 arithmetic throughout, lse in f32, one
+ * rounding of each result.
+ *
  * f32 uses zsi_exp_f32_clamped (vmath.h), a Cephes-style polynomial
  * (about 2 ulp) that vectorises; f64 uses libm's exp. This file is
  * compiled with fp-contract=fast so the clones use FMA.
@@ -40,6 +44,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/lowp.h"
 #include "kernels/cpu/vmath.h"
 
 /* Helpers are inlined into the per-ISA clones of their callers. */
@@ -367,6 +372,117 @@ static void set_failed(int *flag)
 DEFINE_ATTN(float, f32, vf32, 16, 64, exp_f32)
 DEFINE_ATTN(double, f64, vf64, 8, 32, exp)
 
+/* ---- bf16 / f16 --------------------------------------------------------- */
+/* q, k, v, o, dout, dq, dk and dv hold 16-bit patterns of a->dt; lse is
+ * f32. A task widens what it reads into f32 scratch once and runs the f32
+ * task bodies above on a one-head view of it (fw_block_f32, bw_head_f32:
+ * the same tiles, FMAs and exp), then rounds its results once (o, dq, dk,
+ * dv; lse stays f32). The forward widens the keys and values of a head
+ * once per thread and extends them as the causal blocks of the head grow,
+ * so widening costs O(T D) per head against O(T^2 D) of products. */
+
+#define BK32 64 /* keys per f32 tile (DEFINE_ATTN's BK for f32) */
+
+/* Rows [r0, r1) of x (rows st apart, D wide) widened into dst [.., D]. */
+static void widen_rows(zs_dtype dt, const uint16_t *x, int64_t st,
+                       int64_t r0, int64_t r1, int64_t D, float *dst)
+{
+    for (int64_t r = r0; r < r1; r++)
+        zsk_widen16(dt, x + r * st, dst + r * D, D);
+}
+
+/* The f32 one-head view of head (b, h): q, k, v given as f32 arrays of
+ * rows D apart; slopes point at head h's. */
+static zsk_attn head_view(const zsk_attn *a, int64_t h, const float *q,
+                          const float *k, const float *v)
+{
+    zsk_attn v1 = *a;
+    v1.dt = ZS_F32;
+    v1.B = v1.H = 1;
+    v1.q = q, v1.k = k, v1.v = v;
+    for (int d = 0; d < 2; d++)
+        v1.sq[d] = v1.sk[d] = v1.sv[d] = 0;
+    v1.sq[2] = v1.sk[2] = v1.sv[2] = a->D;
+    v1.slopes = a->slopes ? a->slopes + h : NULL;
+    return v1;
+}
+
+static void fw_task_lp(void *p, int64_t t0, int64_t t1)
+{
+    fw_ctx *c = p;
+    const zsk_attn *a = c->a;
+    int64_t D = a->D, Tq = a->Tq, Tk = a->Tk;
+    size_t nw = (size_t)(D * BK32 + BQ * D + 2 * BK32 + 2 * BQ);
+    float *w = malloc((nw + (size_t)(2 * BQ * D + 2 * Tk * D)) * sizeof(float));
+    if (!w) {
+        set_failed(&c->failed);
+        return;
+    }
+    float *qf = w + nw, *of = qf + BQ * D, *kf = of + BQ * D, *vf = kf + Tk * D;
+    int64_t have_bh = -1, have = 0; /* key rows of have_bh widened */
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t bh = t / c->nqb, b = bh / a->H, h = bh % a->H;
+        int64_t i0 = (t % c->nqb) * BQ, nq = min64(BQ, Tq - i0);
+        int64_t kend = a->causal ? min64(Tk, a->q_offset + i0 + nq) : Tk;
+        const uint16_t *q = (const uint16_t *)a->q + b * a->sq[0] + h * a->sq[1];
+        const uint16_t *k = (const uint16_t *)a->k + b * a->sk[0] + h * a->sk[1];
+        const uint16_t *v = (const uint16_t *)a->v + b * a->sv[0] + h * a->sv[1];
+        if (bh != have_bh)
+            have_bh = bh, have = 0;
+        if (kend > have) {
+            widen_rows(a->dt, k, a->sk[2], have, kend, D, kf);
+            widen_rows(a->dt, v, a->sv[2], have, kend, D, vf);
+            have = kend;
+        }
+        widen_rows(a->dt, q + i0 * a->sq[2], a->sq[2], 0, nq, D, qf);
+        zsk_attn a1 = head_view(a, h, qf, kf, vf);
+        a1.Tq = nq;
+        a1.q_offset = a->q_offset + i0;
+        fw_ctx c1 = {.a = &a1, .o = of, .nqb = 1,
+                     .lse = c->lse ? (float *)c->lse + bh * Tq + i0 : NULL};
+        fw_block_f32(&c1, 0, w);
+        zsk_narrow16(a->dt, of, (uint16_t *)c->o + (bh * Tq + i0) * D, nq * D);
+    }
+    free(w);
+}
+
+static void bw_task_lp(void *p, int64_t t0, int64_t t1)
+{
+    bw_ctx *c = p;
+    const zsk_attn *a = c->a;
+    int64_t D = a->D, Tq = a->Tq, Tk = a->Tk;
+    size_t nw = (size_t)(4 * BK32 * D + 4 * BK32 + Tq);
+    float *w = malloc((nw + (size_t)(4 * Tq * D + 4 * Tk * D)) * sizeof(float));
+    if (!w) {
+        set_failed(&c->failed);
+        return;
+    }
+    float *qf = w + nw, *gf = qf + Tq * D, *of = gf + Tq * D, *dqf = of + Tq * D;
+    float *kf = dqf + Tq * D, *vf = kf + Tk * D, *dkf = vf + Tk * D;
+    float *dvf = dkf + Tk * D;
+    for (int64_t bh = t0; bh < t1; bh++) {
+        int64_t b = bh / a->H, h = bh % a->H;
+        const uint16_t *q = (const uint16_t *)a->q + b * a->sq[0] + h * a->sq[1];
+        const uint16_t *k = (const uint16_t *)a->k + b * a->sk[0] + h * a->sk[1];
+        const uint16_t *v = (const uint16_t *)a->v + b * a->sv[0] + h * a->sv[1];
+        const uint16_t *g = (const uint16_t *)c->dout + b * c->sd[0] + h * c->sd[1];
+        widen_rows(a->dt, q, a->sq[2], 0, Tq, D, qf);
+        widen_rows(a->dt, g, c->sd[2], 0, Tq, D, gf);
+        widen_rows(a->dt, k, a->sk[2], 0, Tk, D, kf);
+        widen_rows(a->dt, v, a->sv[2], 0, Tk, D, vf);
+        zsk_widen16(a->dt, (const uint16_t *)c->o + bh * Tq * D, of, Tq * D);
+        zsk_attn a1 = head_view(a, h, qf, kf, vf);
+        bw_ctx c1 = {.a = &a1, .o = of, .lse = (const float *)c->lse + bh * Tq,
+                     .dout = gf, .sd = {0, 0, D}, .dq = dqf, .dk = dkf,
+                     .dv = dvf};
+        bw_head_f32(&c1, 0, w);
+        zsk_narrow16(a->dt, dqf, (uint16_t *)c->dq + bh * Tq * D, Tq * D);
+        zsk_narrow16(a->dt, dkf, (uint16_t *)c->dk + bh * Tk * D, Tk * D);
+        zsk_narrow16(a->dt, dvf, (uint16_t *)c->dv + bh * Tk * D, Tk * D);
+    }
+    free(w);
+}
+
 /* ---- drivers ----------------------------------------------------------- */
 
 zs_status zsk_attention_forward(const zsk_attn *a, void *o, void *lse)
@@ -374,7 +490,9 @@ zs_status zsk_attention_forward(const zsk_attn *a, void *o, void *lse)
     fw_ctx c = {.a = a, .o = o, .lse = lse, .nqb = (a->Tq + BQ - 1) / BQ};
     int64_t n = a->B * a->H * c.nqb;
     if (n > 0)
-        zs_parallel_for(n, 1, a->dt == ZS_F32 ? fw_task_f32 : fw_task_f64,
+        zs_parallel_for(n, 1, a->dt == ZS_F32   ? fw_task_f32
+                              : a->dt == ZS_F64 ? fw_task_f64
+                                                : fw_task_lp,
                         &c);
     if (c.failed)
         return zs_set_error_code(ZS_ERR_NOMEM, "attention: out of memory "
@@ -392,7 +510,9 @@ zs_status zsk_attention_backward(const zsk_attn *a, const void *o,
     memcpy(c.sd, sd, sizeof c.sd);
     int64_t n = a->B * a->H;
     if (n > 0)
-        zs_parallel_for(n, 1, a->dt == ZS_F32 ? bw_task_f32 : bw_task_f64,
+        zs_parallel_for(n, 1, a->dt == ZS_F32   ? bw_task_f32
+                              : a->dt == ZS_F64 ? bw_task_f64
+                                                : bw_task_lp,
                         &c);
     if (c.failed)
         return zs_set_error_code(ZS_ERR_NOMEM, "attention: out of memory "

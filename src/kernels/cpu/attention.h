@@ -5,7 +5,9 @@
  * q [B, H, Tq, D], k and v [B, H, Tk, D] are addressed through element
  * strides of their b, h and t dims; the d dim must have stride 1. Outputs
  * (o, dq, dk, dv) and the logsumexp lse [B, H, Tq] are contiguous. All
- * arrays have dtype dt (ZS_F32 or ZS_F64); slopes are double.
+ * arrays have dtype dt (ZS_F32, ZS_F64, ZS_BF16 or ZS_F16) except lse,
+ * which is f64 for f64 and f32 otherwise (bf16/f16 compute in f32 and
+ * round o, dq, dk, dv once); slopes are double.
  */
 #ifndef ZS_KERNELS_CPU_ATTENTION_H
 #define ZS_KERNELS_CPU_ATTENTION_H

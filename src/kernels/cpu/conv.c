@@ -11,12 +11,16 @@
  * ow*sw - pw + kw*dw] (0 outside the image) for the tile's (oh, ow).
  * A 1x1 kernel with stride 1 and no padding on a contiguous x uses x itself
  * as the column matrix ("direct").
+ * bf16 / f16 run the same tiles through the 16-bit GEMMs of gemm_lowp.h
+ * (f32 accumulation) into f32 buffers rounded once (see "bf16 / f16").
  */
 #include <string.h>
 
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_lowp.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/lowp.h"
 
 /* Per-image GEMM FLOPs below which images are spread over the threads
  * (one serial GEMM each) instead of multithreading each GEMM. On 2 threads
@@ -37,8 +41,14 @@ typedef struct job {
     const char *w, *bias, *gy;
     char *y, *gx, *gw, *gb;
     char **col;   /* [nslices] column buffers (NULL when direct) */
-    char **gwacc; /* [nslices] weight-gradient accumulators; [0] = gw */
+    char **gwacc; /* [nslices] weight-gradient accumulators; [0] = gw
+                   * (bf16/f16: f32 accumulators for every slice) */
     int64_t nslices;
+    /* bf16 / f16 (lp): GEMMs accumulate into f32 buffers that are rounded
+     * once: [nslices] scratch of the output tile [Og, tP] (forward) or
+     * of the gradient columns [K, tP] and one group's gx [Cg, H, W] */
+    bool lp;
+    float **lpbuf;
 } job;
 
 /* One tile of im2col / col2im for an image and group. */
@@ -61,7 +71,7 @@ static void valid_range(int64_t off, int64_t s, int64_t n, int64_t out,
     *hi = h;
 }
 
-#define DEFINE_COLS(T, SUF)                                                   \
+#define DEFINE_IM2COL(T, SUF)                                                 \
     /* Column rows [r0, r1) of the tile. */                                   \
     static void im2col_##SUF(void *ctx, int64_t r0, int64_t r1)               \
     {                                                                         \
@@ -91,7 +101,10 @@ static void valid_range(int64_t off, int64_t s, int64_t n, int64_t out,
                 memset(d + hi, 0, (size_t)(OW - hi) * sizeof(T));             \
             }                                                                 \
         }                                                                     \
-    }                                                                         \
+    }
+
+#define DEFINE_COLS(T, SUF)                                                   \
+    DEFINE_IM2COL(T, SUF)                                                     \
     /* Adds the tile's column rows of channels [c0, c1) into gx. */          \
     static void col2im_##SUF(void *ctx, int64_t c0, int64_t c1)               \
     {                                                                         \
@@ -118,6 +131,9 @@ static void valid_range(int64_t off, int64_t s, int64_t n, int64_t out,
 
 DEFINE_COLS(float, f32)
 DEFINE_COLS(double, f64)
+/* bf16 / f16 columns are copies of the 16-bit patterns (+0 outside the
+ * image); their col2im runs on f32 gradient columns (col2im_f32). */
+DEFINE_IM2COL(uint16_t, u16)
 
 static void gemm(const job *j, bool ta, bool tb, int64_t M, int64_t N,
                  int64_t K, const void *A, int64_t lda, const void *B,
@@ -149,8 +165,8 @@ static const char *columns(const job *j, const char *xg, int64_t oh0,
     }
     tile t = {j, xg, NULL, col, oh0, oh1};
     int64_t tP = (oh1 - oh0) * j->s->OW;
-    run(j, j->K, 1 + COL_GRAIN / tP, j->dt == ZS_F32 ? im2col_f32 : im2col_f64,
-        &t);
+    run(j, j->K, 1 + COL_GRAIN / tP,
+        j->esz == 4 ? im2col_f32 : j->esz == 8 ? im2col_f64 : im2col_u16, &t);
     *ld = tP;
     return col;
 }
@@ -234,6 +250,89 @@ static void backward_image(const job *j, int64_t n, char *col, char *gw,
     }
 }
 
+
+/* ---- bf16 / f16 ---------------------------------------------------------
+ * The same tiles through the 16-bit GEMMs (gemm_lowp.h: f32 accumulation,
+ * f32 results): columns are 16-bit copies, every GEMM writes an f32
+ * buffer, and results are rounded once (y per tile, gx per image and
+ * group, gw after the slices are summed in f32). */
+
+static void gemm16(const job *j, bool ta, bool tb, int64_t M, int64_t N,
+                   int64_t K, const void *A, int64_t lda, const void *B,
+                   int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    (j->dt == ZS_BF16 ? zsk_gemm_bf16 : zsk_gemm_f16)(ta, tb, M, N, K, 1.0f, A,
+                                                      lda, B, ldb, beta, C, ldc);
+}
+
+static void forward_image_lp(const job *j, int64_t n, char *col, float *yb)
+{
+    const zsk_conv2d_shape *s = j->s;
+    const uint16_t *bias = (const uint16_t *)j->bias;
+    for (int64_t g = 0; g < s->G; g++) {
+        const uint16_t *wg = (const uint16_t *)j->w + g * j->Og * j->K;
+        uint16_t *yg = (uint16_t *)j->y + (n * s->O + g * j->Og) * j->P;
+        for (int64_t oh0 = 0; oh0 < s->OH; oh0 += j->rows) {
+            int64_t oh1 = oh0 + j->rows < s->OH ? oh0 + j->rows : s->OH;
+            int64_t tP = (oh1 - oh0) * s->OW, ldb;
+            const char *B = columns(j, x_image(j, n, g), oh0, oh1, col, &ldb);
+            for (int64_t o = 0; bias && o < j->Og; o++) {
+                float b = zsk_ld16(j->dt, bias[g * j->Og + o]);
+                for (int64_t i = 0; i < tP; i++)
+                    yb[o * tP + i] = b;
+            }
+            gemm16(j, false, false, j->Og, tP, j->K, wg, j->K, B, ldb,
+                   bias ? 1.0f : 0.0f, yb, tP);
+            for (int64_t o = 0; o < j->Og; o++)
+                zsk_narrow16(j->dt, yb + o * tP, yg + o * j->P + oh0 * s->OW, tP);
+        }
+    }
+}
+
+/* Weight (f32 accumulator gw, beta 0 when first) and input gradients of
+ * image n; buf: the gradient columns [K, rows*OW], then gx of one group
+ * [Cg, H, W]. */
+static void backward_image_lp(const job *j, int64_t n, char *col, float *gw,
+                              bool first, float *buf)
+{
+    const zsk_conv2d_shape *s = j->s;
+    int64_t HW = s->H * s->W;
+    float *gcol = buf, *gxf = buf ? buf + j->rows * s->OW * j->K : NULL;
+    for (int64_t g = 0; g < s->G; g++) {
+        const uint16_t *wg = j->w ? (const uint16_t *)j->w + g * j->Og * j->K
+                                  : NULL;
+        const uint16_t *gyg = (const uint16_t *)j->gy + (n * s->O + g * j->Og) * j->P;
+        if (j->gx)
+            memset(gxf, 0, (size_t)(j->Cg * HW) * sizeof(float));
+        for (int64_t oh0 = 0; oh0 < s->OH; oh0 += j->rows) {
+            int64_t oh1 = oh0 + j->rows < s->OH ? oh0 + j->rows : s->OH;
+            int64_t tP = (oh1 - oh0) * s->OW, ldb;
+            const uint16_t *gyt = gyg + oh0 * s->OW;
+            if (gw) {
+                const char *B = columns(j, x_image(j, n, g), oh0, oh1, col, &ldb);
+                gemm16(j, false, true, j->Og, j->K, tP, gyt, j->P, B, ldb,
+                       first && oh0 == 0 ? 0.0f : 1.0f, gw + g * j->Og * j->K,
+                       j->K);
+            }
+            if (!j->gx)
+                continue;
+            if (j->direct) {
+                gemm16(j, true, false, j->Cg, tP, j->Og, wg, j->K, gyt, j->P,
+                       0.0f, gxf + oh0 * s->OW, j->P);
+                continue;
+            }
+            gemm16(j, true, false, j->K, tP, j->Og, wg, j->K, gyt, j->P, 0.0f,
+                   gcol, tP);
+            tile t = {j, NULL, (char *)gxf, (char *)gcol, oh0, oh1};
+            run(j, j->Cg, 1 + COL_GRAIN / (tP * s->KH * s->KW), col2im_f32, &t);
+        }
+        if (j->gx)
+            zsk_narrow16(j->dt, gxf,
+                         (uint16_t *)j->gx + (n * s->C + g * j->Cg) * HW,
+                         j->Cg * HW);
+    }
+}
+
 static void slice_range(const job *j, int64_t t, int64_t *n0, int64_t *n1)
 {
     *n0 = j->s->N * t / j->nslices;
@@ -247,7 +346,10 @@ static void forward_slices(void *ctx, int64_t b, int64_t e)
         int64_t n0, n1;
         slice_range(j, t, &n0, &n1);
         for (int64_t n = n0; n < n1; n++)
-            forward_image(j, n, j->col ? j->col[t] : NULL);
+            if (j->lp)
+                forward_image_lp(j, n, j->col ? j->col[t] : NULL, j->lpbuf[t]);
+            else
+                forward_image(j, n, j->col ? j->col[t] : NULL);
     }
 }
 
@@ -258,8 +360,12 @@ static void backward_slices(void *ctx, int64_t b, int64_t e)
         int64_t n0, n1;
         slice_range(j, t, &n0, &n1);
         for (int64_t n = n0; n < n1; n++)
-            backward_image(j, n, j->col ? j->col[t] : NULL,
-                           j->gwacc ? j->gwacc[t] : NULL, n == n0);
+            if (j->lp)
+                backward_image_lp(j, n, j->col ? j->col[t] : NULL,
+                                  (float *)j->gwacc[t], n == n0, j->lpbuf[t]);
+            else
+                backward_image(j, n, j->col ? j->col[t] : NULL,
+                               j->gwacc ? j->gwacc[t] : NULL, n == n0);
     }
 }
 
@@ -267,11 +373,13 @@ static void backward_slices(void *ctx, int64_t b, int64_t e)
  * buffers unless direct; weight-gradient accumulators for slices > 0 when
  * need_gwacc). On failure the job is still safe to job_deinit. */
 static zs_status job_init(job *j, zs_dtype dt, const zsk_conv2d_shape *s,
-                          const void *x, const int64_t *xs, bool need_gwacc)
+                          const void *x, const int64_t *xs, bool need_gwacc,
+                          bool lp_scratch)
 {
     memset(j, 0, sizeof *j);
     j->dt = dt;
-    j->esz = dt == ZS_F32 ? 4 : 8;
+    j->lp = zsk_is_lowp16(dt);
+    j->esz = dt == ZS_F32 ? 4 : dt == ZS_F64 ? 8 : 2;
     j->s = s;
     j->Cg = s->C / s->G;
     j->Og = s->O / s->G;
@@ -283,7 +391,8 @@ static zs_status job_init(job *j, zs_dtype dt, const zsk_conv2d_shape *s,
     j->direct = s->KH == 1 && s->KW == 1 && s->sh == 1 && s->sw == 1 &&
                 s->ph == 0 && s->pw == 0 && xs && xs[3] == 1 &&
                 xs[2] == s->W && xs[1] == s->H * s->W;
-    int64_t row_bytes = j->K * s->OW * (int64_t)j->esz;
+    /* bf16/f16: the f32 gradient columns are the larger buffer */
+    int64_t row_bytes = j->K * s->OW * (int64_t)(j->lp ? 4 : j->esz);
     j->rows = ZSK_CONV_COL_BYTES / (row_bytes > 0 ? row_bytes : 1);
     j->rows = j->rows < 1 ? 1 : j->rows > s->OH ? s->OH : j->rows;
     int T = zs_num_threads();
@@ -293,17 +402,27 @@ static zs_status job_init(job *j, zs_dtype dt, const zsk_conv2d_shape *s,
     j->par_inner = !batch;
     size_t ns = (size_t)j->nslices;
     size_t col_bytes = j->direct ? 0 : (size_t)(j->rows * s->OW * j->K) * j->esz;
-    size_t gw_bytes = need_gwacc ? (size_t)(s->O * j->K) * j->esz : 0;
+    size_t gw_bytes = need_gwacc ? (size_t)(s->O * j->K) * (j->lp ? 4 : j->esz)
+                                 : 0;
+    size_t t0 = j->lp ? 0 : 1; /* first slice with its own accumulator */
     if ((j->col = zs_alloc(ns * sizeof *j->col)))
         memset(j->col, 0, ns * sizeof *j->col);
     if ((j->gwacc = zs_alloc(ns * sizeof *j->gwacc)))
         memset(j->gwacc, 0, ns * sizeof *j->gwacc);
-    if (!j->col || !j->gwacc)
+    if (j->lp && (j->lpbuf = zs_alloc(ns * sizeof *j->lpbuf)))
+        memset(j->lpbuf, 0, ns * sizeof *j->lpbuf);
+    if (!j->col || !j->gwacc || (j->lp && !j->lpbuf))
         return ZS_ERR_NOMEM;
+    size_t tile = (size_t)(j->rows * s->OW);
+    size_t lp_bytes = !j->lp ? 0 : lp_scratch ? (tile * (size_t)j->K +
+                                                 (size_t)(j->Cg * s->H * s->W)) * 4
+                                              : tile * (size_t)j->Og * 4;
     for (size_t t = 0; t < ns; t++) {
         j->col[t] = col_bytes ? zs_alloc(col_bytes) : NULL;
-        j->gwacc[t] = gw_bytes && t > 0 ? zs_alloc(gw_bytes) : NULL;
-        if ((col_bytes && !j->col[t]) || (gw_bytes && t > 0 && !j->gwacc[t]))
+        j->gwacc[t] = gw_bytes && t >= t0 ? zs_alloc(gw_bytes) : NULL;
+        if ((col_bytes && !j->col[t]) || (gw_bytes && t >= t0 && !j->gwacc[t]))
+            return ZS_ERR_NOMEM;
+        if (lp_bytes && !(j->lpbuf[t] = zs_alloc(lp_bytes)))
             return ZS_ERR_NOMEM;
     }
     return ZS_OK;
@@ -314,11 +433,14 @@ static void job_deinit(job *j)
     for (int64_t t = 0; t < j->nslices; t++) {
         if (j->col)
             zs_free(j->col[t]);
-        if (j->gwacc && t > 0)
+        if (j->gwacc && (t > 0 || j->lp))
             zs_free(j->gwacc[t]);
+        if (j->lpbuf)
+            zs_free(j->lpbuf[t]);
     }
     zs_free(j->col);
     zs_free(j->gwacc);
+    zs_free(j->lpbuf);
 }
 
 zs_status zsk_conv2d_forward(zs_dtype dt, const zsk_conv2d_shape *s,
@@ -328,7 +450,7 @@ zs_status zsk_conv2d_forward(zs_dtype dt, const zsk_conv2d_shape *s,
     if (zsk_conv_direct_ok(dt, s))
         return zsk_conv2d_direct_forward(s, x, xs, w, bias, y);
     job j;
-    zs_status st = job_init(&j, dt, s, x, xs, false);
+    zs_status st = job_init(&j, dt, s, x, xs, false, false);
     if (st == ZS_OK) {
         j.w = w;
         j.bias = bias;
@@ -376,6 +498,13 @@ static void bias_grad(void *ctx, int64_t o0, int64_t o1)
             int64_t base = (n * c->O + o) * c->P;
             if (c->dt == ZS_F32) {
                 acc += sum_f32((const float *)c->gy + base, c->P);
+            } else if (zsk_is_lowp16(c->dt)) {
+                float buf[512];
+                for (int64_t p = 0; p < c->P; p += 512) {
+                    int64_t m = c->P - p < 512 ? c->P - p : 512;
+                    zsk_widen16(c->dt, (const uint16_t *)c->gy + base + p, buf, m);
+                    acc += sum_f32(buf, m);
+                }
             } else {
                 const double *g = (const double *)c->gy + base;
                 for (int64_t p = 0; p < c->P; p++)
@@ -384,18 +513,21 @@ static void bias_grad(void *ctx, int64_t o0, int64_t o1)
         }
         if (c->dt == ZS_F32)
             ((float *)c->gb)[o] = (float)acc;
+        else if (zsk_is_lowp16(c->dt))
+            ((uint16_t *)c->gb)[o] = zsk_st16(c->dt, (float)acc);
         else
             ((double *)c->gb)[o] = acc;
     }
 }
 
-/* gw = sum of the slices' accumulators, in slice order. */
+/* gw = sum of the slices' accumulators, in slice order (bf16/f16: in f32,
+ * then rounded once). */
 static void reduce_gw(const job *j)
 {
     int64_t n = j->s->O * j->K;
     for (int64_t t = 1; t < j->nslices; t++) {
-        if (j->dt == ZS_F32) {
-            float *d = (float *)j->gw;
+        if (j->dt == ZS_F32 || j->lp) { /* f32: gwacc[0] is gw */
+            float *d = (float *)j->gwacc[0];
             const float *a = (const float *)j->gwacc[t];
             for (int64_t i = 0; i < n; i++)
                 d[i] += a[i];
@@ -422,7 +554,7 @@ zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
     if (s->N == 0) {
         if (gw)
             memset(gw, 0, (size_t)(s->O * (s->C / s->G) * s->KH * s->KW) *
-                              (dt == ZS_F32 ? 4 : 8));
+                              zs_dtype_size(dt));
         return ZS_OK;
     }
     if (zsk_conv_direct_ok(dt, s)) {
@@ -437,13 +569,13 @@ zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
         gw = NULL;
     }
     job j;
-    zs_status st = job_init(&j, dt, s, x, xs, gw != NULL);
+    zs_status st = job_init(&j, dt, s, x, xs, gw != NULL, gx != NULL);
     if (st == ZS_OK) {
         j.w = w;
         j.gy = gy;
         j.gx = gx;
         j.gw = gw;
-        if (gw)
+        if (gw && !j.lp)
             j.gwacc[0] = gw;
         if (j.nslices > 1)
             zs_parallel_for(j.nslices, 1, backward_slices, &j);
@@ -451,6 +583,8 @@ zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
             backward_slices(&j, 0, 1);
         if (gw)
             reduce_gw(&j);
+        if (gw && j.lp)
+            zsk_narrow16(dt, (const float *)j.gwacc[0], gw, s->O * j.K);
     }
     job_deinit(&j);
     return st;

@@ -45,7 +45,8 @@ static inline int64_t zsk_conv_out_size(int64_t n, int64_t k, int64_t s,
     return span < 0 ? 0 : span / s + 1;
 }
 
-/* y = conv(x, w) + bias. dt: ZS_F32 or ZS_F64. xs: x's element strides
+/* y = conv(x, w) + bias. dt: ZS_F32, ZS_F64, ZS_BF16 or ZS_F16 (every
+ * array of that dtype; bf16/f16 accumulate in f32 and round y once). xs: x's element strides
  * (N, C, H, W). bias may be NULL. Returns ZS_ERR_NOMEM (message set) when
  * the column buffers cannot be allocated. */
 zs_status zsk_conv2d_forward(zs_dtype dt, const zsk_conv2d_shape *s,
@@ -54,7 +55,8 @@ zs_status zsk_conv2d_forward(zs_dtype dt, const zsk_conv2d_shape *s,
 
 /* Gradients from gy (contiguous [N, O, OH, OW]): gx [N, C, H, W]
  * contiguous, gw [O, C/G, KH, KW], gb [O]; each output may be NULL (not
- * wanted) and is overwritten, not accumulated into. x (strides xs) is
+ * wanted) and is overwritten, not accumulated into (bf16/f16: computed
+ * in f32, each rounded once). x (strides xs) is
  * needed only for gw, w only for gx. */
 zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
                               const void *x, const int64_t *xs, const void *w,

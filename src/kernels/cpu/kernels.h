@@ -140,6 +140,11 @@ void zsk_axpy(zs_dtype dt, const zsk_iter *it, void *dst, double alpha,
  * sum accumulates in double (f32 input: blocked float lanes, then double). */
 void zsk_reduce_sum(zs_dtype dt, const void *x, int64_t O, int64_t R,
                     int64_t K, void *out);
+/* The same for bf16 / f16 x (dt), out = sum * scale in dt, one rounding;
+ * summed in f32 lanes over blocks of 256 with double totals (K == 1) or in
+ * double per column (K > 1). Parallel over (o, blocks of 256 columns). */
+void zsk_reduce_sum_lp(zs_dtype dt, const void *x, int64_t O, int64_t R,
+                       int64_t K, double scale, void *out);
 /* Sum of x[0, n) in double; f32 uses 16 float lanes over blocks of 256 with
  * block totals in double. Single-threaded (a row primitive). */
 double zsk_sum_f32(const float *x, int64_t n);

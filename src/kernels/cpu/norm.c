@@ -21,9 +21,11 @@
  * rows of S elements. Statistics accumulate in double.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/lowp.h"
 #include "kernels/cpu/norm.h"
 
 /* ---- layer norm --------------------------------------------------------- */
@@ -242,6 +244,176 @@ zs_status zsk_layer_norm_backward(zs_dtype dt, const void *x, const void *w,
         zs_free(scratch);
     }
     return ZS_OK;
+}
+
+/* ---- layer norm, bf16 / f16 x ---------------------------------------------
+ * Blocks of rows (about LP_ELEMS elements) are widened into per-task f32
+ * scratch and run by the f32 row bodies above (ln_fw_f32, ln_bw_f32 with a
+ * one-part view), so the arithmetic is the f32 kernel's; y and gx are
+ * rounded once. The weight and bias (f32, or x's dtype) are read as f32
+ * arrays of C (converted once when 16-bit); gw and gb are combined in f32
+ * and rounded once into their dtype. */
+
+#define LP_ELEMS 16384
+
+typedef struct lnlp_ctx {
+    zs_dtype dt;
+    const uint16_t *x, *gy;
+    uint16_t *y, *gx;
+    const float *w, *b; /* f32 [C] or NULL */
+    float *mean, *rstd; /* forward: written unless NULL; backward: read */
+    float *pw, *pb;     /* backward: [P, C] part sums or NULL */
+    int64_t R, C, P, nb; /* nb: rows per block */
+    double eps;
+    int failed;
+} lnlp_ctx;
+
+static void lnlp_fw(void *p, int64_t r0, int64_t r1)
+{
+    lnlp_ctx *c = p;
+    int64_t C = c->C;
+    float *w = malloc((size_t)(2 * c->nb * C) * sizeof(float));
+    if (!w) {
+        __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r += c->nb) {
+        int64_t n = r1 - r < c->nb ? r1 - r : c->nb;
+        zsk_widen16(c->dt, c->x + r * C, w, n * C);
+        ln_ctx f = {.x = w, .w = c->w, .b = c->b, .y = w + c->nb * C,
+                    .mean = c->mean ? c->mean + r : NULL,
+                    .rstd = c->rstd ? c->rstd + r : NULL, .R = n, .C = C,
+                    .eps = c->eps};
+        ln_fw_f32(&f, 0, n);
+        zsk_narrow16(c->dt, w + c->nb * C, c->y + r * C, n * C);
+    }
+    free(w);
+}
+
+static void lnlp_bw(void *p, int64_t p0, int64_t p1)
+{
+    lnlp_ctx *c = p;
+    int64_t C = c->C;
+    float *w = malloc((size_t)(3 * c->nb * C) * sizeof(float));
+    if (!w) {
+        __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *xf = w, *gf = xf + c->nb * C, *gxf = gf + c->nb * C;
+    for (int64_t part = p0; part < p1; part++) {
+        int64_t pr0 = part * c->R / c->P, pr1 = (part + 1) * c->R / c->P;
+        for (int64_t r = pr0; r < pr1; r += c->nb) {
+            int64_t n = pr1 - r < c->nb ? pr1 - r : c->nb;
+            zsk_widen16(c->dt, c->x + r * C, xf, n * C);
+            zsk_widen16(c->dt, c->gy + r * C, gf, n * C);
+            ln_ctx f = {.x = xf, .w = c->w, .gy = gf, .smean = c->mean + r,
+                        .srstd = c->rstd + r, .gx = c->gx ? gxf : NULL,
+                        .R = n, .C = C, .P = 1,
+                        .pw = c->pw ? c->pw + part * C : NULL,
+                        .pb = c->pb ? c->pb + part * C : NULL};
+            ln_bw_f32(&f, 0, 1);
+            if (c->gx)
+                zsk_narrow16(c->dt, gxf, c->gx + r * C, n * C);
+        }
+    }
+    free(w);
+}
+
+/* p (dtype pdt: f32 or 16-bit) as f32: p itself, or a zs_alloc'd copy in
+ * *tmp; NULL p gives NULL. */
+static const float *params_f32(zs_dtype pdt, const void *p, int64_t C,
+                               float **tmp, bool *nomem)
+{
+    *tmp = NULL;
+    if (!p || pdt == ZS_F32)
+        return p;
+    if (!(*tmp = zs_alloc((size_t)(C > 0 ? C : 1) * sizeof(float)))) {
+        *nomem = true;
+        return NULL;
+    }
+    zsk_widen_any(pdt, p, *tmp, C);
+    return *tmp;
+}
+
+static zs_status lnlp_status(const lnlp_ctx *c, bool nomem)
+{
+    if (c->failed || nomem)
+        return zs_set_error_code(ZS_ERR_NOMEM, "layer_norm: out of memory "
+                                 "for the f32 scratch of %s rows",
+                                 zs_dtype_name(c->dt));
+    return ZS_OK;
+}
+
+static int64_t lp_rows(int64_t C)
+{
+    int64_t n = LP_ELEMS / (C > 0 ? C : 1);
+    return n > 0 ? n : 1;
+}
+
+zs_status zsk_layer_norm_lp(zs_dtype dt, zs_dtype pdt, const void *x,
+                            const void *w, const void *b, int64_t R,
+                            int64_t C, double eps, void *y, float *mean,
+                            float *rstd)
+{
+    float *tw, *tb;
+    bool nomem = false;
+    lnlp_ctx c = {.dt = dt, .x = x, .y = y, .mean = mean, .rstd = rstd,
+                  .R = R, .C = C, .nb = lp_rows(C), .eps = eps};
+    c.w = params_f32(pdt, w, C, &tw, &nomem);
+    c.b = params_f32(pdt, b, C, &tb, &nomem);
+    if (!nomem && R > 0 && C > 0)
+        zs_parallel_for(R, c.nb, lnlp_fw, &c);
+    zs_free(tw);
+    zs_free(tb);
+    return lnlp_status(&c, nomem);
+}
+
+zs_status zsk_layer_norm_backward_lp(zs_dtype dt, zs_dtype pdt, const void *x,
+                                     const void *w, const float *mean,
+                                     const float *rstd, const void *gy,
+                                     int64_t R, int64_t C, void *gx, void *gw,
+                                     void *gb)
+{
+    if (R <= 0 || C <= 0) {
+        size_t es = zs_dtype_size(pdt);
+        if (gw)
+            memset(gw, 0, (size_t)C * es);
+        if (gb)
+            memset(gb, 0, (size_t)C * es);
+        return ZS_OK;
+    }
+    int64_t P = R / row_grain(C);
+    P = P > zs_num_threads() ? zs_num_threads() : P < 1 ? 1 : P;
+    float *tw, *scratch = NULL;
+    bool nomem = false;
+    size_t part = (size_t)(P * C);
+    lnlp_ctx c = {.dt = dt, .x = x, .gy = gy, .gx = gx, .mean = (float *)mean,
+                  .rstd = (float *)rstd, .R = R, .C = C, .P = P,
+                  .nb = lp_rows(C)};
+    c.w = params_f32(pdt, w, C, &tw, &nomem);
+    /* part sums, then the combined f32 gw and gb [C] each */
+    if ((gw || gb) && !(scratch = zs_alloc((2 * part + 2 * (size_t)C) * sizeof(float))))
+        nomem = true;
+    if (scratch) {
+        memset(scratch, 0, 2 * part * sizeof(float));
+        c.pw = gw ? scratch : NULL;
+        c.pb = gb ? scratch + part : NULL;
+    }
+    if (!nomem)
+        zs_parallel_for(P, 1, lnlp_bw, &c);
+    if (!nomem && !c.failed && scratch) {
+        float *sw = scratch + 2 * part, *sb = sw + C;
+        ln_ctx d = {.pw = c.pw, .pb = c.pb, .gw = gw ? sw : NULL,
+                    .gb = gb ? sb : NULL, .C = C, .P = P};
+        zs_parallel_for(C, ZSK_GRAIN / P + 1, ln_combine_f32, &d);
+        if (gw)
+            zsk_narrow_any(pdt, sw, gw, C);
+        if (gb)
+            zsk_narrow_any(pdt, sb, gb, C);
+    }
+    zs_free(tw);
+    zs_free(scratch);
+    return lnlp_status(&c, nomem);
 }
 
 /* ---- batch norm --------------------------------------------------------- */

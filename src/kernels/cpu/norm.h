@@ -34,6 +34,21 @@ zs_status zsk_layer_norm_backward(zs_dtype dt, const void *x, const void *w,
                                   const void *gy, int64_t R, int64_t C,
                                   void *gx, void *gw, void *gb);
 
+/* Layer norm of a bf16 / f16 x (dt; y and gx in dt) with weight and bias
+ * (and their gradients gw, gb) of dtype pdt (f32 or dt, the mixed form of
+ * torch's CPU layer_norm) and f32 statistics mean, rstd [R]: the f32
+ * kernels above on rows widened block by block, each result rounded once.
+ * Fail only when scratch memory cannot be allocated (message set). */
+zs_status zsk_layer_norm_lp(zs_dtype dt, zs_dtype pdt, const void *x,
+                            const void *w, const void *b, int64_t R,
+                            int64_t C, double eps, void *y, float *mean,
+                            float *rstd);
+zs_status zsk_layer_norm_backward_lp(zs_dtype dt, zs_dtype pdt, const void *x,
+                                     const void *w, const float *mean,
+                                     const float *rstd, const void *gy,
+                                     int64_t R, int64_t C, void *gx, void *gw,
+                                     void *gb);
+
 /* Per-channel statistics of x [N, C, S]: mean[c] and the biased variance
  * var[c] (two passes, double accumulation). */
 void zsk_batch_norm_stats(zs_dtype dt, const void *x, int64_t N, int64_t C,

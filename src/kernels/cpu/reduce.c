@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/lowp.h"
 
 ZSK_CLONES double zsk_sum_f32(const float *x, int64_t n)
 {
@@ -209,4 +210,61 @@ void zsk_reduce_sum(zs_dtype dt, const void *x, int64_t O, int64_t R,
         reduce_rows_split(dt, x, R, K, out))
         return;
     zs_parallel_for(O * nstrips, 1 + ZSK_GRAIN / per, strips_body, &c);
+}
+
+/* ---- bf16 / f16 ----------------------------------------------------------
+ * Tasks of (o, block of up to LP_W columns k): 16-bit values are widened
+ * in blocks of LP_W into a stack buffer and summed in f32 lanes
+ * (zsk_sum_f32) with double totals (K == 1), or added into double column
+ * sums (K > 1); one rounding of sum * scale at the end. */
+
+#define LP_W 256
+
+typedef struct lp_ctx {
+    zs_dtype dt;
+    const uint16_t *x;
+    uint16_t *out;
+    int64_t R, K, nkb;
+    double scale;
+} lp_ctx;
+
+static void lp_body(void *p, int64_t b, int64_t e)
+{
+    const lp_ctx *c = p;
+    float buf[LP_W];
+    double acc[LP_W];
+    for (int64_t t = b; t < e; t++) {
+        int64_t o = t / c->nkb, k0 = (t % c->nkb) * LP_W;
+        int64_t w = c->K - k0 < LP_W ? c->K - k0 : LP_W;
+        const uint16_t *x = c->x + o * c->R * c->K + k0;
+        if (c->K == 1) {
+            double s = 0;
+            for (int64_t r = 0; r < c->R; r += LP_W) {
+                int64_t m = c->R - r < LP_W ? c->R - r : LP_W;
+                zsk_widen16(c->dt, x + r, buf, m);
+                s += zsk_sum_f32(buf, m);
+            }
+            c->out[o] = zsk_st16(c->dt, (float)(s * c->scale));
+            continue;
+        }
+        for (int64_t j = 0; j < w; j++)
+            acc[j] = 0;
+        for (int64_t r = 0; r < c->R; r++) {
+            zsk_widen16(c->dt, x + r * c->K, buf, w);
+            for (int64_t j = 0; j < w; j++)
+                acc[j] += buf[j];
+        }
+        for (int64_t j = 0; j < w; j++)
+            c->out[o * c->K + k0 + j] = zsk_st16(c->dt, (float)(acc[j] * c->scale));
+    }
+}
+
+void zsk_reduce_sum_lp(zs_dtype dt, const void *x, int64_t O, int64_t R,
+                       int64_t K, double scale, void *out)
+{
+    lp_ctx c = {dt, x, out, R, K, (K + LP_W - 1) / LP_W, scale};
+    if (O == 0 || K == 0)
+        return;
+    int64_t per = R * (K < LP_W ? K : LP_W) + 1;
+    zs_parallel_for(O * c.nkb, 1 + ZSK_GRAIN / per, lp_body, &c);
 }

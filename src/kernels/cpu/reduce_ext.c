@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/lowp.h"
 #include "kernels/cpu/reduce_ext.h"
 
 #define STRIP 1024
@@ -552,10 +553,28 @@ typedef struct sq_ctx {
     double *part;
 } sq_ctx;
 
+/* bf16 / f16: n values widened 256 at a time, summed as f32 (in double) */
+static double sq_diff_lp(zs_dtype dt, const uint16_t *a, const uint16_t *b,
+                         int64_t n)
+{
+    float fa[256], fb[256];
+    double s = 0;
+    for (int64_t i = 0; i < n; i += 256) {
+        int64_t m = n - i < 256 ? n - i : 256;
+        zsk_widen16(dt, a + i, fa, m);
+        zsk_widen16(dt, b + i, fb, m);
+        s += sq_diff_f32(fa, fb, m);
+    }
+    return s;
+}
+
 static double sq_block(const sq_ctx *c, int64_t k)
 {
     int64_t i0 = k * SQ_BLOCK;
     int64_t len = c->n - i0 < SQ_BLOCK ? c->n - i0 : SQ_BLOCK;
+    if (zsk_is_lowp16(c->dt))
+        return sq_diff_lp(c->dt, (const uint16_t *)c->a + i0,
+                          (const uint16_t *)c->b + i0, len);
     size_t off = (size_t)i0 * esize(c->dt);
     return c->dt == ZS_F64
                ? sq_diff_f64((const double *)(c->a + off),

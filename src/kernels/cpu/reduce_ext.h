@@ -69,7 +69,8 @@ void zsk_reduce_max_backward(zs_dtype dt, const void *x, const void *y,
 void zsk_reduce_var(zs_dtype dt, const void *x, int64_t O, int64_t R,
                     int64_t K, int64_t correction, void *out, void *mean);
 
-/* sum_i (a[i] - b[i])^2 over contiguous a, b of n elements, in double;
+/* sum_i (a[i] - b[i])^2 over contiguous a, b of n elements (f32, f64, or
+ * bf16 / f16 widened to f32), in double;
  * blocks of a fixed size are summed in order, so the result does not
  * depend on the number of threads. */
 double zsk_sq_diff_sum(zs_dtype dt, const void *a, const void *b, int64_t n);

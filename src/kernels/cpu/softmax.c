@@ -19,9 +19,11 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/lowp.h"
 #include "kernels/cpu/reduce_ext.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vmath.h"
@@ -259,11 +261,52 @@ typedef struct sm_ctx {
     char *y;           /* forward output, or gx */
     int64_t R, K, nstrips;
     bool lg, backward;
+    int failed;        /* bf16/f16: scratch allocation failed */
 } sm_ctx;
+
+/* bf16 / f16: the (row or strip) task t widened into f32 scratch w
+ * ([R, width] for x, g and the result), run by the f32 forms above and
+ * rounded once into y. */
+static void sm_task_lp(sm_ctx *c, int64_t t, float *w)
+{
+    int64_t o = t / c->nstrips, k0 = (t % c->nstrips) * STRIP;
+    int64_t wd = c->K - k0 < STRIP ? c->K - k0 : STRIP, R = c->R;
+    const uint16_t *x = (const uint16_t *)c->x + o * R * c->K + k0;
+    const uint16_t *g = c->g ? (const uint16_t *)c->g + o * R * c->K + k0 : NULL;
+    uint16_t *y = (uint16_t *)c->y + o * R * c->K + k0;
+    float *xf = w, *gf = xf + R * wd, *yf = gf + R * wd;
+    for (int64_t r = 0; r < R; r++) {
+        zsk_widen16(c->dt, x + r * c->K, xf + r * wd, wd);
+        if (g)
+            zsk_widen16(c->dt, g + r * c->K, gf + r * wd, wd);
+    }
+    if (c->K == 1 && !c->backward)
+        softmax_row_f32(xf, R, c->lg, yf);
+    else if (c->K == 1)
+        softmax_bw_row_f32(xf, gf, R, c->lg, yf);
+    else if (!c->backward)
+        softmax_strip_f32(xf, R, wd, wd, c->lg, yf);
+    else
+        softmax_bw_strip_f32(xf, gf, R, wd, wd, c->lg, yf);
+    for (int64_t r = 0; r < R; r++)
+        zsk_narrow16(c->dt, yf + r * wd, y + r * c->K, wd);
+}
 
 static void sm_body(void *p, int64_t b, int64_t e)
 {
     sm_ctx *c = p;
+    if (zsk_is_lowp16(c->dt)) {
+        int64_t wd = c->K < STRIP ? c->K : STRIP;
+        float *w = malloc((size_t)(3 * c->R * wd) * sizeof(float));
+        if (!w) {
+            __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        for (int64_t t = b; t < e; t++)
+            sm_task_lp(c, t, w);
+        free(w);
+        return;
+    }
     size_t es = c->dt == ZS_F64 ? 8 : 4;
     bool d = c->dt == ZS_F64;
     for (int64_t t = b; t < e; t++) {
@@ -297,29 +340,34 @@ static void sm_body(void *p, int64_t b, int64_t e)
     }
 }
 
-static void sm_run(sm_ctx *c, int64_t O)
+static zs_status sm_run(sm_ctx *c, int64_t O)
 {
     c->nstrips = (c->K + STRIP - 1) / STRIP;
     if (O * c->R * c->K == 0)
-        return;
+        return ZS_OK;
     int64_t per = c->R * (c->K < STRIP ? c->K : STRIP);
     zs_parallel_for(O * c->nstrips, 1 + ZSK_GRAIN / per, sm_body, c);
+    if (c->failed)
+        return zs_set_error_code(ZS_ERR_NOMEM, "softmax: out of memory for "
+                                 "the f32 scratch of a %s row",
+                                 zs_dtype_name(c->dt));
+    return ZS_OK;
 }
 
-void zsk_softmax(zs_dtype dt, const void *x, int64_t O, int64_t R, int64_t K,
-                 bool log, void *y)
+zs_status zsk_softmax(zs_dtype dt, const void *x, int64_t O, int64_t R,
+                      int64_t K, bool log, void *y)
 {
     sm_ctx c = {.dt = dt, .x = x, .y = y, .R = R, .K = K, .lg = log};
-    sm_run(&c, O);
+    return sm_run(&c, O);
 }
 
-void zsk_softmax_backward(zs_dtype dt, const void *y, const void *g,
-                          int64_t O, int64_t R, int64_t K, bool log,
-                          void *gx)
+zs_status zsk_softmax_backward(zs_dtype dt, const void *y, const void *g,
+                               int64_t O, int64_t R, int64_t K, bool log,
+                               void *gx)
 {
     sm_ctx c = {.dt = dt, .x = y, .g = g, .y = gx, .R = R, .K = K, .lg = log,
                 .backward = true};
-    sm_run(&c, O);
+    return sm_run(&c, O);
 }
 
 /* ---- cross entropy ------------------------------------------------------ */
@@ -358,11 +406,46 @@ typedef struct ce_ctx {
     const double *lse_in;
     double scale;
     char *gx;
+    int failed; /* bf16/f16: scratch allocation failed */
 } ce_ctx;
+
+/* bf16 / f16 rows [b, e): each row widened into f32 scratch w [2 C] and
+ * run by the f32 row forms; the backward's row rounded once into gx. */
+static void ce_body_lp(ce_ctx *c, int64_t b, int64_t e, bool bw)
+{
+    float *w = malloc((size_t)(2 * c->C) * sizeof(float));
+    if (!w) {
+        __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t i = b; i < e; i++) {
+        int64_t t = target_at(c->tg, i);
+        const uint16_t *x = (const uint16_t *)c->x + i * c->C;
+        bool skip = t == c->tg->ignore;
+        if (!skip)
+            zsk_widen16(c->dt, x, w, c->C);
+        if (!bw && skip)
+            c->lse[i] = c->loss[i] = 0;
+        else if (!bw)
+            ce_row_f32(w, c->C, t, &c->lse[i], &c->loss[i]);
+        if (!bw)
+            continue;
+        if (skip)
+            memset(w + c->C, 0, (size_t)c->C * sizeof(float));
+        else
+            ce_bw_row_f32(w, c->C, t, c->lse_in[i], c->scale, w + c->C);
+        zsk_narrow16(c->dt, w + c->C, (uint16_t *)c->gx + i * c->C, c->C);
+    }
+    free(w);
+}
 
 static void ce_body(void *p, int64_t b, int64_t e)
 {
     ce_ctx *c = p;
+    if (zsk_is_lowp16(c->dt)) {
+        ce_body_lp(c, b, e, false);
+        return;
+    }
     size_t es = c->dt == ZS_F64 ? 8 : 4;
     for (int64_t i = b; i < e; i++) {
         int64_t t = target_at(c->tg, i);
@@ -381,6 +464,10 @@ static void ce_body(void *p, int64_t b, int64_t e)
 static void ce_bw_body(void *p, int64_t b, int64_t e)
 {
     ce_ctx *c = p;
+    if (zsk_is_lowp16(c->dt)) {
+        ce_body_lp(c, b, e, true);
+        return;
+    }
     size_t es = c->dt == ZS_F64 ? 8 : 4;
     for (int64_t i = b; i < e; i++) {
         int64_t t = target_at(c->tg, i);
@@ -401,18 +488,30 @@ static void ce_bw_body(void *p, int64_t b, int64_t e)
     }
 }
 
-void zsk_cross_entropy(zs_dtype dt, const void *x, const zsk_targets *tg,
-                       int64_t N, int64_t C, double *lse, double *loss)
+static zs_status ce_status(const ce_ctx *c)
+{
+    if (c->failed)
+        return zs_set_error_code(ZS_ERR_NOMEM, "cross_entropy: out of memory "
+                                 "for the f32 scratch of a %s row",
+                                 zs_dtype_name(c->dt));
+    return ZS_OK;
+}
+
+zs_status zsk_cross_entropy(zs_dtype dt, const void *x, const zsk_targets *tg,
+                            int64_t N, int64_t C, double *lse, double *loss)
 {
     ce_ctx c = {.dt = dt, .x = x, .tg = tg, .C = C, .lse = lse, .loss = loss};
     zs_parallel_for(N, 1 + ZSK_GRAIN / (C > 0 ? C : 1), ce_body, &c);
+    return ce_status(&c);
 }
 
-void zsk_cross_entropy_backward(zs_dtype dt, const void *x,
-                                const zsk_targets *tg, int64_t N, int64_t C,
-                                const double *lse, double scale, void *gx)
+zs_status zsk_cross_entropy_backward(zs_dtype dt, const void *x,
+                                     const zsk_targets *tg, int64_t N,
+                                     int64_t C, const double *lse,
+                                     double scale, void *gx)
 {
     ce_ctx c = {.dt = dt, .x = x, .tg = tg, .C = C, .lse_in = lse,
                 .scale = scale, .gx = gx};
     zs_parallel_for(N, 1 + ZSK_GRAIN / (C > 0 ? C : 1), ce_bw_body, &c);
+    return ce_status(&c);
 }
