@@ -19,25 +19,29 @@
  *                  with b_trans);
  *   dw = g^T x:    the contraction is over M, along which neither saved
  *                  tiling runs, so (as DeepSeek-V3) both operands are
- *                  re-tiled: g2^T quantized to e5m2 with 1x128 tiles along
- *                  M, and the saved x dequantized, transposed and quantized
- *                  again to e4m3 with 1x128 tiles along M (1x128 tiles of
- *                  B: fp8_gemm with b_rows 1);
+ *                  re-tiled along M: g2 quantized to e5m2 and the saved x
+ *                  dequantized and quantized again to e4m3, both in 128x1
+ *                  tiles (the 1x128 tiles of their transposes) kept in
+ *                  their [M, .] layout, which fp8_gemm reads transposed
+ *                  (a_trans, b_trans with b_rows 1): no transposed copy;
  *   db = sum of g2 over rows, in f32.
  * dx has x's dtype (bf16 for a bf16 x); dw and db are f32.
  *
- * fp8_gemm (not differentiable): a [M, K] (e4m3 or e5m2) with scales
- * sa [M, ceil(K/128)], b (e4m3 or e5m2) either [N, K] with scales per
- * b_rows x 128 tile (b_rows 1: [N, KB]; 128: [ceil(N/128), KB]) or, with
- * b_trans, [K, N] with 128x128 block scales [KB, ceil(N/128)]; optional
- * bias [N] f32 -> f32 [M, N].
+ * fp8_gemm (not differentiable) -> f32 [M, N] = op(a) op(b)^T (+ bias [N]
+ * f32), operands e4m3 or e5m2 with their scales tiled along K:
+ *   a [M, K], scales [M, KB] (1x128 tiles), or with a_trans a stored
+ *     [K, M], scales [KB, M] (128x1 tiles);
+ *   b [N, K], scales per b_rows x 128 tile ([N, KB] or [NB, KB]), or with
+ *     b_trans b stored [K, N], scales [KB, N] (b_rows 1: 128x1 tiles) or
+ *     [KB, NB] (b_rows 128: the blocks of a [K, N] weight).
  * fp8_quantize (not differentiable; zsi_run_n, results q and scales):
  * x [..., C] f32 or bf16 -> q (the format, x's shape) and scales f32:
  * block_rows 1: [..., ceil(C/128)]; block_rows > 1 (x 2-D [R, C]):
- * [ceil(R/block_rows), ceil(C/128)].
+ * [ceil(R/block_rows), ceil(C/128)]; internally also 128x1 tiles of a
+ * 2-D x (cols): [ceil(R/128), C].
  * fp8_dequantize: (q, scales, block_rows) -> f32 of q's shape.
- * Inputs of any layout are read contiguous (a host copy when they are
- * not: a transposed view costs one copy).
+ * fp8_quantize reads 1-D and 2-D inputs of any strides in place; other
+ * inputs are read contiguous (a host copy when they are not).
  */
 #include <string.h>
 
@@ -75,6 +79,12 @@ static void scales_meta(int ndim, const int64_t *shape, int64_t br,
         m->shape[0] = zsk_fp8_groups(shape[0], br);
 }
 
+/* The scales' shape of a 2-D [R, C] in 128x1 tiles: [ceil(R/128), C]. */
+static void cols_meta(const int64_t *shape, zsi_meta *m)
+{
+    *m = (zsi_meta){ZS_F32, 2, {zsk_fp8_groups(shape[0], ZSK_FP8_TILE), shape[1]}};
+}
+
 static zs_status check_scales(const char *op, const char *what,
                               const zs_tensor *s, const zsi_meta *want)
 {
@@ -93,6 +103,8 @@ static zs_status check_scales(const char *op, const char *what,
 typedef struct quant_attrs {
     int64_t fmt;        /* ZS_F8E4M3 or ZS_F8E5M2 */
     int64_t block_rows; /* 1: 1x128 tiles; > 1: blocks of a 2-D x */
+    int64_t cols;       /* 128x1 tiles of a 2-D x (block_rows 1), scales
+                         * [ceil(R/128), C]: internal (the backward's) */
 } quant_attrs;
 ZSI_ATTRS(quant_attrs);
 
@@ -111,28 +123,44 @@ static zs_status infer_quant(zsi_call *c)
     if (a->block_rows < 1)
         return zs_set_error("%s: block_rows %lld, expected >= 1", op,
                             (long long)a->block_rows);
-    if (x->ndim < 1 || (a->block_rows > 1 && x->ndim != 2))
+    if (x->ndim < 1 || ((a->block_rows > 1 || a->cols) && x->ndim != 2) ||
+        (a->cols && a->block_rows != 1))
         return zs_set_error("%s: input %s: expected [..., C] (tiles) or "
-                            "[R, C] (block_rows %lld)", op,
+                            "[R, C] (block_rows %lld%s)", op,
                             zs_shape_str(x, s1, sizeof s1),
-                            (long long)a->block_rows);
+                            (long long)a->block_rows, a->cols ? ", 128x1" : "");
     zsi_out_like(c, x);
     c->dtype = (zs_dtype)a->fmt;
     c->nout = 2;
-    scales_meta(x->ndim, x->shape, a->block_rows, &c->more[0]);
+    if (a->cols)
+        cols_meta(x->shape, &c->more[0]);
+    else
+        scales_meta(x->ndim, x->shape, a->block_rows, &c->more[0]);
     return ZS_OK;
 }
 
+/* A 1-D or 2-D x of any strides is read in place (a transposed view
+ * quantizes along its rows without a copy; 128x1 tiles need unit column
+ * stride); others contiguous. */
 static zs_status cpu_quant(const zsi_call *c, zs_tensor *out)
 {
     const quant_attrs *a = c->attrs;
-    zs_tensor *x = zsi_contig_host(c->in[0]);
+    const zs_tensor *in = c->in[0];
+    bool direct = in->ndim == 1 ||
+                  (in->ndim == 2 && (!a->cols || in->strides[1] == 1));
+    zs_tensor *x = direct ? zs_retain(c->in[0]) : zsi_contig_host(c->in[0]);
     if (!x)
         return ZS_ERR_NOMEM;
-    int64_t C = last_of(x);
-    zsk_fp8_quantize(fmt_of(out->dtype), x->dtype == ZS_BF16, zs_data(x),
-                     rows_of(x), C, C, a->block_rows, zs_data(out),
-                     zs_data(c->outs[1]));
+    int64_t C = last_of(x), cs = x->ndim ? x->strides[x->ndim - 1] : 1;
+    int64_t rs = x->ndim == 2 ? x->strides[0] : C * cs;
+    zsk_fp8_fmt f = fmt_of(out->dtype);
+    bool bf16 = x->dtype == ZS_BF16;
+    if (a->cols)
+        zsk_fp8_quantize_cols(f, bf16, zs_data(x), rows_of(x), C, rs,
+                              zs_data(out), zs_data(c->outs[1]));
+    else
+        zsk_fp8_quantize(f, bf16, zs_data(x), rows_of(x), C, rs, cs,
+                         a->block_rows, zs_data(out), zs_data(c->outs[1]));
     zs_release(x);
     return ZS_OK;
 }
@@ -151,7 +179,7 @@ zsi_opdef zsi_def_fp8_quantize = {
 zs_status zs_fp8_quantize(zs_tensor *x, zs_dtype fmt, int64_t block_rows,
                           zs_tensor **q, zs_tensor **scales)
 {
-    quant_attrs at = {fmt, block_rows};
+    quant_attrs at = {fmt, block_rows, 0};
     zs_tensor *r[2];
     zs_status st = zsi_run_n(&zsi_def_fp8_quantize, 1, (zs_tensor *[]){x},
                              &at, 2, r);
@@ -222,9 +250,10 @@ zs_tensor *zs_fp8_dequantize(zs_tensor *q, zs_tensor *scales,
 /* ---- fp8_gemm ---------------------------------------------------------------- */
 
 typedef struct gemm_attrs {
-    int64_t b_rows;  /* rows per scale of b: 1 or 128 */
-    int64_t b_trans; /* b is [K, N] (128x128 blocks) */
+    int64_t b_rows;  /* rows of b per scale: 1 or 128 */
+    int64_t b_trans; /* b stored [K, N] */
     int64_t bias;    /* input index of the bias; -1: none */
+    int64_t a_trans; /* a stored [K, M] (128x1 tiles) */
 } gemm_attrs;
 ZSI_ATTRS(gemm_attrs);
 
@@ -242,22 +271,28 @@ static zs_status infer_gemm(zsi_call *c)
     if (at->b_rows != 1 && at->b_rows != 128)
         return zs_set_error("%s: b_rows %lld, expected 1 or 128", op,
                             (long long)at->b_rows);
-    if (at->b_trans && at->b_rows != 128)
-        return zs_set_error("%s: a transposed b needs 128x128 blocks "
-                            "(b_rows 128), got b_rows %lld", op,
-                            (long long)at->b_rows);
-    int64_t K = a->ndim == 2 ? a->shape[1] : -1;
-    int64_t bk = b->ndim == 2 ? b->shape[at->b_trans ? 0 : 1] : -2;
+    int ta = at->a_trans != 0, tb = at->b_trans != 0;
+    int64_t K = a->ndim == 2 ? a->shape[ta ? 0 : 1] : -1;
+    int64_t bk = b->ndim == 2 ? b->shape[tb ? 0 : 1] : -2;
     if (K != bk)
-        return zs_set_error("%s: a %s and b %s%s do not match: expected 2-D "
-                            "[M, K] and %s", op, zs_shape_str(a, s1, sizeof s1),
+        return zs_set_error("%s: a %s%s and b %s%s do not match: expected 2-D "
+                            "%s and %s", op, zs_shape_str(a, s1, sizeof s1),
+                            ta ? " (transposed)" : "",
                             zs_shape_str(b, s2, sizeof s2),
-                            at->b_trans ? " (transposed)" : "",
-                            at->b_trans ? "[K, N]" : "[N, K]");
-    int64_t M = a->shape[0], N = b->shape[at->b_trans ? 1 : 0];
+                            tb ? " (transposed)" : "", ta ? "[K, M]" : "[M, K]",
+                            tb ? "[K, N]" : "[N, K]");
+    int64_t M = a->shape[ta ? 1 : 0], N = b->shape[tb ? 1 : 0];
+    /* tiles along K: a [M, KB], or stored [K, M] (128x1 tiles) [KB, M]; b's
+     * rows in groups of b_rows: [NB, KB], or stored [K, N]: [KB, NB] */
     zsi_meta wa, wb;
-    scales_meta(2, a->shape, 1, &wa);
-    scales_meta(2, b->shape, at->b_rows, &wb);
+    if (ta)
+        cols_meta(a->shape, &wa);
+    else
+        scales_meta(2, a->shape, 1, &wa);
+    if (tb && at->b_rows == 1)
+        cols_meta(b->shape, &wb);
+    else
+        scales_meta(2, b->shape, at->b_rows, &wb);
     if (check_scales(op, "scales of a", sa, &wa) != ZS_OK ||
         check_scales(op, "scales of b", sb, &wb) != ZS_OK)
         return ZS_ERR_ARG;
@@ -286,15 +321,16 @@ static zs_status cpu_gemm(const zsi_call *c, zs_tensor *out)
             st = ZS_ERR_NOMEM;
     if (st == ZS_OK) {
         const zs_tensor *a = t[0], *b = t[2];
-        int64_t M = a->shape[0], K = a->shape[1], KB = t[1]->shape[1];
-        int64_t N = out->shape[1], sbc = t[3]->shape[1];
-        zsk_fp8_mat ma = {zs_data(a), K, 1, fmt_of(a->dtype), zs_data(t[1]),
-                          1, KB, 1};
+        int64_t M = out->shape[0], N = out->shape[1];
+        int64_t K = a->shape[at->a_trans ? 0 : 1];
+        int64_t sac = t[1]->shape[1], sbc = t[3]->shape[1], rg = at->b_rows;
+        zsk_fp8_fmt fa = fmt_of(a->dtype), fb = fmt_of(b->dtype);
+        zsk_fp8_mat ma = at->a_trans
+            ? (zsk_fp8_mat){zs_data(a), 1, M, fa, zs_data(t[1]), 1, 1, sac}
+            : (zsk_fp8_mat){zs_data(a), K, 1, fa, zs_data(t[1]), 1, sac, 1};
         zsk_fp8_mat mb = at->b_trans
-            ? (zsk_fp8_mat){zs_data(b), 1, N, fmt_of(b->dtype), zs_data(t[3]),
-                            128, 1, sbc}
-            : (zsk_fp8_mat){zs_data(b), K, 1, fmt_of(b->dtype), zs_data(t[3]),
-                            at->b_rows, sbc, 1};
+            ? (zsk_fp8_mat){zs_data(b), 1, N, fb, zs_data(t[3]), rg, 1, sbc}
+            : (zsk_fp8_mat){zs_data(b), K, 1, fb, zs_data(t[3]), rg, sbc, 1};
         st = zsk_gemm_fp8(M, N, K, &ma, &mb, t[4] ? zs_data(t[4]) : NULL,
                           zs_data(out), N);
     }
@@ -308,8 +344,9 @@ static zsi_cost gemm_cost(const zsi_call *c, const zs_tensor *out)
     double rd = 0;
     for (int i = 0; i < c->nin; i++)
         rd += zsi_bytes(c->in[i]);
-    return (zsi_cost){2.0 * (double)zs_numel(out) * (double)c->in[0]->shape[1],
-                      rd, zsi_bytes(out)};
+    const gemm_attrs *at = c->attrs;
+    double K = (double)c->in[0]->shape[at->a_trans ? 0 : 1];
+    return (zsi_cost){2.0 * (double)zs_numel(out) * K, rd, zsi_bytes(out)};
 }
 
 zsi_opdef zsi_def_fp8_gemm = {
@@ -317,11 +354,13 @@ zsi_opdef zsi_def_fp8_gemm = {
     .kernel = {[ZS_CPU] = {[ZS_F8E4M3] = cpu_gemm, [ZS_F8E5M2] = cpu_gemm}},
     .cost = gemm_cost, .attr_size = sizeof(gemm_attrs)};
 
-/* a b^T (or a b with b_trans) through fp8_gemm; a new reference. */
-static zs_tensor *fp8_gemm(zs_tensor *a, zs_tensor *sa, zs_tensor *b,
-                           zs_tensor *sb, int64_t b_rows, bool b_trans)
+/* op(a) op(b)^T through fp8_gemm (op: stored transposed when *_trans);
+ * a new reference. */
+static zs_tensor *fp8_gemm(zs_tensor *a, zs_tensor *sa, bool a_trans,
+                           zs_tensor *b, zs_tensor *sb, int64_t b_rows,
+                           bool b_trans)
 {
-    gemm_attrs at = {b_rows, b_trans, -1};
+    gemm_attrs at = {b_rows, b_trans, -1, a_trans};
     return zsi_run(&zsi_def_fp8_gemm, 4, (zs_tensor *[]){a, sa, b, sb}, &at);
 }
 
@@ -389,8 +428,8 @@ static zs_status run_linear_fp8(zs_tensor *x, zs_tensor *w, zs_tensor *b,
     if (st != ZS_OK)
         return st;
     zsk_fp8_quantize(ZSK_FP8_E4M3, x->dtype == ZS_BF16, zs_data(x), M, K, K,
-                     1, zs_data(q[0]), zs_data(q[1]));
-    zsk_fp8_quantize(ZSK_FP8_E4M3, false, zs_data(w), N, K, K, 128,
+                     1, 1, zs_data(q[0]), zs_data(q[1]));
+    zsk_fp8_quantize(ZSK_FP8_E4M3, false, zs_data(w), N, K, K, 1, 128,
                      zs_data(q[2]), zs_data(q[3]));
     zsk_fp8_mat ma = {zs_data(q[0]), K, 1, ZSK_FP8_E4M3, zs_data(q[1]), 1,
                       KB, 1};
@@ -454,8 +493,7 @@ zsi_opdef zsi_def_linear_fp8 = {
     .attr_size = sizeof(linear_fp8_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_fp8_quantize, &zsi_def_fp8_gemm,
                                    &zsi_def_fp8_dequantize, &zsi_def_view,
-                                   &zsi_def_permute, &zsi_def_to_dtype,
-                                   &zsi_def_sum, NULL}};
+                                   &zsi_def_to_dtype, &zsi_def_sum, NULL}};
 
 zs_tensor *zs_linear_fp8(zs_tensor *x, zs_tensor *w, zs_tensor *b)
 {
@@ -466,14 +504,17 @@ zs_tensor *zs_linear_fp8(zs_tensor *x, zs_tensor *w, zs_tensor *b)
 
 /* ---- backward ------------------------------------------------------------------ */
 
-/* t (2-D) quantized with 1x128 tiles along its rows (of its transpose
- * when trans): new references in *q and *s. */
-static zs_status quant_rows(zs_tensor *t, bool trans, zs_dtype fmt,
-                            zs_tensor **q, zs_tensor **s)
+/* t (2-D [R, C]) quantized in 1x128 tiles (128x1 when cols): new
+ * references in *q and *s. */
+static zs_status quant2(zs_tensor *t, bool cols, zs_dtype fmt, zs_tensor **q,
+                        zs_tensor **s)
 {
-    zs_tensor *v = trans ? zs_transpose(t, 0, 1) : zs_retain(t);
-    zs_status st = v ? zs_fp8_quantize(v, fmt, 1, q, s) : ZS_ERR_NOMEM;
-    zs_release(v);
+    quant_attrs at = {fmt, 1, cols};
+    zs_tensor *r[2];
+    zs_status st = zsi_run_n(&zsi_def_fp8_quantize, 1, (zs_tensor *[]){t},
+                             &at, 2, r);
+    *q = r[0];
+    *s = r[1];
     return st;
 }
 
@@ -481,8 +522,8 @@ static zs_status quant_rows(zs_tensor *t, bool trans, zs_dtype fmt,
 static zs_tensor *grad_x(zsi_ctx *n, zs_tensor *g2)
 {
     zs_tensor *gq = NULL, *gs = NULL, *d = NULL, *dx = NULL;
-    if (quant_rows(g2, false, ZS_F8E5M2, &gq, &gs) == ZS_OK)
-        d = fp8_gemm(gq, gs, n->saved[2], n->saved[3], 128, true);
+    if (quant2(g2, false, ZS_F8E5M2, &gq, &gs) == ZS_OK)
+        d = fp8_gemm(gq, gs, false, n->saved[2], n->saved[3], 128, true);
     const zsi_meta *m = &n->in_meta[0];
     zs_tensor *r = d ? zs_reshape(d, m->ndim, m->shape) : NULL;
     if (r)
@@ -493,14 +534,15 @@ static zs_tensor *grad_x(zsi_ctx *n, zs_tensor *g2)
     return dx;
 }
 
-/* dw = g2^T x with both re-tiled along M. */
+/* dw = g2^T x: both operands in 128x1 tiles (along M, the contraction),
+ * kept in their [M, .] layout and read transposed by the GEMM. */
 static zs_tensor *grad_w(zsi_ctx *n, zs_tensor *g2)
 {
     zs_tensor *gq = NULL, *gs = NULL, *xq = NULL, *xs = NULL, *dw = NULL;
     zs_tensor *xd = zs_fp8_dequantize(n->saved[0], n->saved[1], 1);
-    if (xd && quant_rows(g2, true, ZS_F8E5M2, &gq, &gs) == ZS_OK &&
-        quant_rows(xd, true, ZS_F8E4M3, &xq, &xs) == ZS_OK)
-        dw = fp8_gemm(gq, gs, xq, xs, 1, false);
+    if (xd && quant2(g2, true, ZS_F8E5M2, &gq, &gs) == ZS_OK &&
+        quant2(xd, true, ZS_F8E4M3, &xq, &xs) == ZS_OK)
+        dw = fp8_gemm(gq, gs, true, xq, xs, 1, true);
     zs_tensor *all[] = {xd, gq, gs, xq, xs};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         zs_release(all[i]);

@@ -8,7 +8,9 @@
  * <= 5-bit value and a 24-bit scale are exact in double): no division and
  * none of the kernel's bit tricks. Scales must be equal and codes
  * bit-exact, on the AVX-512 and the portable path, f32 and bf16 inputs,
- * 1x128 tiles and 128x128 blocks, odd shapes (edge tiles), padded rows,
+ * rows padded or read transposed (column stride != 1),
+ * 1x128 tiles, 128x128 blocks and 128x1 tiles, odd shapes (edge tiles),
+ * padded rows,
  * 1 and 2 threads; then the special cases: ties at midpoints (normal and
  * subnormal), saturation (given scales), NaN, -0, zero tiles, Inf, tiny
  * amax (scale underflow).
@@ -18,7 +20,8 @@
  * same chunked scales; each element within 1e-5 * sum_k |a_ik b_jk| (the
  * products are exact, so only f32 accumulation and the two scale
  * multiplications round) on every micro-kernel the CPU runs, odd M, N, K
- * (K not a multiple of 128, K over one cache block), A with 1x128 tiles,
+ * (K not a multiple of 128, K over one cache block), A with 1x128 tiles
+ * (or stored transposed with 128x1 tiles),
  * B with 128x128 blocks, read transposed, or with 1x128 tiles, bias or
  * none, 1 and 2 threads.
  */
@@ -95,11 +98,11 @@ static float xval(bool bf16, const void *x, int64_t i)
     return bf16 ? zs_bf16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
 }
 
-/* Checks q and s of x [R, C] (row stride ldx) against the reference;
- * returns the number of mismatches. */
+/* Checks q and s of x [R, C] (element (r, c) at x[r * rs + c * cs])
+ * against the reference; returns the number of mismatches. */
 static int64_t check_quant(zsk_fp8_fmt f, bool bf16, const void *x, int64_t R,
-                           int64_t C, int64_t ldx, int64_t br, const uint8_t *q,
-                           const float *s, const char *what)
+                           int64_t C, int64_t rs, int64_t cs, int64_t br,
+                           const uint8_t *q, const float *s, const char *what)
 {
     int64_t KB = zsk_fp8_groups(C, 128), bad = 0;
     for (int64_t g = 0; g * br < R; g++)
@@ -107,7 +110,7 @@ static int64_t check_quant(zsk_fp8_fmt f, bool bf16, const void *x, int64_t R,
             double amax = 0;
             for (int64_t r = g * br; r < R && r < (g + 1) * br; r++)
                 for (int64_t c = t * 128; c < C && c < (t + 1) * 128; c++) {
-                    double v = fabs((double)xval(bf16, x, r * ldx + c));
+                    double v = fabs((double)xval(bf16, x, r * rs + c * cs));
                     if (v > amax) /* false for NaN */
                         amax = v;
                 }
@@ -117,7 +120,7 @@ static int64_t check_quant(zsk_fp8_fmt f, bool bf16, const void *x, int64_t R,
                         what, (long long)g, (long long)t, sg, se);
             for (int64_t r = g * br; r < R && r < (g + 1) * br; r++)
                 for (int64_t c = t * 128; c < C && c < (t + 1) * 128; c++) {
-                    float xv = xval(bf16, x, r * ldx + c);
+                    float xv = xval(bf16, x, r * rs + c * cs);
                     uint8_t e = ref_code(f, xv, se), got = q[r * C + c];
                     if (e != got && bad++ < 5)
                         fprintf(stderr, "  %s: (%lld, %lld) x = %a s = %a: code "
@@ -155,25 +158,31 @@ static void test_quantize_random(void)
                 for (size_t ri = 0; ri < sizeof Rs / sizeof *Rs; ri++)
                     for (size_t ci = 0; ci < sizeof Cs / sizeof *Cs; ci++)
                         for (int portable = 0; portable < 2; portable++) {
-                            int64_t R = Rs[ri], C = Cs[ci], ldx = C + 3;
+                            /* rows padded by 3, or x^T of a [C, R + 3]
+                             * array (a transposed view) */
+                            bool tr = (ri + ci) % 3 == 1;
+                            int64_t R = Rs[ri], C = Cs[ci], ldx = tr ? R + 3 : C + 3;
+                            int64_t rs = tr ? 1 : ldx, cs = tr ? ldx : 1;
+                            int64_t nx = tr ? C * ldx : R * ldx;
                             uint64_t st = seed++;
                             size_t es = b16 ? 2 : 4;
-                            void *x = malloc((size_t)(R * ldx) * es);
-                            fill_rand(b16, x, R * ldx, &st);
+                            void *x = malloc((size_t)nx * es);
+                            fill_rand(b16, x, nx, &st);
                             uint8_t *q = malloc((size_t)(R * C));
                             float *s = malloc((size_t)(zsk_fp8_groups(R, br) *
                                                        zsk_fp8_groups(C, 128)) * 4);
                             zsk_fp8_force_portable = portable;
                             zs_set_num_threads(1 + (int)(ri % 2));
-                            zsk_fp8_quantize((zsk_fp8_fmt)f, b16, x, R, C, ldx, br, q, s);
+                            zsk_fp8_quantize((zsk_fp8_fmt)f, b16, x, R, C, rs, cs, br, q, s);
                             char what[128];
-                            snprintf(what, sizeof what, "%s %s [%lld, %lld] tiles %dx128 "
+                            snprintf(what, sizeof what, "%s %s [%lld, %lld]%s tiles %dx128 "
                                      "%s seed %llx", fname((zsk_fp8_fmt)f),
                                      b16 ? "bf16" : "f32", (long long)R, (long long)C,
+                                     tr ? " transposed" : "",
                                      br, portable ? "portable" : "default",
                                      (unsigned long long)(seed - 1));
                             int64_t bad = check_quant((zsk_fp8_fmt)f, b16, x, R, C,
-                                                      ldx, br, q, s, what);
+                                                      rs, cs, br, q, s, what);
                             ZT_CHECK(bad == 0, "quantize %s: %lld mismatches\n", what,
                                      (long long)bad);
                             free(x);
@@ -185,6 +194,51 @@ static void test_quantize_random(void)
     zt_section("quantize: random tiles against the per-tile float64 reference");
 }
 
+/* 128 x 1 tiles: the codes and scales of x^T's 1x128 tiles, in x's layout. */
+static void test_quantize_cols(void)
+{
+    static const int64_t Rs[] = {1, 127, 129, 300}, Cs[] = {1, 17, 300};
+    uint64_t seed = 0xc015;
+    for (int f = 0; f < 2; f++)
+        for (int b16 = 0; b16 < 2; b16++)
+            for (size_t ri = 0; ri < 4; ri++)
+                for (size_t ci = 0; ci < 3; ci++)
+                    for (int portable = 0; portable < 2; portable++) {
+                        int64_t R = Rs[ri], C = Cs[ci], ldx = C + 2, RB = zsk_fp8_groups(R, 128);
+                        uint64_t st = seed++;
+                        void *x = malloc((size_t)(R * ldx) * (b16 ? 2 : 4));
+                        fill_rand(b16, x, R * ldx, &st);
+                        if (R > 1 && C > 1 && !b16)
+                            ((float *)x)[ldx + 1] = NAN;
+                        uint8_t *q = malloc((size_t)(R * C)), *qt = malloc((size_t)(R * C));
+                        float *s = malloc((size_t)(RB * C) * 4), *sT = malloc((size_t)(RB * C) * 4);
+                        zsk_fp8_force_portable = portable;
+                        zsk_fp8_quantize_cols((zsk_fp8_fmt)f, b16, x, R, C, ldx, q, s);
+                        zsk_fp8_force_portable = false;
+                        for (int64_t r = 0; r < R; r++)
+                            for (int64_t c = 0; c < C; c++)
+                                qt[c * R + r] = q[r * C + c];
+                        for (int64_t g = 0; g < RB; g++)
+                            for (int64_t c = 0; c < C; c++)
+                                sT[c * RB + g] = s[g * C + c];
+                        char what[128];
+                        snprintf(what, sizeof what, "cols %s %s [%lld, %lld] %s seed %llx",
+                                 fname((zsk_fp8_fmt)f), b16 ? "bf16" : "f32", (long long)R,
+                                 (long long)C, portable ? "portable" : "default",
+                                 (unsigned long long)(seed - 1));
+                        /* x^T [C, R]: element (c, r) at x[c + r * ldx] */
+                        int64_t bad = check_quant((zsk_fp8_fmt)f, b16, x, C, R, 1, ldx, 1,
+                                                  qt, sT, what);
+                        ZT_CHECK(bad == 0, "quantize %s: %lld mismatches\n", what, (long long)bad);
+                        free(x);
+                        free(q);
+                        free(qt);
+                        free(s);
+                        free(sT);
+                    }
+    zt_section("quantize: 128x1 tiles (x^T's 1x128 tiles in x's layout)");
+}
+
 /* Quantizes one row of n values with both paths (computed scales) and
  * checks against the reference; returns the codes of the default path. */
 static void quant_row(zsk_fp8_fmt f, const float *x, int64_t n, uint8_t *q,
@@ -193,13 +247,13 @@ static void quant_row(zsk_fp8_fmt f, const float *x, int64_t n, uint8_t *q,
     uint8_t qp[512];
     float sp[4];
     zsk_fp8_force_portable = true;
-    zsk_fp8_quantize(f, false, x, 1, n, n, 1, qp, sp);
+    zsk_fp8_quantize(f, false, x, 1, n, n, 1, 1, qp, sp);
     zsk_fp8_force_portable = false;
-    zsk_fp8_quantize(f, false, x, 1, n, n, 1, q, s);
+    zsk_fp8_quantize(f, false, x, 1, n, n, 1, 1, q, s);
     ZT_CHECK(!memcmp(qp, q, (size_t)n) &&
                  !memcmp(sp, s, sizeof(float) * (size_t)zsk_fp8_groups(n, 128)),
              "%s %s: portable and default paths differ\n", what, fname(f));
-    ZT_CHECK(check_quant(f, false, x, 1, n, n, 1, q, s, what) == 0,
+    ZT_CHECK(check_quant(f, false, x, 1, n, n, 1, 1, q, s, what) == 0,
              "%s %s: reference mismatch\n", what, fname(f));
 }
 
@@ -263,9 +317,9 @@ static void test_quantize_special(void)
     uint8_t qp[6];
     for (int f = 0; f < 2; f++) {
         zsk_fp8_force_portable = true;
-        zsk_fp8_quantize_scaled((zsk_fp8_fmt)f, false, xs, 1, 6, 6, 1, &one, qp);
+        zsk_fp8_quantize_scaled((zsk_fp8_fmt)f, false, xs, 1, 6, 6, 1, 1, &one, qp);
         zsk_fp8_force_portable = false;
-        zsk_fp8_quantize_scaled((zsk_fp8_fmt)f, false, xs, 1, 6, 6, 1, &one, q);
+        zsk_fp8_quantize_scaled((zsk_fp8_fmt)f, false, xs, 1, 6, 6, 1, 1, &one, q);
         ZT_CHECK(!memcmp(q, qp, 6), "saturation %s: paths differ\n", fname((zsk_fp8_fmt)f));
         for (int i = 0; i < 6; i++) {
             uint8_t e = ref_code((zsk_fp8_fmt)f, xs[i], 1.0f);
@@ -349,6 +403,7 @@ typedef struct gcase {
     bkind bk;
     bool bias;
     zsk_fp8_fmt fa;
+    bool at; /* A stored [K, M] with 128x1 tiles (scales [KB, M]) */
 } gcase;
 
 /* Random finite codes of f. */
@@ -380,6 +435,19 @@ static int64_t run_gemm(const zsk_gemm_desc *d, const gcase *g, uint64_t seed)
     for (int64_t i = 0; i < N; i++)
         bias[i] = (float)urand(&st);
     zsk_fp8_mat a = {A, lda, 1, g->fa, sa, 1, KB, 1};
+    uint8_t *At = NULL;
+    float *saT = NULL;
+    if (g->at) {
+        At = malloc((size_t)(M * K + 1));
+        saT = malloc((size_t)(M * KB + 1) * 4);
+        for (int64_t i = 0; i < M; i++) {
+            for (int64_t k = 0; k < K; k++)
+                At[k * M + i] = A[i * lda + k];
+            for (int64_t c = 0; c < KB; c++)
+                saT[c * M + i] = sa[i * KB + c];
+        }
+        a = (zsk_fp8_mat){At, 1, M, g->fa, saT, 1, 1, M};
+    }
     zsk_fp8_mat b;
     int64_t NB = zsk_fp8_groups(N, 128);
     uint8_t *Bt = NULL;
@@ -425,6 +493,8 @@ static int64_t run_gemm(const zsk_gemm_desc *d, const gcase *g, uint64_t seed)
     free(A);
     free(B);
     free(Bt);
+    free(At);
+    free(saT);
     free(sa);
     free(sb);
     free(bias);
@@ -437,15 +507,17 @@ static void test_gemm(void)
     const zsk_gemm_desc *descs[16];
     int nd = zsk_gemm_descs(descs, 16);
     static const gcase cases[] = {
-        {1, 1, 1, B_BLOCKS, false, ZSK_FP8_E4M3},
-        {3, 5, 127, B_BLOCKS, true, ZSK_FP8_E4M3},
-        {15, 33, 128, B_BLOCKS, true, ZSK_FP8_E5M2},
-        {17, 31, 129, B_BLOCKS_T, false, ZSK_FP8_E5M2},
-        {29, 130, 300, B_TILES, true, ZSK_FP8_E4M3},
-        {150, 129, 257, B_BLOCKS, true, ZSK_FP8_E4M3},
-        {131, 67, 1100, B_BLOCKS_T, true, ZSK_FP8_E5M2},
-        {45, 260, 1100, B_TILES, false, ZSK_FP8_E5M2},
-        {7, 9, 0, B_BLOCKS, true, ZSK_FP8_E4M3},
+        {1, 1, 1, B_BLOCKS, false, ZSK_FP8_E4M3, false},
+        {3, 5, 127, B_BLOCKS, true, ZSK_FP8_E4M3, false},
+        {15, 33, 128, B_BLOCKS, true, ZSK_FP8_E5M2, false},
+        {17, 31, 129, B_BLOCKS_T, false, ZSK_FP8_E5M2, false},
+        {29, 130, 300, B_TILES, true, ZSK_FP8_E4M3, false},
+        {150, 129, 257, B_BLOCKS, true, ZSK_FP8_E4M3, false},
+        {131, 67, 1100, B_BLOCKS_T, true, ZSK_FP8_E5M2, false},
+        {45, 260, 1100, B_TILES, false, ZSK_FP8_E5M2, false},
+        {33, 19, 300, B_BLOCKS_T, false, ZSK_FP8_E5M2, true},
+        {140, 70, 1100, B_BLOCKS, true, ZSK_FP8_E4M3, true},
+        {7, 9, 0, B_BLOCKS, true, ZSK_FP8_E4M3, false},
     };
     int nc = (int)(sizeof cases / sizeof *cases), ran = 0;
     uint64_t seed = 0xf8f8;
@@ -459,9 +531,9 @@ static void test_gemm(void)
                 const gcase *g = &cases[c];
                 int64_t bad = run_gemm(d, g, seed);
                 ZT_CHECK(bad == 0, "fp8 gemm [%s, %d threads] M %lld N %lld K %lld "
-                         "b %d bias %d a %s seed %llx: %lld bad\n", d->name, t,
+                         "b %d bias %d a %s%s seed %llx: %lld bad\n", d->name, t,
                          (long long)g->M, (long long)g->N, (long long)g->K,
-                         (int)g->bk, g->bias, fname(g->fa),
+                         (int)g->bk, g->bias, fname(g->fa), g->at ? " (transposed)" : "",
                          (unsigned long long)seed, (long long)bad);
                 seed++;
                 ran++;
@@ -481,6 +553,7 @@ int main(void)
     init_vals();
     printf("cpu isa %s\n", zs_cpu_isa());
     test_quantize_random();
+    test_quantize_cols();
     test_quantize_special();
     test_dequantize_widen();
     test_gemm();

@@ -7,7 +7,8 @@
  * checked against float64 of the same quantized math, built from that
  * kernel: y = deq(xq) deq(wq)^T + b, dx = deq(gq) deq(wq) with g in e5m2
  * 1x128 tiles along N, dw = deq(gq') deq(xq')^T with g^T and the
- * dequantized x^T re-tiled along M, db = column sums of g. Tolerance
+ * dequantized x^T re-tiled along M (built here by explicit transposes; the
+ * operator quantizes in 128x1 tiles without them), db = column sums of g. Tolerance
  * 1e-5 * sum |terms| (the products are exact; only f32 accumulation and
  * the scale multiplications round), plus bf16 rounding for a bf16 dx.
  * Against the unquantized f32 math the relative error (Frobenius) must
@@ -47,7 +48,7 @@ static qmat qmake(zsk_fp8_fmt f, const float *x, int64_t R, int64_t C,
     qmat m = {R, C, br, zsk_fp8_groups(C, 128), malloc((size_t)(R * C + 1)),
               NULL, f};
     m.s = malloc((size_t)(zsk_fp8_groups(R, br) * m.KB + 1) * sizeof(float));
-    zsk_fp8_quantize(f, false, x, R, C, C, br, m.q, m.s);
+    zsk_fp8_quantize(f, false, x, R, C, C, 1, br, m.q, m.s);
     return m;
 }
 
@@ -366,7 +367,7 @@ static void expect_gemm_error(zs_tensor *a, zs_tensor *sa, zs_tensor *b,
                               zs_tensor *sb, int64_t b_rows, int64_t b_trans,
                               const char *needle)
 {
-    int64_t at[3] = {b_rows, b_trans, -1};
+    int64_t at[4] = {b_rows, b_trans, -1, 0};
     zs_tensor *r = zsi_run(&zsi_def_fp8_gemm, 4, (zs_tensor *[]){a, sa, b, sb}, at);
     ZT_EXPECT_ERROR(r == NULL, needle);
     zs_release(r);
@@ -400,11 +401,11 @@ static void test_errors(void)
     ZT_EXPECT_ERROR(zs_fp8_dequantize(x, sa, 1) == NULL, "input dtype f32");
     expect_gemm_error(qa, sa, qb, sa, 128, 0, "scales of b");
     expect_gemm_error(qa, sa, qb, sb, 64, 0, "b_rows 64");
-    expect_gemm_error(qa, sa, qb, sb, 1, 1, "needs 128x128 blocks");
+    expect_gemm_error(qa, sa, qb, sb, 1, 1, "(transposed) do not match");
     expect_gemm_error(qa, sa, qb, sb, 128, 1, "do not match");
     expect_gemm_error(x, sa, qb, sb, 128, 0, "expected f8e4m3 or f8e5m2");
     zs_tensor *ok = zsi_run(&zsi_def_fp8_gemm, 4, (zs_tensor *[]){qa, sa, qb, sb},
-                            (int64_t[]){128, 0, -1});
+                            (int64_t[]){128, 0, -1, 0});
     ZT_CHECK(zt_shape_is(ok, 2, (int64_t[]){4, 6}), "fp8_gemm: [4, 6]\n");
     zs_tensor *all[] = {qa, sa, qb, sb, ok};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)

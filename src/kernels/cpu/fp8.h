@@ -49,18 +49,28 @@ static inline int64_t zsk_fp8_groups(int64_t n, int64_t g)
 
 /* Quantizes x [R, C] into q [R, C] (contiguous) and s [ceil(R / br),
  * ceil(C / 128)] (contiguous), tiles of br x 128 (br >= 1). Element (r, c)
- * of x is x[r * ldx + c], f32 or, when bf16, raw bf16 bit patterns
- * (uint16_t). Multithreaded over tile rows; vectorised on AVX-512 unless
- * zsk_fp8_force_portable. Borrowed pointers. */
+ * of x is x[r * rs + c * cs] (any strides: cs != 1 gathers each tile row,
+ * so a transposed view quantizes along its rows without a copy), f32 or,
+ * when bf16, raw bf16 bit patterns (uint16_t). Multithreaded over tile
+ * rows; vectorised on AVX-512 unless zsk_fp8_force_portable. Borrowed
+ * pointers. */
 void zsk_fp8_quantize(zsk_fp8_fmt f, bool bf16, const void *x, int64_t R,
-                      int64_t C, int64_t ldx, int64_t br, uint8_t *q,
-                      float *s);
+                      int64_t C, int64_t rs, int64_t cs, int64_t br,
+                      uint8_t *q, float *s);
 /* zsk_fp8_quantize with the scales given in s (not computed): q =
  * RNE_fp8(x / s_t), saturated, for scales > 0 (delayed scaling; and how
  * the tests reach saturation). */
 void zsk_fp8_quantize_scaled(zsk_fp8_fmt f, bool bf16, const void *x,
-                             int64_t R, int64_t C, int64_t ldx, int64_t br,
-                             const float *s, uint8_t *q);
+                             int64_t R, int64_t C, int64_t rs, int64_t cs,
+                             int64_t br, const float *s, uint8_t *q);
+/* Quantizes x [R, C] (row stride ldx, unit column stride; f32 or bf16)
+ * in tiles of 128 rows x 1 column: the 1x128 tiles of x^T, kept in x's
+ * layout (no transpose): q [R, C] (contiguous) and s [ceil(R / 128), C].
+ * How dw = g^T x tiles both operands along M (the contraction). Same
+ * rounding and paths as zsk_fp8_quantize. */
+void zsk_fp8_quantize_cols(zsk_fp8_fmt f, bool bf16, const void *x,
+                           int64_t R, int64_t C, int64_t ldx, uint8_t *q,
+                           float *s);
 /* y [R, C] (contiguous, f32) = q * s, with q [R, C] (row stride ldq) and
  * s as zsk_fp8_quantize writes them for tiles of br x 128. */
 void zsk_fp8_dequantize(zsk_fp8_fmt f, const uint8_t *q, int64_t R,
