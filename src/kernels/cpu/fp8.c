@@ -21,10 +21,16 @@
  *                even) to that quantum, and its bits minus the magic's are
  *                the code (2^emin itself gives the first normal code);
  *   then the code is capped at the largest finite one (saturation) and a
- *   NaN quotient gives 0x7f. The AVX-512 path runs exactly these steps on
- *   8 f64 lanes, so both paths give identical bits.
- * amax ignores NaN on both paths (fmaxf; vmaxps returns its second operand
- * when the first is NaN).
+ *   NaN quotient gives 0x7f. The AVX-512 and AVX2 paths run exactly these
+ *   steps on 8 and 4 f64 lanes, so all paths give identical bits.
+ * Measured (2 threads, shared Zen 4 EPYC, 2048 x 1536 f32): 0.8 ns per
+ * element on AVX-512, 1.1 on AVX2, 16 portable.
+ * amax ignores NaN on every path (fmaxf; vmaxps returns its second
+ * operand when the first is NaN).
+ * Layouts: 1x128 tiles and 128x128 blocks of rows read in place (any row
+ * stride; a column stride != 1 gathers, 16 rows at a time for a
+ * transposed view), and 128x1 tiles (zsk_fp8_quantize_cols: per-lane
+ * scales over 16 or 8 columns, for dw's operands).
  */
 #include <immintrin.h>
 #include <math.h>

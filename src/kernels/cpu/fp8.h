@@ -21,8 +21,8 @@
  * the sign of x kept (-0 stays -0); a NaN quotient gives 0x7f (as
  * zs_f32_to_f8e4m3). An Inf in a tile makes its scale Inf: the Inf element
  * becomes NaN and the others +-0. Dequantization is q * s_t in f32.
- * The AVX-512 and portable quantizers give identical bits (both compute
- * the quotient in f64, which is exact enough: see fp8.c).
+ * The AVX-512, AVX2 and portable quantizers give identical bits (all
+ * compute the quotient in f64, which is exact enough: see fp8.c).
  */
 #ifndef ZS_KERNELS_CPU_FP8_H
 #define ZS_KERNELS_CPU_FP8_H
