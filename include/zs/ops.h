@@ -298,6 +298,35 @@ zs_status zs_cuda_enable(void);
  * one, else 0. Does not register anything. */
 int zs_cuda_describe(char *buf, size_t n);
 
+/* ---- FP8 with tile scales (ops/fp8.c) ----------------------------------- */
+/* DeepSeek-V3's fine-grained FP8: one f32 scale per tile of block_rows x 128
+ * elements (block_rows 1: 1x128 tiles along the last dim, for activations
+ * and gradients; 128: 128x128 blocks of a 2-D weight); scale = amax / max
+ * finite (448 for f8e4m3, 57344 for f8e5m2; 1 for a zero tile), values
+ * x / scale rounded to nearest even and saturated (never Inf; NaN stays
+ * NaN). PyTorch has the dtypes (float8_e4m3fn, float8_e5m2) but its casts
+ * do not saturate and it keeps no tile scales; this matches DeepGEMM's
+ * per-tile quantization (kernels/cpu/fp8.h has the exact contract).
+ * Not differentiable. */
+/* x [..., C] (f32 or bf16; [R, C] when block_rows > 1) -> *q (dtype fmt,
+ * x's shape) and *scales (f32: [..., ceil(C/128)], or [ceil(R/block_rows),
+ * ceil(C/128)]), new references; on failure both NULL and a negative
+ * status (message set). */
+zs_status zs_fp8_quantize(zs_tensor *x, zs_dtype fmt, int64_t block_rows,
+                          zs_tensor **q, zs_tensor **scales);
+/* q * scales as f32 (q's shape), scales as zs_fp8_quantize made them. */
+zs_tensor *zs_fp8_dequantize(zs_tensor *q, zs_tensor *scales,
+                             int64_t block_rows);
+/* y = x w^T + b in FP8, as zs_linear (x [..., K] f32 or bf16, w [N, K] f32
+ * master weights, b [N] f32 or NULL -> y [..., N] f32): x is quantized to
+ * e4m3 in 1x128 tiles, w to e4m3 in 128x128 blocks, products accumulate in
+ * f32 and are promoted with the scales every 128 of K. Backward: the
+ * output gradient in e5m2 (1x128 tiles), dx = g w and dw = g^T x as FP8
+ * GEMMs, db in f32; dx has x's dtype. Keeps the e4m3 x (1 byte per
+ * element) and w for backward. Relative error of y about 2^-4 against
+ * the f32 linear. */
+zs_tensor *zs_linear_fp8(zs_tensor *x, zs_tensor *w, zs_tensor *b);
+
 #ifdef __cplusplus
 }
 #endif

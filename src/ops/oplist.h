@@ -32,6 +32,11 @@ ZSI_OP(zsi_def_dropout_backward)
 /* embedding.c */
 ZSI_OP(zsi_def_embedding)
 ZSI_OP(zsi_def_embedding_backward)
+/* fp8.c */
+ZSI_OP(zsi_def_fp8_dequantize)
+ZSI_OP(zsi_def_fp8_gemm)
+ZSI_OP(zsi_def_fp8_quantize)
+ZSI_OP(zsi_def_linear_fp8)
 /* infer_ops.c */
 ZSI_OP(zsi_def_embedding_rows)
 ZSI_OP(zsi_def_gather_rows)

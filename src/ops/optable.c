@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/kernels.h"
@@ -133,6 +134,7 @@ void zs_kernel_paths_print(FILE *f)
         {"gemm f32", zsk_gemm_desc_for(ZSK_GEMM_F32)->name},
         {"gemm bf16", zsk_gemm_desc_for(ZSK_GEMM_BF16)->name},
         {"gemm f16", zsk_gemm_desc_for(ZSK_GEMM_F16)->name},
+        {"gemm fp8", zsk_gemm_fp8_path()},
         {"packed linear", vec && c->avx512f               ? "avx512"
                           : vec && c->avx2 && c->fma ? "avx2"
                                                      : "portable"},
