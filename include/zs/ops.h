@@ -131,6 +131,14 @@ zs_status zs_adam_update_(zs_tensor *p, const zs_tensor *g, zs_tensor *exp_avg,
  * differentiable. */
 zs_tensor *zs_sum_squares(zs_tensor *x, zs_tensor *acc);
 
+/* The loss scaler's pass over one gradient (zs_grad_scaler, zs/optim.h):
+ * g *= inv_scale in place, and found_inf = 1 when an element of g was Inf
+ * or NaN (else found_inf is left as it is), in one read of g, as
+ * torch._amp_foreach_non_finite_check_and_unscale_. g: contiguous f32 or
+ * f64; found_inf: one f32 element on g's device; inv_scale finite > 0.
+ * ZS_OK or a negative status naming the operator. */
+zs_status zs_unscale_(zs_tensor *g, zs_tensor *found_inf, double inv_scale);
+
 /* ---- elementwise unary ----------------------------------------------- */
 typedef enum zs_gelu_approx { ZS_GELU_ERF = 0, ZS_GELU_TANH = 1 } zs_gelu_approx;
 
