@@ -69,8 +69,10 @@ int zs_train_log_event(void *ctx, const zs_train_event *e)
 {
     zs_train_log *l = ctx;
     fprintf(l->f, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.3g,\"grad_norm\":%.4f,"
-            "\"tokens_per_s\":%.0f,\"mfu\":%.4f}\n", (long long)e->step, e->loss, e->lr,
-            e->grad_norm, e->tokens_per_s, e->mfu);
+            "\"tokens_per_s\":%.0f,\"mfu\":%.4f,\"precision\":\"%s\",\"loss_scale\":%.9g,"
+            "\"skipped\":%s}\n", (long long)e->step, e->loss,
+            e->lr, e->grad_norm, e->tokens_per_s, e->mfu, zs_precision_name(e->precision),
+            e->loss_scale, e->skipped ? "true" : "false");
     push(l, (double)e->step, e->loss, NAN);
     if (!e->validated)
         return 0;
