@@ -34,9 +34,19 @@
  * the triad bandwidth measured in the same run, and the per-operator
  * table (zs_profile_print) of one extra training step.
  *
+ * --precision bf16|fp16|fp8 (issue 24) trains a second time under that
+ * precision (zs_trainer_config.precision: autocast, f32 master weights)
+ * and asks the peer for PyTorch's own CPU autocast,
+ * torch.autocast("cpu", dtype=torch.bfloat16), in the same run; the rows
+ * add the activation memory of a step: the allocator's peak during the
+ * step minus what was live before it (zs_alloc_reset_peak), per precision.
+ *
  * The last two lines read `gpt train tokens/s zhisuan/pytorch = R` and
  * `gpt generate tokens/s zhisuan/pytorch = R` (R > 1: Zhisuan is faster),
- * or `pytorch: not available`.
+ * or `pytorch: not available`; with --precision P they are followed by
+ * `gpt train tokens/s zhisuan-P/pytorch-bf16 = R`,
+ * `gpt train tokens/s zhisuan-P/zhisuan-fp32 = R` and
+ * `gpt activation memory zhisuan-P/zhisuan-fp32 = R`.
  */
 #include <math.h>
 #include <stdio.h>
@@ -69,6 +79,7 @@ typedef struct config {
     int threads;
     bool memory_only, profile, quick;
     char script[4096];
+    zs_dtype precision; /* ZS_F32: the fp32 comparison only */
 } config;
 
 typedef struct trainer {
@@ -82,6 +93,7 @@ typedef struct trainer {
 typedef struct result {
     double train_s, train_best_s, loss;     /* timed steps, fastest step */
     double gen_s, gen_best_s, prefill_s;    /* mean run, fastest run, its prefill */
+    double act_bytes;                       /* most bytes a step added */
     bool train_ok, gen_ok;
 } result;
 
@@ -96,7 +108,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: gpt [--preset NAME] [--batch N] [--seq N] [--steps N] "
                "[--warmup N] [--threads N] [--quick] [--memory] [--profile] "
-               "[--script PATH]\n"
+               "[--script PATH] [--precision NAME]\n"
                "  --preset NAME  tiny | small | gpt2 (default small)\n"
                "  --batch N      sequences per step (default 8)\n"
                "  --seq N        tokens per sequence (default: the preset's context)\n"
@@ -104,7 +116,9 @@ static void usage(FILE *f)
                "  --warmup N     untimed steps first (default 2; --quick 1)\n"
                "  --threads N    threads of both sides (default 2)\n"
                "  --memory       only the gpt2 memory measurement\n"
-               "  --profile      phase times and operator table of one step\n");
+               "  --profile      phase times and operator table of one step\n"
+               "  --precision P  bf16 | fp16 | fp8: also train in P (and PyTorch in its\n"
+               "                 CPU autocast bf16) and compare (default fp32 only)\n");
 }
 
 /* Parses a positive integer flag value; -1 on error. */
@@ -121,7 +135,7 @@ static int64_t pos_int(const char *flag, const char *v)
 
 static int parse_args(int argc, char **argv, config *c)
 {
-    *c = (config){"small", 4096, 8, 0, 10, 2, 64, 128, 3, 2, false, false, false, ""};
+    *c = (config){"small", 4096, 8, 0, 10, 2, 64, 128, 3, 2, false, false, false, "", ZS_F32};
     const char *slash = strrchr(__FILE__, '/');
     snprintf(c->script, sizeof c->script, "%.*s/gpt_torch.py",
              slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
@@ -153,6 +167,14 @@ static int parse_args(int argc, char **argv, config *c)
             field = &c->steps, steps_set = true;
         } else if (v && !strcmp(f, "--warmup")) {
             field = &c->warmup, warmup_set = true;
+        } else if (v && !strcmp(f, "--precision")) {
+            int p = zs_precision_parse(v);
+            if (p < 0) {
+                fprintf(stderr, "gpt: --precision must be fp32, bf16, fp16 or fp8, got "
+                        "'%s'\n", v);
+                return -1;
+            }
+            c->precision = (zs_dtype)p;
         } else if (v && !strcmp(f, "--threads")) {
             int64_t t = pos_int(f, v);
             if (t < 0)
@@ -224,7 +246,7 @@ static zs_status random_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor
 /* The model of preset (vocab) under a trainer configured as `zs train
  * gpt` (AdamW, clip 1.0, lr 1e-3 constant). */
 static zs_status trainer_init(trainer *t, const char *preset, int64_t vocab,
-                              int64_t batch, int64_t seq)
+                              int64_t batch, int64_t seq, zs_dtype precision)
 {
     *t = (trainer){0};
     t->batch = batch, t->vocab = vocab, t->rng = SEED;
@@ -241,6 +263,7 @@ static zs_status trainer_init(trainer *t, const char *preset, int64_t vocab,
     tc.schedule = (zs_lr_schedule){ZS_LR_CONSTANT, 1e-3, 0, 0, 0, 0, 0};
     tc.steps = 1 << 30;
     tc.batch = random_batch, tc.batch_ctx = t;
+    tc.precision = precision;
     return (t->t = zs_trainer_new(t->m, &tc)) ? ZS_OK : ZS_ERR_ARG;
 }
 
@@ -263,10 +286,16 @@ static zs_status bench_zs_train(trainer *t, const config *c, result *r)
     r->train_best_s = INFINITY;
     double t0 = now();
     for (int64_t i = 0; i < c->steps; i++) {
+        zs_alloc_stats a0, a1;
+        zs_alloc_get_stats(&a0);
+        zs_alloc_reset_peak();
         double ts = now();
         if (train_step(t, &loss) != ZS_OK)
             return ZS_ERR_ARG;
         double dt = now() - ts;
+        zs_alloc_get_stats(&a1);
+        double act = (double)a1.peak_bytes - (double)a0.current_bytes;
+        r->act_bytes = act > r->act_bytes ? act : r->act_bytes;
         r->train_best_s = dt < r->train_best_s ? dt : r->train_best_s;
     }
     r->train_s = now() - t0;
@@ -403,7 +432,12 @@ static bool run_peer(const config *c, const char *args, result *r, double *rss)
     while (fgets(line, sizeof line, pf)) {
         long long n;
         double a, b, d;
-        if (r && sscanf(line, "zsbench gpt train %lld %lf %lf %lf", &n, &a, &b, &d) == 4) {
+        if (r && sscanf(line, "zsbench gpt train-bf16 %lld %lf %lf %lf", &n, &a, &b,
+                        &d) == 4) {
+            result *l = r + 1; /* the autocast run's row */
+            l->train_s = a, l->train_best_s = b, l->loss = d;
+            l->train_ok = n == c->steps && a > 0;
+        } else if (r && sscanf(line, "zsbench gpt train %lld %lf %lf %lf", &n, &a, &b, &d) == 4) {
             r->train_s = a, r->train_best_s = b, r->loss = d;
             got = r->train_ok = n == c->steps && a > 0;
         } else if (r && sscanf(line, "zsbench gpt generate %lld %lf %lf %lf", &n, &a,
@@ -475,7 +509,7 @@ static int run_memory(const config *c)
     zs_alloc_reset_peak();
     trainer t;
     double t0 = now(), loss = 0;
-    zs_status st = trainer_init(&t, "gpt2", MEM_VOCAB, MEM_BATCH, MEM_SEQ);
+    zs_status st = trainer_init(&t, "gpt2", MEM_VOCAB, MEM_BATCH, MEM_SEQ, ZS_F32);
     double t_init = now() - t0;
     for (int i = 0; st == ZS_OK && i < MEM_STEPS; i++)
         st = train_step(&t, &loss);
@@ -545,11 +579,28 @@ static void print_row(const char *name, const result *r, const config *c,
                       int64_t batch, int64_t seq)
 {
     double tok = (double)(batch * seq);
-    printf("%-8s %11.0f %11.0f %10.1f %9.3f %11.1f %11.1f %11.1f\n", name,
+    printf("%-14s %11.0f %11.0f %10.1f %9.3f", name,
            tok * (double)c->steps / r->train_s, tok / r->train_best_s,
-           1e3 * r->train_s / (double)c->steps, r->loss,
-           (double)c->new_tokens / r->gen_s, (double)c->new_tokens / r->gen_best_s,
-           1e3 * r->prefill_s);
+           1e3 * r->train_s / (double)c->steps, r->loss);
+    if (r->gen_ok)
+        printf(" %11.1f %11.1f %11.1f", (double)c->new_tokens / r->gen_s,
+               (double)c->new_tokens / r->gen_best_s, 1e3 * r->prefill_s);
+    else
+        printf(" %11s %11s %11s", "-", "-", "-");
+    if (r->act_bytes > 0)
+        printf(" %13.1f", r->act_bytes / MiB);
+    printf("\n");
+}
+
+/* --precision: the same training under the precision (no generation). */
+static zs_status bench_zs_lowp(const config *c, result *r)
+{
+    trainer t;
+    zs_status st = trainer_init(&t, c->preset, c->vocab, c->batch, c->seq, c->precision);
+    if (st == ZS_OK)
+        st = bench_zs_train(&t, c, r);
+    trainer_free(&t);
+    return st;
 }
 
 int main(int argc, char **argv)
@@ -561,8 +612,10 @@ int main(int argc, char **argv)
     if (c.memory_only)
         return run_memory(&c);
     trainer t;
-    result zr = {0}, pr = {0};
-    zs_status st = trainer_init(&t, c.preset, c.vocab, c.batch, c.seq);
+    result zr = {0}, zl = {0}, pr[2] = {{0}};
+    bool lowp = c.precision != ZS_F32;
+    const char *pname = zs_precision_name(c.precision);
+    zs_status st = trainer_init(&t, c.preset, c.vocab, c.batch, c.seq, ZS_F32);
     if (st == ZS_OK) {
         /* A context shorter than prompt + new (preset tiny) shortens both. */
         int64_t ctx = zs_gpt_config_of(t.m)->ctx;
@@ -570,7 +623,8 @@ int main(int argc, char **argv)
         c.new_tokens = c.new_tokens < ctx - c.prompt ? c.new_tokens : ctx - c.prompt;
         st = bench_zs_train(&t, &c, &zr);
     }
-    if (st != ZS_OK || bench_zs_generate(&t, &c, &zr) != ZS_OK) {
+    if (st != ZS_OK || bench_zs_generate(&t, &c, &zr) != ZS_OK ||
+        (lowp && bench_zs_lowp(&c, &zl) != ZS_OK)) {
         fprintf(stderr, "gpt: %s\n", zs_last_error());
         trainer_free(&t);
         return 1;
@@ -582,12 +636,15 @@ int main(int argc, char **argv)
     printf("GPT %s: %lld layers, width %lld, %lld heads, context %lld, vocab %lld "
            "(random tokens), %lld parameters; train batch %lld x %lld, AdamW, clip "
            "1.0, %lld warm-up + %lld timed steps; generate batch 1, prompt %lld, "
-           "%lld new greedy tokens, KV cache, %lld runs; %d threads\n",
+           "%lld new greedy tokens, KV cache, %lld runs; %d threads%s%s\n",
            c.preset, (long long)g->layers, (long long)g->width, (long long)g->heads,
            (long long)g->ctx, (long long)g->vocab, (long long)zs_gpt_param_count(g),
            (long long)t.batch, (long long)t.seq, (long long)c.warmup,
            (long long)c.steps, (long long)c.prompt, (long long)c.new_tokens,
-           (long long)c.reps, c.threads);
+           (long long)c.reps, c.threads, lowp ? "; training also in " : "",
+           lowp ? pname : "");
+    if (lowp && c.precision != ZS_BF16)
+        printf("(PyTorch's CPU autocast is bf16 only: its row stays bf16)\n");
     if (c.profile)
         print_profile(&t, &c);
     int64_t batch = t.batch, seq = t.seq;
@@ -599,18 +656,38 @@ int main(int argc, char **argv)
              (long long)batch, (long long)seq, (long long)c.steps,
              (long long)c.warmup, (long long)c.prompt, (long long)c.new_tokens,
              (long long)c.reps);
-    bool have_torch = run_peer(&c, args, &pr, NULL) && pr.train_ok && pr.gen_ok;
+    if (lowp)
+        strcat(args, " --bf16");
+    bool have_torch = run_peer(&c, args, pr, NULL) && pr[0].train_ok && pr[0].gen_ok &&
+                      (!lowp || pr[1].train_ok);
     printf("\n");
     memory_child(&c);
-    printf("\n%-8s %11s %11s %10s %9s %11s %11s %11s\n", "", "train tok/s",
-           "best step", "ms/step", "last loss", "gen tok/s", "best run", "prefill ms");
-    print_row("zhisuan", &zr, &c, batch, seq);
-    if (!have_torch) {
+    printf("\n%-14s %11s %11s %10s %9s %11s %11s %11s %13s\n", "", "train tok/s",
+           "best step", "ms/step", "last loss", "gen tok/s", "best run", "prefill ms",
+           "act. MiB/step");
+    char zname[32], zname32[32] = "zhisuan";
+    snprintf(zname, sizeof zname, "zhisuan-%s", pname);
+    if (lowp)
+        snprintf(zname32, sizeof zname32, "zhisuan-fp32");
+    print_row(zname32, &zr, &c, batch, seq);
+    if (lowp)
+        print_row(zname, &zl, &c, batch, seq);
+    if (have_torch) {
+        print_row(lowp ? "pytorch-fp32" : "pytorch", &pr[0], &c, batch, seq);
+        if (lowp)
+            print_row("pytorch-bf16", &pr[1], &c, batch, seq);
+        printf("gpt train tokens/s zhisuan/pytorch = %.3f\n", pr[0].train_s / zr.train_s);
+        printf("gpt generate tokens/s zhisuan/pytorch = %.3f\n", pr[0].gen_s / zr.gen_s);
+    } else {
         printf("pytorch: not available\n");
-        return 0;
     }
-    print_row("pytorch", &pr, &c, batch, seq);
-    printf("gpt train tokens/s zhisuan/pytorch = %.3f\n", pr.train_s / zr.train_s);
-    printf("gpt generate tokens/s zhisuan/pytorch = %.3f\n", pr.gen_s / zr.gen_s);
+    if (lowp) {
+        if (have_torch)
+            printf("gpt train tokens/s %s/pytorch-bf16 = %.3f\n", zname,
+                   pr[1].train_s / zl.train_s);
+        printf("gpt train tokens/s %s/zhisuan-fp32 = %.3f\n", zname, zr.train_s / zl.train_s);
+        printf("gpt activation memory %s/zhisuan-fp32 = %.3f (%.1f / %.1f MiB per step)\n",
+               zname, zl.act_bytes / zr.act_bytes, zl.act_bytes / MiB, zr.act_bytes / MiB);
+    }
     return 0;
 }

@@ -120,7 +120,7 @@ def build(preset, vocab):
     return GPT(vocab, ctx, layers, heads, width)
 
 
-def make_train_step(model, batch, seq, vocab, gen):
+def make_train_step(model, batch, seq, vocab, gen, bf16=False):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95),
                             eps=1e-8, weight_decay=0.1)
     model.train()
@@ -128,8 +128,11 @@ def make_train_step(model, batch, seq, vocab, gen):
     def step():
         x = torch.randint(0, vocab, (batch, seq), generator=gen)
         y = torch.randint(0, vocab, (batch, seq), generator=gen)
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+        # --bf16: PyTorch's own CPU mixed precision (f32 weights, autocast
+        # around forward and loss, backward outside it)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -139,9 +142,9 @@ def make_train_step(model, batch, seq, vocab, gen):
     return step
 
 
-def bench_train(a, gen):
+def bench_train(a, gen, bf16=False):
     model = build(a.preset, a.vocab)
-    step = make_train_step(model, a.batch, a.seq, a.vocab, gen)
+    step = make_train_step(model, a.batch, a.seq, a.vocab, gen, bf16)
     for _ in range(a.warmup):
         step()
     loss, best = 0.0, float("inf")
@@ -151,7 +154,8 @@ def bench_train(a, gen):
         loss = step()
         best = min(best, time.perf_counter() - ts)
     seconds = time.perf_counter() - t0
-    print(f"zsbench gpt train {a.steps} {seconds:.9g} {best:.9g} {loss:.9g}",
+    name = "train-bf16" if bf16 else "train"
+    print(f"zsbench gpt {name} {a.steps} {seconds:.9g} {best:.9g} {loss:.9g}",
           flush=True)
 
 
@@ -218,6 +222,8 @@ def main():
     ap.add_argument("--mem-seq", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--bf16", action="store_true",
+                    help="train again under torch.autocast('cpu', bfloat16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -227,6 +233,8 @@ def main():
           flush=True)
     if a.train:
         bench_train(a, gen)
+    if a.train and a.bf16:
+        bench_train(a, gen, bf16=True)
     if a.generate:
         bench_generate(a, gen)
     if a.memory:

@@ -28,7 +28,7 @@ typedef struct gpt_cfg {
     int64_t vocab, batch, seq, warmup;
     double minutes, bucket_mb, comm_timeout;
     uint64_t seed;
-    int threads, dp, sync, arch, algo, optim;
+    int threads, dp, sync, arch, algo, optim, precision;
     bool resume;
 } gpt_cfg;
 
@@ -69,6 +69,9 @@ static void usage(FILE *f)
             "  --out DIR         output directory (default runs/gpt)\n"
             "  --resume          continue from DIR/checkpoint.safetensors\n"
             "  --stop-after N    stop after step N, keeping the schedule of --steps\n"
+            "  --precision NAME  fp32 (default) | bf16 | fp16 (loss scaling) | fp8 (loss\n"
+            "                    scaling; products in bf16 for now): mixed precision\n"
+            "                    with f32 master weights (docs/precision.md)\n"
             "Under mpirun (data parallelism, every rank trains on its share):\n"
             "  --dp N            ranks: must equal mpirun's -np (default: the ranks)\n"
             "  --bucket-mb X     gradient buckets all-reduced while backward runs\n"
@@ -129,11 +132,14 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         FLAG_CHOICE("--sync", &c->sync, "allreduce|ps|async|ssp"), /* zs_sync_mode */
         FLAG_NUM("--staleness", &t->staleness, 0, 1e6),
         FLAG_STR("--device", &c->device),
+        FLAG_CHOICE("--precision", &c->precision, "fp32|bf16|fp16|fp8"),
     };
     int p = flags_parse("zs train gpt", f, NFLAGS(f), usage, argc, argv);
     if (p == FLAGS_OK && (t->device = app_device("zs train gpt", c->device)) < 0)
         p = FLAGS_BAD;
     t->sync = (zs_sync_mode)c->sync;
+    t->precision = zs_precision_parse((const char *[]){"fp32", "bf16", "fp16",
+                                                       "fp8"}[c->precision]);
     t->schedule = (zs_lr_schedule){ZS_LR_COSINE, t->optim.lr, c->warmup, t->steps,
                                    t->optim.lr / 10, 0, 0};
     t->max_seconds = 60 * c->minutes;
@@ -161,6 +167,9 @@ static bool flags_ok(const gpt_cfg *c, int ranks)
     else if (c->optim == 1 && (c->t.zero > 0 || c->sync != ZS_SYNC_ALLREDUCE))
         snprintf(why, sizeof why, "--optim onebit-adam works with --sync allreduce and "
                  "without --zero (it averages the momentum of whole replicas)");
+    else if (c->precision >= 2 && c->sync != ZS_SYNC_ALLREDUCE)
+        snprintf(why, sizeof why, "--precision fp16 and fp8 scale the loss, which works "
+                 "with --sync allreduce only");
     else if (c->t.staleness >= 0 && c->sync != ZS_SYNC_SSP)
         snprintf(why, sizeof why, "--staleness applies to --sync ssp only");
     else if (c->sync >= ZS_SYNC_ASYNC && ranks < 2)
@@ -247,10 +256,11 @@ static zs_module *model(const gpt_cfg *c, zs_gpt_config *g, const zs_bpe *bpe, b
     zs_module *m = zs_gpt_new(g, c->seed);
     if (m && lead)
         fprintf(stderr, "gpt %s (%s): %lld layers, width %lld, %lld heads, context %lld, "
-                "vocab %lld: %lld parameters (formula: %lld)\n", c->preset,
+                "vocab %lld: %lld parameters (formula: %lld), precision %s\n", c->preset,
                 c->arch ? "bloom" : "gpt2", (long long)g->layers, (long long)g->width,
                 (long long)g->heads, (long long)g->ctx, (long long)g->vocab,
-                (long long)zs_module_num_params(m), (long long)zs_gpt_param_count(g));
+                (long long)zs_module_num_params(m), (long long)zs_gpt_param_count(g),
+                zs_precision_name(c->t.precision));
     return m;
 }
 

@@ -20,7 +20,7 @@
 
 typedef struct train_cfg {
     const char *model, *data, *out, *optim, *schedule, *device;
-    int epochs, threads, stop_after, dev;
+    int epochs, threads, stop_after, dev, precision;
     int64_t batch, limit;
     double lr, momentum, wd;
     uint64_t seed;
@@ -55,7 +55,10 @@ static void usage(FILE *f)
             "  --resume          continue from DIR/checkpoint.safetensors\n"
             "  --stop-after N    stop after epoch N (to test --resume)\n"
             "  --device NAME     cpu (default), or test: the test device (host memory\n"
-            "                    the host may not touch, running the CPU kernels)\n",
+            "                    the host may not touch, running the CPU kernels)\n"
+            "  --precision NAME  fp32 (default) | bf16 | fp16 (loss scaling) | fp8 (loss\n"
+            "                    scaling; products in bf16 for now): mixed precision\n"
+            "                    with f32 master weights (docs/precision.md)\n",
             ZS_FMNIST_DIR);
 }
 
@@ -63,7 +66,7 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, train_cfg *c)
 {
     *c = (train_cfg){NULL, ZS_FMNIST_DIR, NULL, "adam", "constant", "cpu", 5, 0, 0,
-                     0, 64, 0, -1, 0.9, 0, 1, false};
+                     0, 0, 64, 0, -1, 0.9, 0, 1, false};
     flag t[] = {
         FLAG_ARG("MODEL", &c->model, "lenet|resnet|gpt"),
         FLAG_NUM("--epochs", &c->epochs, 1, 1000),
@@ -81,6 +84,7 @@ static int parse_args(int argc, char **argv, train_cfg *c)
         FLAG_SWITCH("--resume", &c->resume),
         FLAG_NUM("--stop-after", &c->stop_after, 1, 1000),
         FLAG_STR("--device", &c->device),
+        FLAG_CHOICE("--precision", &c->precision, "fp32|bf16|fp16|fp8"),
     };
     int p = flags_parse("zs train", t, NFLAGS(t), usage, argc, argv);
     if (p != FLAGS_OK)
@@ -217,8 +221,9 @@ static int on_step(void *ctx, const zs_train_event *e)
     int64_t b = e->targets; /* images */
     r->loss_sum += e->loss * (double)b;
     r->seen += b;
-    fprintf(r->metrics, "{\"epoch\":%d,\"step\":%lld,\"loss\":%.9g}\n", ep + 1,
-            (long long)e->step, e->loss);
+    fprintf(r->metrics, "{\"epoch\":%d,\"step\":%lld,\"loss\":%.9g,\"precision\":\"%s\","
+            "\"loss_scale\":%.9g,\"skipped\":%s}\n", ep + 1, (long long)e->step, e->loss,
+            zs_precision_name(e->precision), e->loss_scale, e->skipped ? "true" : "false");
     history_push(&r->h, (double)e->step / (double)r->nb, e->loss);
     progress(r, e);
     if (e->validated)
@@ -252,6 +257,8 @@ static zs_trainer_config cnn_config(const train_cfg *c, cnn_run *r, const char *
     t.checkpoint = ckpt;
     t.metadata = r->meta;
     t.device = c->dev;
+    t.precision = zs_precision_parse((const char *[]){"fp32", "bf16", "fp16",
+                                                      "fp8"}[c->precision]);
     return t;
 }
 
@@ -308,10 +315,10 @@ static int run(train_cfg *c)
         goto fail;
     }
     fprintf(stderr, "%s: %lld parameters, %lld train / %lld test images, "
-            "batch %lld, %s lr %g, %d threads\n", c->model,
+            "batch %lld, %s lr %g, %d threads, precision %s\n", c->model,
             (long long)zs_module_num_params(m), (long long)train.images->shape[0],
             (long long)test.images->shape[0], (long long)c->batch, c->optim,
-            c->lr, zs_num_threads());
+            c->lr, zs_num_threads(), zs_precision_name(tc.precision));
     rc = 1;
     double t_start = r.t_epoch = app_now();
     if (zs_trainer_run(t) != ZS_OK)

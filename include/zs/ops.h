@@ -131,6 +131,14 @@ zs_status zs_adam_update_(zs_tensor *p, const zs_tensor *g, zs_tensor *exp_avg,
  * differentiable. */
 zs_tensor *zs_sum_squares(zs_tensor *x, zs_tensor *acc);
 
+/* The loss scaler's pass over one gradient (zs_grad_scaler, zs/optim.h):
+ * g *= inv_scale in place, and found_inf = 1 when an element of g was Inf
+ * or NaN (else found_inf is left as it is), in one read of g, as
+ * torch._amp_foreach_non_finite_check_and_unscale_. g: contiguous f32 or
+ * f64; found_inf: one f32 element on g's device; inv_scale finite > 0.
+ * ZS_OK or a negative status naming the operator. */
+zs_status zs_unscale_(zs_tensor *g, zs_tensor *found_inf, double inv_scale);
+
 /* ---- elementwise unary ----------------------------------------------- */
 typedef enum zs_gelu_approx { ZS_GELU_ERF = 0, ZS_GELU_TANH = 1 } zs_gelu_approx;
 
@@ -262,10 +270,58 @@ double zs_profile_total_flops(void);
 /* Prints a table: op, calls, GFLOP, GB, ms, GFLOP/s, GB/s. */
 void zs_profile_print(FILE *f);
 
+/* ---- autocast: mixed precision (ops/autocast.c, docs/precision.md) ------ */
+/* As torch.autocast: while a low dtype is pushed, operators called on this
+ * thread cast their float inputs by their class in one table: matrix
+ * products, convolutions and attention in the low dtype (f32
+ * accumulation); norms, softmax, reductions and losses in f32 (or on a
+ * low-dtype kernel that computes in f32 itself); binary operators on mixed
+ * dtypes in the widest; the rest in their input's dtype (f32 where no
+ * low-dtype kernel exists). f64 calls are never cast. The casts are
+ * differentiable: a parameter (f32 leaf) gets its gradient in f32.
+ * backward runs with autocast off. Differences from PyTorch: the table's
+ * rows are this library's operators (docs/precision.md); an operator with
+ * no kernel for the low dtype runs in f32; fp8 (ZS_F8E4M3) runs the
+ * products in bf16 until FP8 kernels are wired in
+ * (zs_autocast_compute_dtype says which).
+ *
+ * lowp: ZS_BF16, ZS_F16 or ZS_F8E4M3; ZS_F32 pushes "off" (nestable, as
+ * torch.autocast(enabled=False)). Scopes nest up to 16 deep, per thread.
+ * The casts of leaves that require grad (parameters) are cached until the
+ * scope that made them pops: convert each weight once per scope. */
+zs_status zs_autocast_push(zs_dtype lowp);
+/* Ends the innermost scope and frees its weight casts. */
+zs_status zs_autocast_pop(void);
+/* The innermost scope's dtype; ZS_F32 when autocast is off. */
+zs_dtype zs_autocast_dtype(void);
+/* The dtype matrix products compute in under lowp on device: lowp, bf16
+ * for fp8, or f32 where the device has no such GEMM kernel. */
+zs_dtype zs_autocast_compute_dtype(zs_dtype lowp, int device);
+/* Converts flat (a contiguous f32 buffer holding parameters, such as
+ * zs_module_flatten's) in one pass into low (a contiguous tensor of
+ * flat's numel in zs_autocast_compute_dtype on flat's device, reused
+ * across steps; NULL: one is made) and, until the innermost scope pops,
+ * serves the cast of every leaf inside flat's storage as a view of it:
+ * one weight conversion per step. Nothing to do (ZS_OK) where the
+ * products run in f32. Both are retained by the scope. Write nothing into
+ * flat while the scope is open. */
+zs_status zs_autocast_cache_flat(zs_tensor *flat, zs_tensor *low);
+/* This thread's counters since the last reset. */
+typedef struct zs_autocast_stats {
+    int64_t weight_casts;      /* conversions of weights: one per leaf cast
+                                * or per flat buffer pass */
+    int64_t weight_cast_elems; /* elements those conversions wrote */
+    int64_t flat_views;        /* leaves first served from a flat pass */
+    int64_t cache_hits;        /* later uses of a cached weight cast */
+    int64_t casts;             /* casts of other tensors (activations) */
+} zs_autocast_stats;
+void zs_autocast_get_stats(zs_autocast_stats *s);
+void zs_autocast_reset_stats(void);
+
 /* ---- the operator table and the test device ---------------------------- */
 
 /* Prints every operator (ops/oplist.h) with its kernels per device and
- * dtype, forward and backward: what runs where (`zs ops`). */
+ * dtype, its autocast class and its backward: what runs where (`zs ops`). */
 void zs_ops_print(FILE *f);
 /* Prints the ISA cap (ZS_CPU_ISA, zs/core.h) and the path each CPU kernel
  * family takes under it: GEMM f32/bf16/f16, packed and quantized linears,

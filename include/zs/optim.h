@@ -72,6 +72,67 @@ int zs_optim_state(zs_optim *o, int max, const char **names, zs_tensor **ts);
  * range). */
 zs_tensor *zs_optim_moment(zs_optim *o, int which, int i);
 void zs_optim_set_steps(zs_optim *o, int64_t steps);
+/* The parameters the optimizer updates (borrowed array of *n). */
+zs_tensor **zs_optim_params(zs_optim *o, int *n);
+
+/* ---- dynamic loss scaling (as torch.cuda.amp.GradScaler) ---------------- */
+/* FP16 gradients underflow where f32's do not: the loss is multiplied by
+ * a scale before backward, the gradients divided by it before the update.
+ * The scale halves (backoff) whenever a gradient holds Inf or NaN, and
+ * that step is skipped; it doubles (growth) after growth_interval clean
+ * steps in a row. A step:
+ *     zs_backward(zs_grad_scaler_scale(s, loss), NULL, false);
+ *     zs_grad_scaler_unscale(s, n, params);   optional: to clip first
+ *     zs_grad_scaler_step(s, o, lr, clip_coef or 1);
+ *     zs_grad_scaler_update(s);
+ * Gradient accumulation: scale every micro-batch's loss, unscale once
+ * before the step. Unscaling is one pass through the zs_unscale_
+ * operator per gradient (any device); the found-Inf flag is read back
+ * once. Not thread-safe: one scaler per training loop. */
+typedef struct zs_grad_scaler_config {
+    double init_scale;       /* 65536 (2^16) */
+    double growth_factor;    /* 2 */
+    double backoff_factor;   /* 0.5 */
+    int64_t growth_interval; /* 2000 clean steps */
+} zs_grad_scaler_config;
+/* PyTorch's defaults, above. */
+zs_grad_scaler_config zs_grad_scaler_defaults(void);
+
+typedef struct zs_grad_scaler zs_grad_scaler;
+/* cfg NULL: the defaults. NULL + message for a bad config (scale not
+ * finite > 0, growth <= 1, backoff outside (0, 1), interval < 1). */
+zs_grad_scaler *zs_grad_scaler_new(const zs_grad_scaler_config *cfg);
+void zs_grad_scaler_free(zs_grad_scaler *s);
+/* loss * scale (a new reference, differentiable; NULL passes through). */
+zs_tensor *zs_grad_scaler_scale(zs_grad_scaler *s, zs_tensor *loss);
+/* Divides the .grad of params (NULL grads skipped) by the scale in place
+ * and records whether any held Inf/NaN: once per step, before clipping.
+ * A second call before zs_grad_scaler_update is an error. */
+zs_status zs_grad_scaler_unscale(zs_grad_scaler *s, int n, zs_tensor **params);
+/* Or-s in a found-Inf flag from elsewhere (other ranks' gradient shards,
+ * reduced by the caller), after unscale. */
+void zs_grad_scaler_set_found_inf(zs_grad_scaler *s, bool found);
+/* Whether the unscaled gradients of this step held Inf/NaN. */
+bool zs_grad_scaler_found_inf(const zs_grad_scaler *s);
+/* The optimizer step of o with learning rate lr and gradients multiplied
+ * by grad_scale (a clip coefficient; 1: none) unless this step's
+ * gradients held Inf/NaN: then nothing is updated (zs_grad_scaler_skipped
+ * says so). Unscales o's parameters' gradients first when unscale was not
+ * called. */
+zs_status zs_grad_scaler_step(zs_grad_scaler *s, zs_optim *o, double lr,
+                              double grad_scale);
+/* The scale for the next step: backoff after Inf/NaN, growth after
+ * growth_interval clean steps; ends the step. */
+zs_status zs_grad_scaler_update(zs_grad_scaler *s);
+/* The scale the next zs_grad_scaler_scale multiplies by. */
+double zs_grad_scaler_get_scale(const zs_grad_scaler *s);
+/* Whether the last zs_grad_scaler_step skipped the update. */
+bool zs_grad_scaler_skipped(const zs_grad_scaler *s);
+/* The state a checkpoint keeps: the scale and the clean steps counted
+ * towards growth. set: scale finite > 0, growth_tracker >= 0. */
+int64_t zs_grad_scaler_growth_tracker(const zs_grad_scaler *s);
+zs_status zs_grad_scaler_set_state(zs_grad_scaler *s, double scale,
+                                   int64_t growth_tracker);
 
 /* 1-bit Adam's momentum averaging: called after the momentum update of
  * parameter i (its first moment m, contiguous f32 on the parameters'

@@ -91,6 +91,10 @@ typedef struct zs_train_event {
                             * after a 1-bit Adam freeze the compressed
                             * momentum's (counted); 0 on one rank or
                             * under ZeRO / a parameter server */
+    zs_dtype precision;    /* the config's (ZS_F32, ZS_BF16, ZS_F16, ZS_F8E4M3) */
+    double loss_scale;     /* the loss scale of this step (1 without one) */
+    bool skipped;          /* the loss scaler skipped this step's update
+                            * (Inf/NaN in the gradients) */
 } zs_train_event;
 /* Called on every rank that runs the step (the server only, for ASYNC and
  * SSP), after validation and before the checkpoint is written (a callback
@@ -153,7 +157,24 @@ typedef struct zs_trainer_config {
                                * grad_norm use this rank's own gradient;
                                * a resumed run starts the error buffers at
                                * zero (as DeepSpeed does). */
+    /* Mixed precision (docs/precision.md): ZS_F32 (default), ZS_BF16,
+     * ZS_F16 or ZS_F8E4M3. Forward and loss (and validation) run under
+     * zs_autocast_push(precision); the weights are converted once per step
+     * (one pass over the flat buffer; ZeRO-3: each gathered weight once);
+     * the master weights, gradients, optimizer state and checkpoints stay
+     * f32. f16 and fp8 scale the loss (zs_grad_scaler with `scaler`;
+     * all-reduce data parallelism only); fp8 runs the products in bf16
+     * until the FP8 linear is wired in (zs_autocast_compute_dtype). */
+    zs_dtype precision;
+    zs_grad_scaler_config scaler; /* all zeros: zs_grad_scaler_defaults() */
 } zs_trainer_config;
+
+/* "fp32", "bf16", "fp16", "fp8" for ZS_F32, ZS_BF16, ZS_F16, ZS_F8E4M3
+ * (the names of --precision), "?" otherwise. */
+const char *zs_precision_name(zs_dtype p);
+/* The dtype of a precision name above (also "f32", "f16", "f8e4m3"), or
+ * -1 for another string. */
+int zs_precision_parse(const char *name);
 
 /* AdamW (betas 0.9, 0.95, weight decay 0.1, lr 1e-3) with a cosine
  * schedule to lr / 10 after 100 warm-up steps, 1000 steps, clip 1.0,
@@ -235,7 +256,8 @@ double zs_token_eval(void *src, zs_module *m);
 zs_tensor *zs_classifier_loss(void *ctx, zs_module *m, zs_tensor *x, zs_tensor *y);
 
 /* A run's dir/metrics.jsonl (one JSON line per step: step, loss, lr,
- * grad_norm, tokens_per_s, mfu, and comm_bytes when nonzero; one per
+ * grad_norm, tokens_per_s, mfu, precision, loss_scale, skipped, and
+ * comm_bytes when nonzero; one per
  * validation: step, val_loss) and
  * dir/curves.svg (train and validation loss, redrawn at each validation).
  * write false (ranks other than 0): events are accepted and dropped. */

@@ -409,6 +409,9 @@ zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph)
                             (long long)zs_numel(root));
     zsi_tracking_pause();
     zs_no_grad_push();
+    /* backward rules run in the dtypes forward saved: autocast off, as
+     * PyTorch runs backward outside the autocast region */
+    bool amp_off = zs_autocast_dtype() != ZS_F32 && zs_autocast_push(ZS_F32) == ZS_OK;
     zs_tensor *g = grad ? zs_retain(grad) : seed_ones(root);
     zs_status st = g ? ZS_OK : ZS_ERR_NOMEM;
     if (st == ZS_OK && !root->node) {
@@ -451,6 +454,8 @@ zs_status zs_backward(zs_tensor *root, zs_tensor *grad, bool keep_graph)
     }
     free(all.v);
 out:
+    if (amp_off)
+        zs_autocast_pop();
     zs_no_grad_pop();
     zsi_tracking_resume();
     return st;

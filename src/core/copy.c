@@ -140,6 +140,24 @@ static void copy_row(const copy_job *j, int64_t row)
             o[i * ds] = x[i * ss];
         return;
     }
+    /* bf16 <-> f32, the casts of mixed precision (ops/autocast.c): inline,
+     * not through double (the generic loop ran at 0.2 GB/s) */
+    if (d->dtype == ZS_BF16 && s->dtype == ZS_F32) {
+        uint16_t *o = (uint16_t *)dp + doff;
+        const float *x = (const float *)sp + soff;
+        for (int64_t i = 0; i < n; i++)
+            o[i * ds] = zs_f32_to_bf16(x[i * ss]);
+        return;
+    }
+    if (d->dtype == ZS_F32 && s->dtype == ZS_BF16) {
+        float *o = (float *)dp + doff;
+        const uint16_t *x = (const uint16_t *)sp + soff;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)x[i * ss] << 16;
+            memcpy(&o[i * ds], &u, sizeof u);
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         zsi_store(d->dtype, dp, doff + i * ds,
                   zsi_load(s->dtype, sp, soff + i * ss));

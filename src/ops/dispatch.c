@@ -210,12 +210,32 @@ static void release_aux(zs_tensor **aux)
             zs_release(aux[i]);
 }
 
+static zs_tensor *run_call(zsi_opdef *def, int nin, zs_tensor *const *in,
+                           const void *a);
+
 zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
                    const void *a)
 {
     for (int i = 0; i < nin; i++)
         if (!in[i])
             return NULL;
+    if (zsi_amp_dtype == ZS_F32 || def->inplace || def->view || !nin)
+        return run_call(def, nin, in, a);
+    /* autocast (ops/autocast.c): the call runs on its cast inputs */
+    zs_tensor *cast[ZSI_MAX_IN];
+    int r = zsi_autocast_inputs(def, nin, in, cast);
+    if (r <= 0)
+        return r < 0 ? NULL : run_call(def, nin, in, a);
+    zs_tensor *out = run_call(def, nin, cast, a);
+    for (int i = 0; i < nin; i++)
+        zs_release(cast[i]);
+    return out;
+}
+
+/* One forward call on inputs as given (not NULL). */
+static zs_tensor *run_call(zsi_opdef *def, int nin, zs_tensor *const *in,
+                           const void *a)
+{
     double t0 = zsi_op_begin(&def->op);
     zs_tensor *aux[ZSI_MAX_AUX] = {0}, *outs[ZSI_MAX_OUT] = {0};
     zsi_call c; /* field by field: infer fills the shape (no zero-fill) */

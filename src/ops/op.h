@@ -183,7 +183,39 @@ struct zsi_opdef {
      * Refused under grad mode when in[0] requires grad and is not a leaf
      * (a node may have saved it); leaves (parameters) may be written. */
     bool inplace;
+    /* Autocast (ops/autocast.c): the cast class (zsi_amp_class) and, for
+     * ZSI_AMP_F32, whether a kernel registered for a low dtype computes
+     * in f32 itself, so low inputs need no f32 copy. Filled from the one
+     * table in autocast.c before main; descriptors do not set them. */
+    uint8_t amp;
+    bool amp_reads_lowp;
 };
+
+/* How the driver treats an operator's float inputs under
+ * zs_autocast_push (ops/autocast.c, docs/precision.md). */
+typedef enum zsi_amp_class {
+    ZSI_AMP_DEFAULT = 0, /* the input's dtype; f32 where no low kernel */
+    ZSI_AMP_LOWP,        /* f32 inputs cast to the low dtype */
+    ZSI_AMP_F32,         /* low inputs computed in f32 */
+    ZSI_AMP_PROMOTE,     /* mixed float dtypes: the widest */
+    ZSI_AMP_NEVER,       /* never cast (the cast itself, plain copies) */
+} zsi_amp_class;
+
+/* The thread's autocast dtype: ZS_F32 when off (zs_autocast_dtype). */
+extern _Thread_local zs_dtype zsi_amp_dtype;
+/* Under autocast: the inputs def runs on. Returns 0 when in[] stays as
+ * it is, > 0 when cast[0..nin) hold new references (casts, or in[i]
+ * retained) to run on instead, < 0 on failure (message set). Forward
+ * calls only (zsi_run); never for views or in-place operators. */
+int zsi_autocast_inputs(const zsi_opdef *def, int nin, zs_tensor *const *in,
+                        zs_tensor **cast);
+/* The dtype a ZSI_AMP_LOWP operator def computes in on device under
+ * autocast dtype lowp: the one place the route is chosen (fp8 runs the
+ * BF16 path until an FP8 kernel is wired here), f32 where def has no
+ * kernel for it. */
+zs_dtype zsi_autocast_route(const zsi_opdef *def, int device, zs_dtype lowp);
+/* The autocast column of `zs ops`: "lowp", "f32", "f32/reads-lowp", ... */
+const char *zsi_amp_class_name(const zsi_opdef *def);
 
 /* The eager driver: runs def on nin inputs (NULL inputs: returns NULL with
  * the first error kept) with attributes a (the operator's struct, borrowed;

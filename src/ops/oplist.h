@@ -112,6 +112,8 @@ ZSI_OP(zsi_def_silu)
 ZSI_OP(zsi_def_sin)
 ZSI_OP(zsi_def_sqrt)
 ZSI_OP(zsi_def_tanh)
+/* unscale.c */
+ZSI_OP(zsi_def_unscale_)
 /* views.c */
 ZSI_OP(zsi_def_copy)
 ZSI_OP(zsi_def_expand)

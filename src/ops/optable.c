@@ -1,7 +1,9 @@
 /*
  * optable.c - the operator table as text (`zs ops`): every descriptor of
  * ops/oplist.h, its class, its kernels per registered device and dtype,
- * and what its backward runs (the backward descriptors it calls, or
+ * its autocast class (ops/autocast.c: lowp, f32, f32/reads-lowp,
+ * promote, default, never), and what its backward runs (the backward
+ * descriptors it calls, or
  * "composite" for a rule made of other operators, "-" when it has none),
  * and the path each CPU kernel family takes under the ISA cap (`zs
  * sysinfo`).
@@ -78,7 +80,7 @@ void zs_ops_print(FILE *f)
     fprintf(f, "%-22s  %-9s", "operator", "class");
     for (int j = 0; j < nd; j++)
         fprintf(f, "  %-16s", zs_device_name(devs[j]));
-    fprintf(f, "  %s\n", "backward");
+    fprintf(f, "  %-14s  %s\n", "autocast", "backward");
     zsi_opdef *const *all = zsi_opdefs();
     for (int i = 0; all[i]; i++) {
         char buf[160];
@@ -88,7 +90,7 @@ void zs_ops_print(FILE *f)
             fprintf(f, "  %-16s", buf[0] ? buf : "-");
         }
         backward_text(all[i], buf, sizeof buf);
-        fprintf(f, "  %s\n", buf);
+        fprintf(f, "  %-14s  %s\n", zsi_amp_class_name(all[i]), buf);
     }
 }
 

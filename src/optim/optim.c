@@ -232,6 +232,12 @@ int zs_optim_state(zs_optim *o, int max, const char **names, zs_tensor **ts)
     return k;
 }
 
+zs_tensor **zs_optim_params(zs_optim *o, int *n)
+{
+    *n = o ? o->n : 0;
+    return o ? o->params : NULL;
+}
+
 zs_tensor *zs_optim_moment(zs_optim *o, int which, int i)
 {
     if (!o || i < 0 || i >= o->n || which < 0 || which > 1)

@@ -39,7 +39,26 @@ struct zs_trainer {
                            * by its micro-batches; the server: of batch 0;
                            * -1: not yet known) */
     double loss_sum, t_step; /* the server: losses of this step's updates */
+    /* mixed precision */
+    zs_grad_scaler *scaler; /* f16 and fp8: dynamic loss scaling */
+    zs_tensor *fp_low;      /* the weights in the products' dtype, rewritten
+                             * from fp once per step (owned) */
+    double step_scale;      /* the loss scale of the last step */
+    bool skipped;           /* the last step's update was skipped */
 };
+/* Autocast for the trainer's precision (nothing for f32); flat: with the
+ * step's one conversion pass of the flat weights. amp_end pops it. */
+zs_status zsi_train_amp_begin(zs_trainer *t, bool flat);
+void zsi_train_amp_end(zs_trainer *t);
+/* The loss scaler's pass before an update (nothing without a scaler):
+ * the gradients in hand unscaled, Inf/NaN agreed by every rank; *skip:
+ * the update must be skipped (zsi_train_optim_step still ends the step). */
+zs_status zsi_train_unscale(zs_trainer *t, bool *skip);
+/* The optimizer step with the clip factor, through the scaler when there
+ * is one (which skips it after Inf/NaN and moves the scale). */
+zs_status zsi_train_optim_step(zs_trainer *t, double lr, double grad_scale);
+/* Rank 0's setup line of the precision (nothing for f32). */
+void zsi_train_log_precision(const zs_trainer *t);
 
 double zsi_train_now(void);
 /* Clipping and the optimizer update of step `step` on the gradients in

@@ -69,8 +69,10 @@ int zs_train_log_event(void *ctx, const zs_train_event *e)
 {
     zs_train_log *l = ctx;
     fprintf(l->f, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.3g,\"grad_norm\":%.4f,"
-            "\"tokens_per_s\":%.0f,\"mfu\":%.4f", (long long)e->step, e->loss, e->lr,
-            e->grad_norm, e->tokens_per_s, e->mfu);
+            "\"tokens_per_s\":%.0f,\"mfu\":%.4f,\"precision\":\"%s\",\"loss_scale\":%.9g,"
+            "\"skipped\":%s", (long long)e->step, e->loss,
+            e->lr, e->grad_norm, e->tokens_per_s, e->mfu, zs_precision_name(e->precision),
+            e->loss_scale, e->skipped ? "true" : "false");
     if (e->comm_bytes > 0) /* data parallel: bytes this rank sent averaging */
         fprintf(l->f, ",\"comm_bytes\":%lld", (long long)e->comm_bytes);
     fputs("}\n", l->f);

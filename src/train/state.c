@@ -50,11 +50,19 @@ static char *metadata(const zs_trainer *t, double val_loss)
             empty = false;
     uint64_t seed, offset;
     zs_rng_get_state(&seed, &offset);
-    char mine[512];
+    char mine[768], amp[256] = "";
+    /* the precision, and the loss scaler's state (f16, fp8) */
+    if (t->c.precision != ZS_F32)
+        snprintf(amp, sizeof amp, ",\"precision\":\"%s\"", zs_precision_name(t->c.precision));
+    if (t->scaler)
+        snprintf(amp + strlen(amp), sizeof amp - strlen(amp),
+                 ",\"loss_scale\":\"%.17g\",\"loss_scale_growth\":\"%lld\"",
+                 zs_grad_scaler_get_scale(t->scaler),
+                 (long long)zs_grad_scaler_growth_tracker(t->scaler));
     snprintf(mine, sizeof mine, "%s\"step\":\"%lld\",\"optim_steps\":\"%lld\","
-             "\"rng_seed\":\"%llu\",\"rng_offset\":\"%llu\",\"val_loss\":\"%.6f\"}",
+             "\"rng_seed\":\"%llu\",\"rng_offset\":\"%llu\",\"val_loss\":\"%.6f\"%s}",
              empty ? "" : ",", (long long)t->step, (long long)zs_optim_steps(t->o),
-             (unsigned long long)seed, (unsigned long long)offset, val_loss);
+             (unsigned long long)seed, (unsigned long long)offset, val_loss, amp);
     size_t head = n > 0 ? n - 1 : 0;
     char *out = malloc(head + strlen(mine) + 2);
     if (!out)
@@ -113,6 +121,26 @@ static bool meta_u64(const cJSON *root, const char *key, uint64_t *out, bool *ba
     return true;
 }
 
+/* The loss scaler's state (loss_scale, loss_scale_growth), when the
+ * checkpoint has it (one written without a scaler: the scaler starts
+ * afresh). */
+static zs_status read_scaler(zs_trainer *t, const cJSON *root, bool *bad)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");
+    uint64_t growth = 0;
+    if (!t->scaler || !v)
+        return ZS_OK;
+    char *end = NULL;
+    double scale = cJSON_IsString(v) ? strtod(v->valuestring, &end) : 0;
+    meta_u64(root, "loss_scale_growth", &growth, bad);
+    if (!end || *end || *bad ||
+        zs_grad_scaler_set_state(t->scaler, scale, (int64_t)growth) != ZS_OK) {
+        *bad = true;
+        return ZS_ERR_ARG;
+    }
+    return ZS_OK;
+}
+
 /* step, optim_steps and the RNG state of a checkpoint's metadata. */
 static zs_status read_progress(zs_trainer *t, const char *path, const char *meta)
 {
@@ -126,6 +154,8 @@ static zs_status read_progress(zs_trainer *t, const char *path, const char *meta
     bool have_o = !bad && meta_u64(root, "optim_steps", &osteps, &bad);
     bool have_rng = !bad && meta_u64(root, "rng_seed", &seed, &bad) &&
                     meta_u64(root, "rng_offset", &off, &bad);
+    if (!bad)
+        read_scaler(t, root, &bad);
     cJSON_Delete(root);
     if (bad)
         return zs_set_error("checkpoint %s: its metadata has no valid \"step\" (a "

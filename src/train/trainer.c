@@ -60,6 +60,16 @@ static zs_status check_config(const zs_trainer_config *c, int size)
         return zs_set_error("trainer: %d ranks on %s: the collectives take host "
                             "tensors only, so data parallelism runs on the cpu",
                             size, zs_device_name(c->device));
+    if (zs_precision_parse(zs_precision_name(c->precision)) < 0)
+        return zs_set_error("trainer: precision %s, expected f32, bf16, f16 or "
+                            "f8e4m3 (fp32, bf16, fp16, fp8)",
+                            (unsigned)c->precision < ZS_DTYPE_COUNT
+                                ? zs_dtype_name(c->precision) : "?");
+    if ((c->precision == ZS_F16 || c->precision == ZS_F8E4M3) &&
+        c->sync != ZS_SYNC_ALLREDUCE)
+        return zs_set_error("trainer: %s scales the loss, which works with "
+                            "all-reduce data parallelism only (not a parameter "
+                            "server)", zs_precision_name(c->precision));
     if (c->zero > 0 && c->sync != ZS_SYNC_ALLREDUCE)
         return zs_set_error("trainer: ZeRO works with all-reduce data parallelism "
                             "only (a parameter server keeps the optimizer state on "
@@ -102,6 +112,7 @@ static void log_setup(const zs_trainer *t)
 {
     if (!t->c.log || t->rank != 0)
         return;
+    zsi_train_log_precision(t);
     if (t->z)
         log_zero(t);
     if (t->dp) {
@@ -165,6 +176,9 @@ static zs_status build(zs_trainer *t)
                      ? zs_optim_new_onebit(&c->optim, c->freeze_step, n_opt, opt)
                      : zs_optim_new(&c->optim, n_opt, opt)))
         return ZS_ERR_STATE;
+    if ((c->precision == ZS_F16 || c->precision == ZS_F8E4M3) &&
+        !(t->scaler = zs_grad_scaler_new(c->scaler.init_scale == 0 ? NULL : &c->scaler)))
+        return ZS_ERR_STATE;
     return zsi_train_onebit_setup(t);
 }
 
@@ -190,6 +204,7 @@ zs_trainer *zs_trainer_new(zs_module *m, const zs_trainer_config *cfg)
     t->parts = cfg->sync >= ZS_SYNC_ASYNC ? t->size - 1 : t->size;
     t->last_val = NAN;
     t->targets = -1;
+    t->step_scale = 1;
     if (build(t) != ZS_OK) {
         zs_trainer_free(t);
         return NULL;
@@ -211,6 +226,8 @@ void zs_trainer_free(zs_trainer *t)
     zs_zero_free(t->z);
     zs_dp_free(t->dp);
     zs_optim_free(t->o);
+    zs_grad_scaler_free(t->scaler);
+    zs_release(t->fp_low);
     free(t);
 }
 
@@ -253,8 +270,14 @@ void zsi_train_my_rows(zs_tensor **x, zs_tensor **y, int part, int parts)
 
 zs_status zsi_train_update(zs_trainer *t, int64_t step, double *gnorm)
 {
-    double t0 = zsi_train_now(), scale = 1;
+    double t0 = zsi_train_now(), scale = 1, lr = zs_lr_at(&t->c.schedule, step);
     *gnorm = 0;
+    bool skip; /* the loss scaler found Inf/NaN: no update this step */
+    zs_status st = zsi_train_unscale(t, &skip);
+    if (st != ZS_OK || skip) {
+        zs_status su = zsi_train_optim_step(t, lr, 1);
+        return st != ZS_OK ? st : su;
+    }
     if (t->c.clip > 0) {
         *gnorm = t->z ? zs_zero_grad_norm(t->z) : zs_grad_norm(1, &t->fp);
         if (isnan(*gnorm))
@@ -264,7 +287,7 @@ zs_status zsi_train_update(zs_trainer *t, int64_t step, double *gnorm)
         scale = zs_clip_coef(*gnorm, t->c.clip);
     }
     double t1 = zsi_train_now();
-    zs_status st = zs_optim_step_scaled(t->o, zs_lr_at(&t->c.schedule, step), scale);
+    st = zsi_train_optim_step(t, lr, scale);
     t->prof.norm_s += t1 - t0;
     t->prof.update_s += zsi_train_now() - t1;
     return st;
@@ -299,7 +322,9 @@ zs_status zsi_train_micro(zs_trainer *t, int64_t index, int part, int parts,
         return st;
     double t0 = zsi_train_now();
     zs_tensor *l = t->c.loss ? t->c.loss(t->c.loss_ctx, t->m, x, y) : zs_gpt_loss(t->m, x, y);
-    zs_tensor *scaled = l && t->c.accum > 1 ? zs_mul_scalar(l, 1.0 / (double)t->c.accum) : l;
+    /* 1 / accum, times the loss scale for f16 and fp8 */
+    double f = (t->scaler ? zs_grad_scaler_get_scale(t->scaler) : 1) / (double)t->c.accum;
+    zs_tensor *scaled = l && f != 1 ? zs_mul_scalar(l, f) : l;
     double t1 = zsi_train_now();
     if (t->dp && last && !zsi_train_grads_local(t)) /* 1-bit Adam: not after the freeze */
         st = zs_dp_begin(t->dp);
@@ -332,7 +357,9 @@ zs_status zsi_train_accumulate(zs_trainer *t, int64_t i, int part, int parts,
                                double *loss)
 {
     double sum = 0;
-    zs_status st = ZS_OK;
+    /* forward and loss under autocast; the weights converted once */
+    zs_status st = zsi_train_amp_begin(t, true);
+    bool amp = st == ZS_OK;
     for (int64_t a = 0; st == ZS_OK && a < t->c.accum; a++) {
         double l = 0;
         zs_scope_push();
@@ -340,6 +367,8 @@ zs_status zsi_train_accumulate(zs_trainer *t, int64_t i, int part, int parts,
         zs_scope_pop();
         sum += l;
     }
+    if (amp)
+        zsi_train_amp_end(t);
     *loss = sum / (double)t->c.accum;
     return st;
 }
@@ -424,6 +453,7 @@ static zs_train_event event_of(const zs_trainer *t, int64_t step, double loss,
         .targets = targets, .tokens_per_s = dt > 0 ? (double)targets / dt : 0,
         .elapsed_s = elapsed,
         .val_loss = NAN, .rank = t->rank, .comm_bytes = t->comm_bytes,
+        .precision = t->c.precision, .loss_scale = t->step_scale, .skipped = t->skipped,
     };
     e.mfu = t->peak > 0 ? t->c.flops_per_token * e.tokens_per_s / t->peak : 0;
     e.eta_s = done > 0 ? elapsed / done * (double)(t->c.steps - step - 1) : 0;
@@ -454,7 +484,10 @@ double zs_trainer_validate(zs_trainer *t)
         return NAN;
     zs_no_grad_push();
     zs_module_train(t->m, false);
-    double v = t->c.eval(t->c.eval_ctx, t->m);
+    bool amp = zsi_train_amp_begin(t, true) == ZS_OK;
+    double v = amp ? t->c.eval(t->c.eval_ctx, t->m) : NAN;
+    if (amp)
+        zsi_train_amp_end(t);
     zs_module_train(t->m, true);
     zs_no_grad_pop();
     if (t->c.zero == 3)
