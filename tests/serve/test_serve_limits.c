@@ -184,7 +184,7 @@ static void one(client *c, int k)
         vanish_sending(c->id % 2 == 0);
         break;
     case P_FULL_QUEUE: {
-        const char *b = "{\"prompt\": \"The light\", \"max_tokens\": 60, \"ignore_eos\": true}";
+        const char *b = "{\"prompt\": \"The light\", \"max_tokens\": 16, \"ignore_eos\": true}";
         st = zt_request(port, "POST", "/v1/completions", NULL, b, strlen(b), &r);
         note(&c->t, st, &r);
         break;
