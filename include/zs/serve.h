@@ -70,6 +70,9 @@
  * tokens from per-request buffers under the request's mutex, woken by its
  * condition variable. A client that disconnects (or shuts down its sending
  * side: POLLRDHUP) has its request aborted at once, its KV blocks freed.
+ * Past max_connections open connections a request is answered 503; what
+ * each request holds and where it is given back, and the counts of
+ * zs_server_get_stats: docs/serve.md.
  */
 #ifndef ZS_SERVE_H
 #define ZS_SERVE_H
