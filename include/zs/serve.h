@@ -70,6 +70,9 @@
  * tokens from per-request buffers under the request's mutex, woken by its
  * condition variable. A client that disconnects (or shuts down its sending
  * side: POLLRDHUP) has its request aborted at once, its KV blocks freed.
+ * Past max_connections open connections a request is answered 503; what
+ * each request holds and where it is given back, and the counts of
+ * zs_server_get_stats: docs/serve.md.
  */
 #ifndef ZS_SERVE_H
 #define ZS_SERVE_H
@@ -91,7 +94,11 @@ typedef struct zs_server_config {
     int64_t max_queue;         /* requests that may wait beyond
                                 * engine.max_num_seqs; 0: 256 */
     int64_t max_body_bytes;    /* request body limit; 0: 1 MiB */
-    int max_connections;       /* open connections; 0: 512 */
+    int max_connections;       /* connections served at once; 0: 512. Up
+                                * to max_connections / 4 + 16 more are
+                                * accepted only to be answered 503 and
+                                * closed; past those libmicrohttpd closes
+                                * new connections unanswered */
     double read_timeout_s;     /* an idle connection is closed after this,
                                 * and a request body must arrive within
                                 * it; 0: 30 */
@@ -119,6 +126,27 @@ int zs_server_port(const zs_server *s);
 void zs_server_stop(zs_server *s, double grace_seconds);
 /* Stops (with no grace) if still running, then frees. NULL is fine. */
 void zs_server_free(zs_server *s);
+
+/* What the server holds right now (GET /health and /metrics say the
+ * same). Every count but refused_connections returns to 0 once the
+ * clients are gone and their requests have ended: a vanished client, a
+ * refused request and an aborted stream each give back what they took. */
+typedef struct zs_server_stats {
+    int64_t connections;       /* TCP connections open (each a thread) */
+    int64_t requests;          /* HTTP requests begun and not completed */
+    int64_t answering;         /* generation requests whose answer or
+                                * stream is not over */
+    int64_t in_flight;         /* generations handed to the engine thread
+                                * and not done (the 429 limit counts these) */
+    int64_t queued;            /* of those, not yet taken by the engine thread */
+    int64_t engine_requests;   /* of those, in the engine */
+    int64_t running, waiting;  /* the engine's sequences (as of its last step) */
+    int64_t kv_blocks_used;
+    int64_t refused_connections; /* 503s at max_connections, since the start */
+} zs_server_stats;
+
+/* Fills *out (a consistent snapshot; any thread). */
+void zs_server_get_stats(zs_server *s, zs_server_stats *out);
 
 #ifdef __cplusplus
 }

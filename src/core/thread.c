@@ -21,12 +21,23 @@
  * The job fields (fn, ctx, n) are written by the owner before it publishes
  * the job (release store of `claim`) and read by a worker only after it
  * claimed a chunk of that job (acquire CAS), while the owner still waits
- * for that chunk. A worker that arrives late may still read nchunks while
- * the next owner writes it, so that field is atomic.
+ * for that chunk.
+ *
+ * `claim` packs the generation, the job's chunk count and the next chunk
+ * into one word, so a worker decides "is there a chunk left of the job I
+ * woke for" from one load. (The count once lived in a field of its own:
+ * a worker that arrived late for a finished job of 2 chunks could read
+ * the stale claim "chunk 2", then the next owner's count of 16, and its
+ * CAS won chunk 2 before the new job's claim was stored. It ran a chunk of
+ * a half-written job and decremented the new job's pending count, so
+ * that owner returned while a chunk still ran on its stack frame: lost or
+ * doubled items and crashes (zs serve under load on 16 cores, issue 30;
+ * tests/core/test_thread_pool.c).)
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -42,17 +53,24 @@ typedef struct pool {
     pthread_mutex_t owner; /* held by the thread running a parallel_for */
     atomic_uint_fast64_t generation;
     atomic_int pending; /* chunks not yet finished */
-    /* (generation << 16) | next chunk: a claim succeeds only for the job of
-     * the generation the claimer saw, so a late worker never runs a chunk
-     * of a newer job twice. */
+    /* generation << 20 | chunks << 10 | next chunk (CLAIM_*): a claim
+     * succeeds only for the job of the generation the claimer saw and only
+     * below that job's own chunk count, so a late worker never runs a
+     * chunk of a finished job or of a newer one. */
     atomic_uint_fast64_t claim;
     atomic_bool stop;
     /* current job */
     zs_range_fn fn;
     void *ctx;
     int64_t n;
-    atomic_int_fast64_t nchunks;
 } pool;
+
+/* The fields of `claim`: chunks (at most 256 threads) and the next chunk
+ * take 10 bits each, the generation the 44 above them. */
+#define CLAIM_GEN(t) ((t) >> 20)
+#define CLAIM_CHUNKS(t) ((int64_t)((t) >> 10 & 0x3ff))
+#define CLAIM_NEXT(t) ((int64_t)((t)&0x3ff))
+#define CLAIM_GEN_MASK ((UINT64_C(1) << 44) - 1)
 
 static pool P = {.mu = PTHREAD_MUTEX_INITIALIZER,
                  .cv = PTHREAD_COND_INITIALIZER,
@@ -72,18 +90,16 @@ static void work_on(uint_fast64_t gen)
 {
     for (;;) {
         uint_fast64_t t = atomic_load_explicit(&P.claim, memory_order_acquire);
-        if ((t >> 16) != (gen & 0xffffffffffffu))
+        if (CLAIM_GEN(t) != (gen & CLAIM_GEN_MASK))
             return;
-        int64_t c = (int64_t)(t & 0xffffu);
-        /* relaxed: a stale value only makes the CAS below fail */
-        int64_t nchunks = atomic_load_explicit(&P.nchunks, memory_order_relaxed);
+        int64_t c = CLAIM_NEXT(t), nchunks = CLAIM_CHUNKS(t);
         if (c >= nchunks)
             return;
         if (atomic_compare_exchange_weak_explicit(&P.claim, &t, t + 1,
                                                   memory_order_acq_rel,
                                                   memory_order_acquire)) {
-            /* the job of gen is ours until this chunk is done: reread */
-            run_chunk(c, atomic_load_explicit(&P.nchunks, memory_order_relaxed));
+            /* chunk c of the job of gen: its owner waits for it */
+            run_chunk(c, nchunks);
             atomic_fetch_sub_explicit(&P.pending, 1, memory_order_release);
         }
     }
@@ -216,10 +232,9 @@ void zs_parallel_for(int64_t n, int64_t grain, zs_range_fn fn, void *ctx)
     P.fn = fn;
     P.ctx = ctx;
     P.n = n;
-    atomic_store_explicit(&P.nchunks, nchunks, memory_order_relaxed);
     atomic_store(&P.pending, (int)nchunks);
     uint_fast64_t g = atomic_load(&P.generation) + 1;
-    atomic_store_explicit(&P.claim, (g & 0xffffffffffffu) << 16,
+    atomic_store_explicit(&P.claim, (g & CLAIM_GEN_MASK) << 20 | (uint_fast64_t)nchunks << 10,
                           memory_order_release);
     pthread_mutex_lock(&P.mu);
     atomic_store_explicit(&P.generation, g, memory_order_release);

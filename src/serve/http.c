@@ -10,6 +10,17 @@
  * any body is read), then once per piece of body, then when the body is
  * complete, when the route's handler answers. libmicrohttpd's own error
  * log stays off: a hostile client must not be able to fill the terminal.
+ *
+ * Connection slots (docs/serve.md, "Under load"): every connection is a
+ * thread, counted from libmicrohttpd's STARTED to its CLOSED notice.
+ * Past max_connections a request is answered 503 (JSON, Retry-After,
+ * Connection: close) from its headers, so a full server says so instead
+ * of closing connections unanswered; libmicrohttpd's own limit sits
+ * max_connections / 4 + 16 above ours, for those answers. Once three
+ * quarters of the slots are taken every answer closes its connection, so
+ * idle keep-alive connections do not hold threads that new clients need.
+ * Every callback here returns promptly: the notices run on
+ * libmicrohttpd's polling thread, which accepts every connection.
  */
 #include <microhttpd.h>
 #include <netdb.h>
@@ -53,6 +64,13 @@ static int find_route(const char *url)
 
 /* ---- replies ------------------------------------------------------------------- */
 
+/* Three quarters of the connection slots are taken: answers close their
+ * connections rather than keep them alive. */
+static bool busy(zs_server *s)
+{
+    return atomic_load(&s->n_conn) * 4 > (int_fast64_t)s->c.max_connections * 3;
+}
+
 int zsi_reply(zsi_conn *q, int status, zsi_buf *body, const char *type)
 {
     static char nothing[] = "";
@@ -74,13 +92,13 @@ int zsi_reply(zsi_conn *q, int status, zsi_buf *body, const char *type)
     if (!r)
         return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    if (status == 429)
+    if (status == 429 || status == 503)
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == 405 && q->route < R_NONE)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, routes[q->route].method);
-    if (status == 503 || status == 413)
+    if (status == 503 || status == 413 || busy(q->s))
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ok = MHD_queue_response(q->c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -213,6 +231,8 @@ static bool body(zsi_conn *q, const char *data, size_t n)
     return !q->body.oom;
 }
 
+/* /metrics, or /health: the status and what the server holds (this
+ * request counts itself among connections and requests). */
 static int simple(zsi_conn *q)
 {
     zs_server *s = q->s;
@@ -223,11 +243,32 @@ static int simple(zsi_conn *q)
         pthread_mutex_unlock(&s->mu);
         return zsi_reply(q, 200, &b, "text/plain; version=0.0.4; charset=utf-8");
     }
+    zs_server_stats h;
     pthread_mutex_lock(&s->mu);
     bool draining = s->draining;
+    zsi_server_stats(s, &h);
     pthread_mutex_unlock(&s->mu);
-    zsi_buf_puts(&b, draining ? "{\"status\":\"stopping\"}\n" : "{\"status\":\"ok\"}\n");
+    zsi_buf_printf(&b, "{\"status\":\"%s\",\"connections\":%lld,\"requests\":%lld,"
+                   "\"answering\":%lld,\"in_flight\":%lld,\"queued\":%lld,"
+                   "\"engine_requests\":%lld,\"running\":%lld,\"waiting\":%lld,"
+                   "\"kv_blocks_used\":%lld,\"refused_connections\":%lld}\n",
+                   draining ? "stopping" : "ok", (long long)h.connections,
+                   (long long)h.requests, (long long)h.answering, (long long)h.in_flight,
+                   (long long)h.queued, (long long)h.engine_requests, (long long)h.running,
+                   (long long)h.waiting, (long long)h.kv_blocks_used,
+                   (long long)h.refused_connections);
     return zsi_reply(q, draining ? 503 : 200, &b, "application/json");
+}
+
+/* Past max_connections: 503 from the headers (the body is not read). */
+static int full(zsi_conn *q)
+{
+    atomic_fetch_add(&q->s->n_refused, 1);
+    char m[160];
+    snprintf(m, sizeof m, "the server has %lld connections open, more than its limit of %d "
+             "(max_connections); retry later", (long long)atomic_load(&q->s->n_conn),
+             q->s->c.max_connections);
+    return reply_status(q, 503, "server_error", "server_busy", m);
 }
 
 static int handle(zsi_conn *q, const char *url)
@@ -260,11 +301,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 {
     zsi_conn *q = *ptr;
     if (!q) {
-        if (!(q = conn_new(cls, c, url, method)))
+        zs_server *s = cls;
+        if (!(q = conn_new(s, c, url, method)))
             return MHD_NO;
         *ptr = q;
+        atomic_fetch_add(&s->n_req, 1); /* on_completed counts it down */
         q->route = find_route(url);
-        int st = headers(q, method);
+        bool over = atomic_load(&s->n_conn) > s->c.max_connections && q->route != R_HEALTH;
+        int st = over ? full(q) : headers(q, method);
         return st < 0 || st == MHD_YES ? MHD_YES : MHD_NO;
     }
     if (*size) {
@@ -300,6 +344,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ptr,
     zsi_job_release(q->job);
     zsi_buf_free(&q->body);
     free(q);
+    atomic_fetch_sub(&s->n_req, 1);
+}
+
+/* A connection opens or closes (libmicrohttpd's polling thread, or the
+ * connection's own when it ends: promptly, no lock). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    zs_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        atomic_fetch_add(&s->n_conn, 1);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+        atomic_fetch_sub(&s->n_conn, 1);
 }
 
 /* ---- the daemon ------------------------------------------------------------------- */
@@ -322,8 +379,10 @@ bool zsi_http_start(zs_server *s)
         flags, (uint16_t)s->c.port, NULL, NULL, on_access, s,
         MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(s->c.read_timeout_s + 0.999),
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->c.max_connections,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->c.max_connections +
+                                                s->c.max_connections / 4 + 16),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
         MHD_OPTION_END);

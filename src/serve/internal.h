@@ -186,6 +186,8 @@ void zsi_job_release(zsi_job *j);
 int zsi_submit(zs_server *s, zsi_job *j, zsi_err *e);
 /* Asks the engine thread to abort j (no-op once done). */
 void zsi_cancel(zs_server *s, zsi_job *j);
+/* zs_server_get_stats with the server mutex held. */
+void zsi_server_stats(zs_server *s, zs_server_stats *out);
 double zsi_clock(void);                   /* monotonic seconds */
 /* Condition variables on CLOCK_MONOTONIC, and a wait of at most `seconds`. */
 bool zsi_cond_init(pthread_cond_t *cv);
@@ -209,7 +211,7 @@ typedef struct zsi_metrics {
 /* A finished job's tokens and times (server mutex held). */
 void zsi_metrics_job(zsi_metrics *m, const zsi_job *j);
 /* The Prometheus text of the metrics and engine stats (server mutex held). */
-void zsi_metrics_text(const zs_server *s, zsi_buf *out);
+void zsi_metrics_text(zs_server *s, zsi_buf *out);
 /* Counts q's status and writes its log line (takes the server mutex).
  * broken: the connection ended before the answer was complete. */
 void zsi_log_request(zs_server *s, const zsi_conn *q, bool broken);
@@ -282,6 +284,8 @@ struct zs_server {
     pthread_cond_t wake;     /* for the engine thread: work arrived */
     pthread_cond_t idle;     /* for zs_server_stop: pending went down */
     zsi_job *in_head, *in_tail;
+    int64_t n_incoming;      /* jobs in the incoming queue */
+    int64_t live_jobs;       /* n_live as of the engine thread's last look */
     int n_cancel;            /* cancellations the engine thread has not seen */
     int64_t pending;         /* jobs handed over and not done */
     int64_t answering;       /* requests with a job whose answer is not done */
@@ -291,11 +295,16 @@ struct zs_server {
     bool stopped;
     zs_engine_stats est;     /* the engine's, as of its thread's last step */
     zsi_job *live;           /* engine thread only: jobs in the engine */
+    int64_t n_live;          /* engine thread only: their count */
     uint64_t steps;          /* engine thread only: steps run */
     zsi_metrics met;
     uint64_t next_id, seed_base;
     int64_t created;         /* Unix time of the start */
     pthread_mutex_t json_mu; /* cJSON's parser writes a global on every call */
+    /* libmicrohttpd's threads count these without the mutex (http.c) */
+    atomic_int_fast64_t n_conn;     /* connections open: STARTED .. CLOSED */
+    atomic_int_fast64_t n_req;      /* requests: first callback .. on_completed */
+    atomic_int_fast64_t n_refused;  /* 503s at the connection limit (total) */
 };
 
 #endif

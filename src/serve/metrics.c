@@ -77,10 +77,12 @@ static void histogram(zsi_buf *b, const char *name, const char *help, const zsi_
                    (long long)h->count);
 }
 
-void zsi_metrics_text(const zs_server *s, zsi_buf *b)
+void zsi_metrics_text(zs_server *s, zsi_buf *b)
 {
     const zsi_metrics *m = &s->met;
     const zs_engine_stats *e = &s->est;
+    zs_server_stats h;
+    zsi_server_stats(s, &h);
     head(b, "zs_requests_total", "counter", "HTTP requests answered, by status code.");
     for (int c = 100; c < 600; c++)
         if (m->by_status[c])
@@ -112,6 +114,18 @@ void zsi_metrics_text(const zs_server *s, zsi_buf *b)
     value(b, "zs_prefix_cache_queries_total", "counter", "Prompt blocks looked up in the "
           "prefix cache.", e->kv.prefix_queries);
     value(b, "zs_engine_steps_total", "counter", "Engine iterations.", e->steps);
+    value(b, "zs_connections_open", "gauge", "TCP connections open (a thread each).",
+          h.connections);
+    value(b, "zs_http_requests_active", "gauge", "HTTP requests begun and not completed.",
+          h.requests);
+    value(b, "zs_generations_answering", "gauge", "Generation requests whose answer or "
+          "stream is not over.", h.answering);
+    value(b, "zs_requests_queued", "gauge", "Generation requests handed over and not yet "
+          "taken by the engine thread.", h.queued);
+    value(b, "zs_engine_requests", "gauge", "Generation requests in the engine.",
+          h.engine_requests);
+    value(b, "zs_connections_refused_total", "counter", "Connections answered 503 at "
+          "max_connections.", h.refused_connections);
 }
 
 /* ---- the request log ---------------------------------------------------------- */

@@ -236,9 +236,9 @@ static void new_id(zsi_conn *q, bool chat)
 {
     zs_server *s = q->s;
     pthread_mutex_lock(&s->mu);
-    uint64_t n = ++s->next_id;
+    uint64_t n = ++s->next_id, base = s->seed_base; /* params.c advances it */
     pthread_mutex_unlock(&s->mu);
-    uint64_t z = n * 0x9E3779B97F4A7C15ull ^ s->seed_base;
+    uint64_t z = n * 0x9E3779B97F4A7C15ull ^ base;
     snprintf(q->id, sizeof q->id, "%s-%016llx%08llx", chat ? "chatcmpl" : "cmpl",
              (unsigned long long)z, (unsigned long long)n & 0xffffffffull);
 }

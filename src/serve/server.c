@@ -105,6 +105,7 @@ int zsi_submit(zs_server *s, zsi_job *j, zsi_err *e)
     int st = s->draining ? 503 : s->pending >= most ? 429 : 0;
     if (st == 0) {
         s->pending++;
+        s->n_incoming++;
         j->t_arrival = zsi_clock();
         atomic_fetch_add(&j->refs, 1);
         if (s->in_tail)
@@ -139,6 +140,7 @@ void zsi_cancel(zs_server *s, zsi_job *j)
 
 static void unlink_live(zs_server *s, zsi_job *j)
 {
+    s->n_live--;
     if (j->prev)
         j->prev->next = j->next;
     else if (s->live == j)
@@ -273,6 +275,7 @@ static void admit_job(zs_server *s, zsi_job *j)
     if (s->live)
         s->live->prev = j;
     s->live = j;
+    s->n_live++;
     for (int i = 0; i < p->n_prompts; i++) {
         zs_gen_request q = {.prompt = p->prompts[i].ids, .n_prompt = p->prompts[i].n,
                             .sampling = p->sampling, .max_tokens = p->max_tokens, .n = p->n,
@@ -360,6 +363,7 @@ static void *engine_main(void *arg)
     for (;;) {
         zsi_job *in = s->in_head;
         s->in_head = s->in_tail = NULL;
+        s->n_incoming = 0;
         bool scan = s->n_cancel > 0 || s->cancel_all;
         s->n_cancel = 0;
         pthread_mutex_unlock(&s->mu);
@@ -380,6 +384,7 @@ static void *engine_main(void *arg)
         }
         pthread_mutex_lock(&s->mu);
         zs_engine_get_stats(s->e, &s->est);
+        s->live_jobs = s->n_live;
         if (!zs_engine_busy(s->e) && !s->in_head && !s->n_cancel) {
             if (s->quit)
                 break;
@@ -469,6 +474,29 @@ zs_server *zs_server_start(const zs_llm *m, const zs_bpe *tok, const zs_server_c
 }
 
 int zs_server_port(const zs_server *s) { return s->port; }
+
+void zsi_server_stats(zs_server *s, zs_server_stats *out)
+{
+    *out = (zs_server_stats){
+        .connections = atomic_load(&s->n_conn),
+        .requests = atomic_load(&s->n_req),
+        .refused_connections = atomic_load(&s->n_refused),
+        .answering = s->answering,
+        .in_flight = s->pending,
+        .queued = s->n_incoming,
+        .engine_requests = s->live_jobs,
+        .running = s->est.running,
+        .waiting = s->est.waiting,
+        .kv_blocks_used = s->est.kv.used_blocks,
+    };
+}
+
+void zs_server_get_stats(zs_server *s, zs_server_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    zsi_server_stats(s, out);
+    pthread_mutex_unlock(&s->mu);
+}
 
 /* Waits until no job is pending or `until` (zsi_now) passes (mutex held). */
 static void wait_idle(zs_server *s, double until)
