@@ -231,6 +231,14 @@ void zs_gpt_set_block_hook(zs_module *gpt, zs_gpt_block_fn fn, void *ctx);
  * gradients are bit-identical to NONE. ZS_OK, or an error for a module
  * that is not a GPT, an unknown mode or layers < 0. */
 zs_status zs_gpt_set_recompute(zs_module *gpt, zs_recompute mode, int64_t layers);
+struct zs_sparse_params;
+/* Block-sparse attention for a GPT's blocks (zs_sparse_attention of
+ * zs/attention.h with p's layout, made causal whatever p says; scale from
+ * p, 0: 1/sqrt(D)); p NULL goes back to the dense fused attention. Applies
+ * to full-sequence forwards (training, zs_gpt_logits/loss), not to the KV
+ * cache of zs/infer.h. BLOOM's ALiBi has no sparse kernel: an error. ZS_OK
+ * or an error (also for p's bad values, checked for a T of 1). */
+zs_status zs_gpt_set_sparse_attention(zs_module *gpt, const struct zs_sparse_params *p);
 
 /* Generation with a KV cache: zs_llm and zs_engine (zs/infer.h). */
 

@@ -67,6 +67,8 @@ struct gpt_impl {
     void *hook_ctx;
     zs_recompute recompute; /* see zs_gpt_set_recompute */
     int64_t recompute_layers;
+    bool sparse;            /* see zs_gpt_set_sparse_attention */
+    zs_sparse_params sp;
 };
 
 int zs_gpt_preset(const char *name, zs_gpt_config *c)
@@ -290,7 +292,8 @@ static zs_tensor *attention_core(const gpt_impl *g, zs_tensor *qkv)
     }
     zs_attention_params ap = {.causal = true, .alibi = g->c.arch == ZS_BLOOM};
     zs_tensor *k = zs_retain(parts[1]), *v = zs_retain(parts[2]);
-    zs_tensor *a = zs_attention(parts[0], k, v, &ap);               /* [B,H,n,D] */
+    zs_tensor *a = g->sparse ? zs_sparse_attention(parts[0], k, v, &g->sp)
+                             : zs_attention(parts[0], k, v, &ap);   /* [B,H,n,D] */
     zs_tensor *at = zs_permute(a, (int[]){0, 2, 1, 3});             /* [B,n,H,D] */
     zs_tensor *merged = zs_reshape(at, 3, (int64_t[]){B, n, C});
     zs_tensor *tmp[] = {r, p, parts[0], parts[1], parts[2], k, v, a, at};
@@ -357,6 +360,29 @@ zs_status zs_gpt_set_recompute(zs_module *gpt, zs_recompute mode, int64_t layers
                             (int)mode, (long long)layers);
     g->recompute = mode;
     g->recompute_layers = layers;
+    return ZS_OK;
+}
+
+zs_status zs_gpt_set_sparse_attention(zs_module *gpt, const zs_sparse_params *p)
+{
+    gpt_impl *g = impl_of(gpt);
+    if (!g)
+        return zs_set_error("gpt_set_sparse_attention: module is not a GPT");
+    if (!p) {
+        g->sparse = false;
+        return ZS_OK;
+    }
+    if (g->c.arch == ZS_BLOOM)
+        return zs_set_error("gpt_set_sparse_attention: BLOOM's ALiBi bias has no "
+                            "sparse kernel (use --arch gpt2)");
+    zs_sparse_params sp = *p;
+    sp.causal = true;
+    zs_sparse_layout *l = zs_sparse_layout_new(&sp, 1); /* checks the values */
+    if (!l)
+        return ZS_ERR_ARG;
+    zs_sparse_layout_free(l);
+    g->sp = sp;
+    g->sparse = true;
     return ZS_OK;
 }
 

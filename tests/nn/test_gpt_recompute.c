@@ -4,7 +4,10 @@
  * selective give bit-identical losses and gradients to none over three
  * SGD steps of a tiny GPT-2 and BLOOM (the same kernels run in the same
  * order), also on the test device; the allocator's peak falls for full
- * and for selective as src/nn/gpt.c's accounting says; error paths.
+ * and for selective as src/nn/gpt.c's accounting says; block-sparse
+ * attention in the GPT (zs_gpt_set_sparse_attention): a layout keeping
+ * every block equals the dense attention, a sparse one trains, selective
+ * recomputation of it is bit-identical; error paths.
  */
 #include <stdlib.h>
 
@@ -167,6 +170,59 @@ static void test_peak(void)
     zt_section("peak memory falls: selective and full below none");
 }
 
+static double loss_of(zs_module *m, bool backward)
+{
+    zs_tensor *x = ids(ZS_CPU, 2, 32, 50, 5), *y = ids(ZS_CPU, 2, 32, 50, 6);
+    zs_tensor *l = zs_gpt_loss(m, x, y);
+    ZT_CHECK(l && (!backward || zs_backward(l, NULL, false) == ZS_OK), "sparse gpt loss");
+    double v = l ? zs_item(l) : NAN;
+    zs_release(l);
+    zs_release(x);
+    zs_release(y);
+    return v;
+}
+
+static void test_sparse_gpt(void)
+{
+    zs_module *m = zt_tiny_gpt(ZS_GPT2, 50, 32, 7, 8);
+    double dense = loss_of(m, false);
+    zs_sparse_params all = {.block = 16, .local = 8};
+    ZT_CHECK(zs_gpt_set_sparse_attention(m, &all) == ZS_OK, "set sparse");
+    double full = loss_of(m, false);
+    ZT_CHECK(fabs(full - dense) < 1e-5, "every block kept: %.8f vs dense %.8f", full, dense);
+    zs_sparse_params sp = {.block = 16, .local = 0, .global = 0, .random = 0};
+    zs_gpt_set_sparse_attention(m, &sp);
+    double diag = loss_of(m, true);
+    ZT_CHECK(isfinite(diag) && fabs(diag - dense) > 1e-6, "diagonal blocks only: %.8f",
+             diag);
+    zs_tensor **p;
+    char **names;
+    int np = zs_module_parameters(m, &p, &names);
+    double *g0 = grads_of(m, &(int64_t){0});
+    zs_module_zero_grad(m);
+    zs_gpt_set_recompute(m, ZS_RECOMPUTE_SELECTIVE, 0);
+    double sel = loss_of(m, true);
+    int64_t n = 0;
+    double *g1 = grads_of(m, &n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += !(g0[i] == g1[i]);
+    ZT_CHECK(sel == diag && bad == 0, "selective recomputation of sparse attention: "
+             "loss %.9g vs %.9g, %lld gradients differ", sel, diag, (long long)bad);
+    free(g0);
+    free(g1);
+    zs_names_free(np, p, names);
+    ZT_CHECK(zs_gpt_set_sparse_attention(m, NULL) == ZS_OK && loss_of(m, false) == dense,
+             "back to dense");
+    zs_sparse_params bad_p = {.block = 4};
+    ZT_EXPECT_ERROR(zs_gpt_set_sparse_attention(m, &bad_p) < 0, "16..128");
+    zs_module *b = zt_tiny_gpt(ZS_BLOOM, 50, 32, 7, 8);
+    ZT_EXPECT_ERROR(zs_gpt_set_sparse_attention(b, &sp) < 0, "ALiBi");
+    zs_module_free(b);
+    zs_module_free(m);
+    zt_section("block-sparse attention in the GPT");
+}
+
 static void test_errors(void)
 {
     zs_module *m = zt_tiny_gpt(ZS_GPT2, 50, 32, 7, 8);
@@ -195,6 +251,7 @@ int main(void)
     ZT_CHECK(zs_test_device_enable() == ZS_OK, "test device");
     test_identical(ZS_GPT2, ZS_TEST_DEVICE);
     test_peak();
+    test_sparse_gpt();
     test_errors();
     return zt_done();
 }
