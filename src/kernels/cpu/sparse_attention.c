@@ -191,24 +191,24 @@ static inline __attribute__((always_inline)) float exp_f32(float x)
     return zsi_exp_f32_clamped(x);
 }
 
-#define DEFINE_SPARSE(TY, SUF, EXP)                                            \
+#define DEFINE_SPARSE(TY, SUF, EXP)                                           \
     /* Packs the rows of the chunk's key blocks of x (rows st apart) into     \
      * xp [nk, D]. */                                                         \
     static void pack_##SUF(const zsk_blocks *L, const int32_t *cols,          \
-                           int64_t n, const TY *x, int64_t st, int64_t D,      \
-                           TY *xp)                                             \
+                           int64_t n, const TY *x, int64_t st, int64_t D,     \
+                           TY *xp)                                            \
     {                                                                         \
         for (int64_t c = 0; c < n; c++) {                                     \
             int64_t t0 = cols[c] * L->bs, kn = min64(L->bs, L->T - t0);       \
             for (int64_t t = 0; t < kn; t++, xp += D)                         \
-                memcpy(xp, x + (t0 + t) * st, (size_t)D * sizeof(TY));         \
+                memcpy(xp, x + (t0 + t) * st, (size_t)D * sizeof(TY));        \
         }                                                                     \
     }                                                                         \
     /* -inf on the keys after each query inside the causal diagonal block,    \
      * when it is in the chunk (the last block of a causal row). */           \
     static void mask_##SUF(const zsk_blocks *L, const int32_t *cols,          \
                            int64_t n, const int64_t *kstart, int64_t qb,      \
-                           int64_t nq, TY *s, int64_t nk)                      \
+                           int64_t nq, TY *s, int64_t nk)                     \
     {                                                                         \
         if (!L->causal || cols[n - 1] != qb)                                  \
             return;                                                           \
@@ -218,19 +218,19 @@ static inline __attribute__((always_inline)) float exp_f32(float x)
     }                                                                         \
     /* The online softmax of nq rows of nk scores s (overwritten by p):       \
      * updates m, l and rescales acc [nq, D]. */                              \
-    ZSK_CLONES static void online_##SUF(TY *restrict s, int64_t nq,            \
-                                        int64_t nk, TY *m, TY *l,               \
-                                        TY *restrict acc, int64_t D)           \
+    ZSK_CLONES static void online_##SUF(TY *restrict s, int64_t nq,           \
+                                        int64_t nk, TY *m, TY *l,             \
+                                        TY *restrict acc, int64_t D)          \
     {                                                                         \
         for (int64_t i = 0; i < nq; i++) {                                    \
-            TY *sr = s + i * nk, mx = m[i], sum = 0;                           \
+            TY *sr = s + i * nk, mx = m[i], sum = 0;                          \
             for (int64_t j = 0; j < nk; j++)                                  \
                 mx = sr[j] > mx ? sr[j] : mx;                                 \
             if (mx == -INFINITY) { /* nothing visible yet */                  \
-                memset(sr, 0, (size_t)nk * sizeof(TY));                        \
+                memset(sr, 0, (size_t)nk * sizeof(TY));                       \
                 continue;                                                     \
             }                                                                 \
-            TY corr = EXP(m[i] - mx);                                          \
+            TY corr = EXP(m[i] - mx);                                         \
             for (int64_t j = 0; j < nk; j++) {                                \
                 sr[j] = EXP(sr[j] - mx);                                      \
                 sum += sr[j];                                                 \
@@ -243,64 +243,64 @@ static inline __attribute__((always_inline)) float exp_f32(float x)
         }                                                                     \
     }                                                                         \
     /* p = exp(s - lse_i); ds = p (dp - delta_i) scale (into dp). */          \
-    ZSK_CLONES static void grads_##SUF(TY *restrict s, TY *restrict dp,         \
+    ZSK_CLONES static void grads_##SUF(TY *restrict s, TY *restrict dp,       \
                                        int64_t nq, int64_t nk,                \
                                        const TY *lse, const TY *delta, TY scale) \
     {                                                                         \
         for (int64_t i = 0; i < nq; i++) {                                    \
             TY *sr = s + i * nk, *dr = dp + i * nk, L = lse[i], dl = delta[i]; \
             for (int64_t j = 0; j < nk; j++) {                                \
-                TY p = L == -INFINITY ? 0 : EXP(sr[j] - L);                    \
+                TY p = L == -INFINITY ? 0 : EXP(sr[j] - L);                   \
                 sr[j] = p;                                                    \
                 dr[j] = p * (dr[j] - dl) * scale;                             \
             }                                                                 \
         }                                                                     \
     }                                                                         \
-    static void fw_block_##SUF(const fw_ctx *c, int64_t t, TY *w)              \
+    static void fw_block_##SUF(const fw_ctx *c, int64_t t, TY *w)             \
     {                                                                         \
         const zsk_sattn *a = c->a;                                            \
         const zsk_blocks *L = a->lay;                                         \
         int64_t D = a->D, bh = t / L->nb, qb = t % L->nb;                     \
         int64_t b = bh / a->H, h = bh % a->H, i0 = qb * L->bs;                \
         int64_t nq = min64(L->bs, a->T - i0), kst[CHUNK_KEYS];                \
-        const TY *q = (const TY *)a->q + b * a->sq[0] + h * a->sq[1] +          \
+        const TY *q = (const TY *)a->q + b * a->sq[0] + h * a->sq[1] +        \
                      i0 * a->sq[2];                                           \
-        const TY *k = (const TY *)a->k + b * a->sk[0] + h * a->sk[1];           \
-        const TY *v = (const TY *)a->v + b * a->sv[0] + h * a->sv[1];           \
-        TY *kp = w, *vp = kp + CHUNK_KEYS * D, *s = vp + CHUNK_KEYS * D;       \
+        const TY *k = (const TY *)a->k + b * a->sk[0] + h * a->sk[1];         \
+        const TY *v = (const TY *)a->v + b * a->sv[0] + h * a->sv[1];         \
+        TY *kp = w, *vp = kp + CHUNK_KEYS * D, *s = vp + CHUNK_KEYS * D;      \
         TY *acc = s + L->bs * CHUNK_KEYS, *m = acc + L->bs * D, *l = m + L->bs; \
         for (int64_t i = 0; i < nq; i++)                                      \
             m[i] = -INFINITY, l[i] = 0;                                       \
-        memset(acc, 0, (size_t)(nq * D) * sizeof(TY));                         \
+        memset(acc, 0, (size_t)(nq * D) * sizeof(TY));                        \
         int64_t k1 = L->row_ptr[qb + 1];                                      \
         for (int64_t k0 = L->row_ptr[qb]; k0 < k1;) {                         \
             int64_t nk, n = chunk_of(L, k0, k1, kst, &nk);                    \
             const int32_t *cols = L->cols + k0;                               \
             pack_##SUF(L, cols, n, k, a->sk[2], D, kp);                       \
             pack_##SUF(L, cols, n, v, a->sv[2], D, vp);                       \
-            gemm_##SUF(false, true, nq, nk, D, (TY)a->scale, q, a->sq[2], kp,  \
+            gemm_##SUF(false, true, nq, nk, D, (TY)a->scale, q, a->sq[2], kp, \
                        D, 0, s, nk);                                          \
             mask_##SUF(L, cols, n, kst, qb, nq, s, nk);                       \
             online_##SUF(s, nq, nk, m, l, acc, D);                            \
             gemm_##SUF(false, false, nq, D, nk, 1, s, nk, vp, D, 1, acc, D);  \
             k0 += n;                                                          \
         }                                                                     \
-        TY *o = (TY *)c->o + (bh * a->T + i0) * D;                              \
+        TY *o = (TY *)c->o + (bh * a->T + i0) * D;                            \
         for (int64_t i = 0; i < nq; i++) {                                    \
-            TY inv = l[i] > 0 ? 1 / l[i] : 0;                                  \
+            TY inv = l[i] > 0 ? 1 / l[i] : 0;                                 \
             for (int64_t d = 0; d < D; d++)                                   \
                 o[i * D + d] = acc[i * D + d] * inv;                          \
             if (c->lse)                                                       \
-                ((TY *)c->lse)[bh * a->T + i0 + i] =                           \
-                    l[i] > 0 ? m[i] + (TY)log((double)l[i]) : -INFINITY;       \
+                ((TY *)c->lse)[bh * a->T + i0 + i] =                          \
+                    l[i] > 0 ? m[i] + (TY)log((double)l[i]) : -INFINITY;      \
         }                                                                     \
     }                                                                         \
     static void fw_task_##SUF(void *p, int64_t t0, int64_t t1)                \
     {                                                                         \
         fw_ctx *c = p;                                                        \
         int64_t D = c->a->D, bs = c->a->lay->bs;                              \
-        TY *w = malloc((size_t)(2 * CHUNK_KEYS * D + bs * CHUNK_KEYS +         \
-                               bs * D + 2 * bs) * sizeof(TY));                 \
+        TY *w = malloc((size_t)(2 * CHUNK_KEYS * D + bs * CHUNK_KEYS +        \
+                               bs * D + 2 * bs) * sizeof(TY));                \
         if (!w) {                                                             \
             set_failed(&c->failed);                                           \
             return;                                                           \
@@ -313,15 +313,15 @@ static inline __attribute__((always_inline)) float exp_f32(float x)
      * block's first row; dq, dk, dv of the head). */                         \
     static void bw_chunk_##SUF(const bw_ctx *c, const TY *const *hp, int64_t qb, \
                                const int32_t *cols, int64_t n,                \
-                               const int64_t *kst, int64_t nk, TY *w, TY *dq,   \
-                               TY *dk, TY *dv)                                  \
+                               const int64_t *kst, int64_t nk, TY *w, TY *dq, \
+                               TY *dk, TY *dv)                                \
     {                                                                         \
         const zsk_sattn *a = c->a;                                            \
         const zsk_blocks *L = a->lay;                                         \
         int64_t D = a->D, nq = min64(L->bs, a->T - qb * L->bs);               \
-        const TY *q = hp[0], *dout = hp[1], *lse = hp[2], *delta = hp[3];      \
-        TY *kp = w, *vp = kp + CHUNK_KEYS * D, *s = vp + CHUNK_KEYS * D;       \
-        TY *dp = s + L->bs * CHUNK_KEYS;                                       \
+        const TY *q = hp[0], *dout = hp[1], *lse = hp[2], *delta = hp[3];     \
+        TY *kp = w, *vp = kp + CHUNK_KEYS * D, *s = vp + CHUNK_KEYS * D;      \
+        TY *dp = s + L->bs * CHUNK_KEYS;                                      \
         pack_##SUF(L, cols, n, hp[4], a->sk[2], D, kp);                       \
         pack_##SUF(L, cols, n, hp[5], a->sv[2], D, vp);                       \
         gemm_##SUF(false, true, nq, nk, D, (TY)a->scale, q, a->sq[2], kp, D, 0, \
@@ -329,7 +329,7 @@ static inline __attribute__((always_inline)) float exp_f32(float x)
         mask_##SUF(L, cols, n, kst, qb, nq, s, nk);                           \
         gemm_##SUF(false, true, nq, nk, D, 1, dout, c->sd[2], vp, D, 0, dp,   \
                    nk);                                                       \
-        grads_##SUF(s, dp, nq, nk, lse, delta, (TY)a->scale);                  \
+        grads_##SUF(s, dp, nq, nk, lse, delta, (TY)a->scale);                 \
         gemm_##SUF(false, false, nq, D, nk, 1, dp, nk, kp, D, 1, dq, D);      \
         for (int64_t j = 0; j < n; j++) {                                     \
             int64_t t0 = cols[j] * L->bs, kn = min64(L->bs, a->T - t0);       \
@@ -339,33 +339,33 @@ static inline __attribute__((always_inline)) float exp_f32(float x)
                        a->sq[2], 1, dk + t0 * D, D);                          \
         }                                                                     \
     }                                                                         \
-    static void bw_head_##SUF(const bw_ctx *c, int64_t bh, TY *w)              \
+    static void bw_head_##SUF(const bw_ctx *c, int64_t bh, TY *w)             \
     {                                                                         \
         const zsk_sattn *a = c->a;                                            \
         const zsk_blocks *L = a->lay;                                         \
         int64_t D = a->D, Tn = a->T, b = bh / a->H, h = bh % a->H;            \
-        const TY *q = (const TY *)a->q + b * a->sq[0] + h * a->sq[1];           \
-        const TY *dout = (const TY *)c->dout + b * c->sd[0] + h * c->sd[1];     \
-        const TY *o = (const TY *)c->o + bh * Tn * D;                           \
-        const TY *lse = (const TY *)c->lse + bh * Tn;                           \
-        TY *dq = (TY *)c->dq + bh * Tn * D, *dk = (TY *)c->dk + bh * Tn * D;     \
-        TY *dv = (TY *)c->dv + bh * Tn * D;                                     \
-        TY *delta = w + 2 * CHUNK_KEYS * D + 2 * L->bs * CHUNK_KEYS;           \
+        const TY *q = (const TY *)a->q + b * a->sq[0] + h * a->sq[1];         \
+        const TY *dout = (const TY *)c->dout + b * c->sd[0] + h * c->sd[1];   \
+        const TY *o = (const TY *)c->o + bh * Tn * D;                         \
+        const TY *lse = (const TY *)c->lse + bh * Tn;                         \
+        TY *dq = (TY *)c->dq + bh * Tn * D, *dk = (TY *)c->dk + bh * Tn * D;  \
+        TY *dv = (TY *)c->dv + bh * Tn * D;                                   \
+        TY *delta = w + 2 * CHUNK_KEYS * D + 2 * L->bs * CHUNK_KEYS;          \
         int64_t kst[CHUNK_KEYS];                                              \
-        memset(dq, 0, (size_t)(Tn * D) * sizeof(TY));                          \
-        memset(dk, 0, (size_t)(Tn * D) * sizeof(TY));                          \
-        memset(dv, 0, (size_t)(Tn * D) * sizeof(TY));                          \
+        memset(dq, 0, (size_t)(Tn * D) * sizeof(TY));                         \
+        memset(dk, 0, (size_t)(Tn * D) * sizeof(TY));                         \
+        memset(dv, 0, (size_t)(Tn * D) * sizeof(TY));                         \
         for (int64_t i = 0; i < Tn; i++) {                                    \
-            TY sum = 0;                                                        \
+            TY sum = 0;                                                       \
             for (int64_t d = 0; d < D; d++)                                   \
                 sum += dout[i * c->sd[2] + d] * o[i * D + d];                 \
             delta[i] = sum;                                                   \
         }                                                                     \
         for (int64_t qb = 0; qb < L->nb; qb++) {                              \
             int64_t i0 = qb * L->bs, k1 = L->row_ptr[qb + 1];                 \
-            const TY *hp[6] = {q + i0 * a->sq[2], dout + i0 * c->sd[2],        \
+            const TY *hp[6] = {q + i0 * a->sq[2], dout + i0 * c->sd[2],       \
                               lse + i0, delta + i0,                           \
-                              (const TY *)a->k + b * a->sk[0] + h * a->sk[1],  \
+                              (const TY *)a->k + b * a->sk[0] + h * a->sk[1], \
                               (const TY *)a->v + b * a->sv[0] + h * a->sv[1]}; \
             for (int64_t k0 = L->row_ptr[qb]; k0 < k1;) {                     \
                 int64_t nk, n = chunk_of(L, k0, k1, kst, &nk);                \
@@ -379,8 +379,8 @@ static inline __attribute__((always_inline)) float exp_f32(float x)
     {                                                                         \
         bw_ctx *c = p;                                                        \
         int64_t D = c->a->D, bs = c->a->lay->bs;                              \
-        TY *w = malloc((size_t)(2 * CHUNK_KEYS * D + 2 * bs * CHUNK_KEYS +     \
-                               c->a->T) * sizeof(TY));                         \
+        TY *w = malloc((size_t)(2 * CHUNK_KEYS * D + 2 * bs * CHUNK_KEYS +    \
+                               c->a->T) * sizeof(TY));                        \
         if (!w) {                                                             \
             set_failed(&c->failed);                                           \
             return;                                                           \
