@@ -30,6 +30,9 @@ typedef struct gpt_cfg {
     uint64_t seed;
     int threads, dp, sync, arch, algo, optim, precision;
     bool resume;
+    int recompute, attention;           /* none|full|selective, dense|sparse */
+    int64_t recompute_layers;
+    zs_sparse_params sparse;            /* --sparse-block, --local, ... */
 } gpt_cfg;
 
 /* What the step callback prints to and remembers. */
@@ -88,7 +91,18 @@ static void usage(FILE *f)
             "                    other; ssp = async with a bounded clock difference\n"
             "  --staleness N     ssp: most gradients a worker may run ahead (default 2)\n"
             "  --device NAME     cpu (default), or test: the test device (host memory\n"
-            "                    the host may not touch, running the CPU kernels)\n");
+            "                    the host may not touch, running the CPU kernels)\n"
+            "Memory and compute:\n"
+            "  --recompute MODE  none (default) | full: recompute each block in backward,\n"
+            "                    keeping its input only | selective: recompute the\n"
+            "                    attention core only\n"
+            "  --recompute-layers N  full: the first N blocks (default 0: all)\n"
+            "  --attention KIND  dense (default, fused) | sparse: block-sparse attention\n"
+            "  --sparse-block B  sparse: tokens per block, 16..128 (default 64)\n"
+            "  --local L         sparse: key blocks back in the sliding window (default 2)\n"
+            "  --global G        sparse: first blocks seen by and seeing all (default 1)\n"
+            "  --random R        sparse: random key blocks per query block (default 1,\n"
+            "                    drawn from --seed)\n");
 }
 
 /* Parses argv (argv[0] = "gpt") into c: FLAGS_OK, FLAGS_HELP or
@@ -98,7 +112,9 @@ static int parse(int argc, char **argv, gpt_cfg *c)
     *c = (gpt_cfg){.t = zs_trainer_defaults(), .preset = "small", .out = "runs/gpt",
                    .device = "cpu",
                    .vocab = 4096, .batch = 8, .warmup = 100, .bucket_mb = 8,
-                   .comm_timeout = 300, .seed = 1};
+                   .comm_timeout = 300, .seed = 1,
+                   .sparse = {.block = 64, .local = 2, .global = 1, .random = 1,
+                              .causal = true}};
     zs_trainer_config *t = &c->t;
     t->steps = 2000, t->eval_every = 100, t->staleness = -1;
     flag f[] = {
@@ -133,6 +149,13 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         FLAG_NUM("--staleness", &t->staleness, 0, 1e6),
         FLAG_STR("--device", &c->device),
         FLAG_CHOICE("--precision", &c->precision, "fp32|bf16|fp16|fp8"),
+        FLAG_CHOICE("--recompute", &c->recompute, "none|full|selective"),
+        FLAG_NUM("--recompute-layers", &c->recompute_layers, 0, 1 << 20),
+        FLAG_CHOICE("--attention", &c->attention, "dense|sparse"),
+        FLAG_NUM("--sparse-block", &c->sparse.block, 16, 128),
+        FLAG_NUM("--local", &c->sparse.local, 0, 1 << 20),
+        FLAG_NUM("--global", &c->sparse.global, 0, 1 << 20),
+        FLAG_NUM("--random", &c->sparse.random, 0, 1 << 20),
     };
     int p = flags_parse("zs train gpt", f, NFLAGS(f), usage, argc, argv);
     if (p == FLAGS_OK && (t->device = app_device("zs train gpt", c->device)) < 0)
@@ -150,6 +173,7 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         if (t->freeze_step == 0)
             t->freeze_step = t->steps / 5 > 0 ? t->steps / 5 : 1;
     }
+    c->sparse.seed = c->seed;
     return p;
 }
 
@@ -158,7 +182,10 @@ static bool flags_ok(const gpt_cfg *c, int ranks)
 {
     char why[256] = "";
     int parts = c->sync >= ZS_SYNC_ASYNC ? ranks - 1 : ranks;
-    if (c->t.zero > 0 && c->sync != ZS_SYNC_ALLREDUCE)
+    if (c->attention && c->arch)
+        snprintf(why, sizeof why, "--attention sparse needs --arch gpt2 (BLOOM's ALiBi "
+                 "bias has no sparse kernel)");
+    else if (c->t.zero > 0 && c->sync != ZS_SYNC_ALLREDUCE)
         snprintf(why, sizeof why, "--zero works with --sync allreduce only (a parameter "
                  "server keeps the optimizer state on rank 0)");
     else if (c->optim != 1 && (c->t.freeze_step || c->t.onebit_block))
@@ -264,6 +291,36 @@ static zs_module *model(const gpt_cfg *c, zs_gpt_config *g, const zs_bpe *bpe, b
     return m;
 }
 
+/* --recompute and --attention on m; prints the sparse layout's density
+ * and FLOPs for the run's sequence length. */
+static zs_status memory_options(const gpt_cfg *c, const zs_gpt_config *g,
+                                zs_module *m, bool lead)
+{
+    static const zs_recompute modes[] = {ZS_RECOMPUTE_NONE, ZS_RECOMPUTE_FULL,
+                                         ZS_RECOMPUTE_SELECTIVE};
+    zs_status st = zs_gpt_set_recompute(m, modes[c->recompute], c->recompute_layers);
+    if (st != ZS_OK || !c->attention)
+        return st;
+    zs_sparse_layout *l = zs_sparse_layout_new(&c->sparse, c->seq);
+    if (!l || zs_gpt_set_sparse_attention(m, &c->sparse) != ZS_OK) {
+        zs_sparse_layout_free(l);
+        return ZS_ERR_ARG;
+    }
+    if (lead) {
+        double L = (double)g->layers, H = (double)g->heads, D = (double)(g->width / g->heads);
+        fprintf(stderr, "sparse attention: block %lld, local %lld, global %lld, random %lld "
+                "over %lld tokens: %lld of %lld blocks, density %.3f; attention forward "
+                "%.3g GFLOP per sequence in %lld layers (dense causal %.3g)\n",
+                (long long)c->sparse.block, (long long)c->sparse.local,
+                (long long)c->sparse.global, (long long)c->sparse.random,
+                (long long)c->seq, (long long)l->nnz, (long long)(l->nb * l->nb),
+                l->density, L * zs_sparse_layout_flops(l, 1, g->heads, g->width / g->heads) / 1e9,
+                (long long)g->layers, L * 4 * H * D * l->dense_pairs / 1e9);
+    }
+    zs_sparse_layout_free(l);
+    return ZS_OK;
+}
+
 /* Builds the trainer over m and runs it; the exit status. */
 static int train(const gpt_cfg *c, const zs_gpt_config *g, zs_module *m,
                  const zs_text_corpus *tc, run *r)
@@ -317,7 +374,8 @@ int cmd_train_gpt(int argc, char **argv)
     zs_text_corpus tc = {0};
     zs_module *m = NULL;
     int rc = check_setup(&c, &g) == ZS_OK && corpus(&c, &tc) == ZS_OK &&
-             (m = model(&c, &g, tc.bpe, r.lead)) ? train(&c, &g, m, &tc, &r) : 2;
+             (m = model(&c, &g, tc.bpe, r.lead)) &&
+             memory_options(&c, &g, m, r.lead) == ZS_OK ? train(&c, &g, m, &tc, &r) : 2;
     if (rc)
         fprintf(stderr, "%szs train gpt: %s\n", r.tty ? "\n" : "", zs_last_error());
     zs_module_free(m);

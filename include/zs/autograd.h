@@ -74,6 +74,50 @@ zs_status zs_gradcheck(zs_grad_fn fn, void *ctx, int n, zs_tensor **inputs,
                        double eps, double atol, double rtol,
                        zs_gradcheck_result *res);
 
+/* ---- activation recomputation ----------------------------------------- */
+
+/* Runs fn(ctx, inputs) (a zs_grad_fn: a new tensor from n tensors) under
+ * no-grad, keeping none of its intermediates, and returns its result as a
+ * new tensor (a fresh header, never one of the inputs) with one autograd
+ * node "checkpoint" whose inputs are `inputs`. Its backward runs fn again
+ * from the saved inputs with grad mode on, the global RNG stream set back
+ * to where it was (zs_rng_get_state), so dropout draws the same masks,
+ * and back-propagates the output gradient through the recomputed graph:
+ * into the inputs that require grad (as the node's input gradients) and
+ * into the .grad of every other leaf fn used (parameters reached through
+ * ctx). fn's operators go through the operator driver both times, so a
+ * region runs on any device and recomputes bit-identical values.
+ *
+ * Contracts: fn must compute the same shapes each time, may be called
+ * again during backward (ctx, borrowed, must live until then) and
+ * returns a new reference (or leaves temporaries to the current scope:
+ * the backward gives it a scope of its own). n <= 64 inputs (NULL inputs
+ * pass the first error on). Saved: aliases of the inputs, kept until the
+ * node goes (as a keep_graph backward needs them).
+ *
+ * Differences from torch.utils.checkpoint (use_reentrant=False): the node
+ * is recorded only when grad mode is on and an input requires grad (as
+ * use_reentrant=True: a region whose only gradient path is a parameter
+ * reached through ctx needs an input that requires grad, or the
+ * parameters passed as inputs); the parameters' gradients are accumulated
+ * by a nested zs_backward inside the node's backward (the reentrant
+ * scheme), so a grad-ready hook hears of them from there; there is no
+ * early stop of the recomputation and no determinism check beyond the
+ * output's shape; the RNG state saved is the global stream's only
+ * (operators given explicit seeds repeat anyway). */
+zs_tensor *zs_checkpoint(zs_grad_fn fn, void *ctx, int n, zs_tensor **inputs);
+
+/* A region with several outputs: fills out[0..nout) with new references,
+ * returns ZS_OK or a negative status (message set). */
+typedef zs_status (*zs_region_fn)(void *ctx, zs_tensor **inputs, int nout,
+                                  zs_tensor **out);
+/* zs_checkpoint for nout (1..64) outputs of one dtype and device: they are
+ * copied into one flat buffer that carries the node, and outputs[k]
+ * receive differentiable views of it (new references; all NULL on
+ * failure). The backward recomputes all of them once. */
+zs_status zs_checkpoint_n(zs_region_fn fn, void *ctx, int n, zs_tensor **inputs,
+                          int nout, zs_tensor **outputs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 #ifndef ZS_NN_H
 #define ZS_NN_H
 
+#include "analyze.h" /* zs_recompute */
 #include "core.h"
 
 #ifdef __cplusplus
@@ -219,6 +220,25 @@ typedef enum zs_gpt_block_event {
 typedef zs_status (*zs_gpt_block_fn)(void *ctx, int64_t block, zs_gpt_block_event ev);
 /* Installs (fn NULL: removes) the block hook of a GPT. */
 void zs_gpt_set_block_hook(zs_module *gpt, zs_gpt_block_fn fn, void *ctx);
+/* Activation recomputation of a GPT in training (src/nn/gpt.c explains
+ * what each mode keeps, against Korthikanti et al.'s 34sbh + 5as^2b;
+ * zs_recompute is zs/analyze.h's, whose formulas it follows): NONE (the
+ * default) keeps every block's activations; FULL runs each of the blocks
+ * 0..layers-1 (layers 0: all, as Megatron's recompute_num_layers) under
+ * zs_checkpoint, keeping only its input; SELECTIVE recomputes only each
+ * block's attention core (from the fused q, k, v projection's output to
+ * the merged heads). Only grad-mode forwards are affected; losses and
+ * gradients are bit-identical to NONE. ZS_OK, or an error for a module
+ * that is not a GPT, an unknown mode or layers < 0. */
+zs_status zs_gpt_set_recompute(zs_module *gpt, zs_recompute mode, int64_t layers);
+struct zs_sparse_params;
+/* Block-sparse attention for a GPT's blocks (zs_sparse_attention of
+ * zs/attention.h with p's layout, made causal whatever p says; scale from
+ * p, 0: 1/sqrt(D)); p NULL goes back to the dense fused attention. Applies
+ * to full-sequence forwards (training, zs_gpt_logits/loss), not to the KV
+ * cache of zs/infer.h. BLOOM's ALiBi has no sparse kernel: an error. ZS_OK
+ * or an error (also for p's bad values, checked for a T of 1). */
+zs_status zs_gpt_set_sparse_attention(zs_module *gpt, const struct zs_sparse_params *p);
 
 /* Generation with a KV cache: zs_llm and zs_engine (zs/infer.h). */
 

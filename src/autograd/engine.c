@@ -149,7 +149,10 @@ void zsi_node_release(zsi_node *n)
                     zsi_node_release(n->in_node[i]);
             }
         }
-        free(n->c.extra);
+        if (n->extra_free)
+            n->extra_free(n->c.extra);
+        else
+            free(n->c.extra);
         free(n);
         atomic_fetch_sub_explicit(&live_nodes, 1, memory_order_relaxed);
         n = next;

@@ -24,6 +24,9 @@ struct zsi_node {
     zs_tensor *gout;      /* gradient being accumulated during backward */
     zs_tensor *retain_target; /* weak: output that asked to keep its grad */
     bool freed;           /* saved tensors dropped by a backward */
+    /* frees c.extra when the node goes (NULL: free()); recompute.c's
+     * region holds tensors there */
+    void (*extra_free)(void *extra);
     int deps;             /* engine scratch */
     int visit;
 };

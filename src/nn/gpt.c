@@ -8,6 +8,36 @@
  * then ln_f and the tied output projection logits = x @ wte^T. Attention is
  * the fused causal kernel (zs_attention: no T x T buffer). Weights follow
  * the [out, in] convention of zs_linear, so y = x @ W^T + b.
+ *
+ * Activation recomputation (zs_gpt_set_recompute; Korthikanti et al.,
+ * "Reducing Activation Recomputation in Large Transformer Models").
+ * Their count per layer, in bytes of 16-bit activations with 1-byte
+ * dropout masks, s tokens, b sequences, h width, a heads, is
+ * 34sbh + 5as^2b: LayerNorm inputs 4sbh, QKV input 2sbh, Q and K 4sbh,
+ * V 2sbh, softmax output 2as^2b, its dropout mask as^2b and output 2as^2b,
+ * projection input 2sbh, MLP input 2sbh, GeLU input and output 16sbh, two
+ * dropout masks 2sbh. What this block keeps, in elements of sbh (f32: 4
+ * bytes each), with no dropout and flash attention:
+ *   x (ln_1's input, the residual stream) 1, h = ln_1(x) (c_attn's input)
+ *   1, qkv (the attention's q, k, v are views of it) 3, the attention's
+ *   output o (its backward's delta = do . o) 1 and lse (s a b, tiny),
+ *   merged heads (c_proj's input, a copy: permute then reshape) 1, x2
+ *   (ln_2's input) 1, h2 (c_fc's input) 1, GeLU input 4 and output 4:
+ *   17 sbh elements = 34sbh bytes at 16 bits (68sbh in f32), and no s^2
+ *   term: the flash kernel already recomputes the scores in backward.
+ * So the s^2 terms that selective recomputation removes in the paper are
+ * absent here even without it. Selective recomputation keeps its meaning
+ * (recompute the attention core, never a GEMM of the linear layers): the
+ * region from qkv to the merged heads runs under zs_checkpoint, which
+ * saves qkv (already kept) and drops o and lse: 16 sbh elements, i.e.
+ * 32sbh bytes at 16 bits, the paper's 34sbh without its two dropout masks
+ * (this GPT has no dropout), for the cost of one more attention forward
+ * (4bs^2h causal/2). Extending the region to the c_attn GEMM would drop
+ * 3 sbh more (qkv) but recompute 6sbh^2 FLOPs of linear layers, which the
+ * paper's selective scheme avoids by design. Full recomputation keeps
+ * only each recomputed block's input x (1 sbh) and recomputes the whole
+ * block in backward (one more forward of it), as Megatron's
+ * recompute_num_layers with the "block" method: blocks 0..N-1.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -20,18 +50,26 @@
 #include "zs/nn.h"
 #include "zs/ops.h"
 
+typedef struct gpt_impl gpt_impl;
+
 typedef struct block_params {
     zs_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
     zs_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+    gpt_impl *g;   /* the model and the block's number: the ctx of the */
+    int64_t layer; /* block's recomputed regions */
 } block_params;
 
-typedef struct gpt_impl {
+struct gpt_impl {
     zs_gpt_config c;
     zs_tensor *wte, *wpe, *emb_ln_w, *emb_ln_b, *lnf_w, *lnf_b;
     block_params *blocks;
     zs_gpt_block_fn hook; /* see zs_gpt_set_block_hook */
     void *hook_ctx;
-} gpt_impl;
+    zs_recompute recompute; /* see zs_gpt_set_recompute */
+    int64_t recompute_layers;
+    bool sparse;            /* see zs_gpt_set_sparse_attention */
+    zs_sparse_params sp;
+};
 
 int zs_gpt_preset(const char *name, zs_gpt_config *c)
 {
@@ -148,6 +186,8 @@ static zs_module *new_blocks(gpt_impl *g, uint64_t seed)
         if (!mods[i])
             free(r);
         ok = mods[i] && add_block(mods[i], &g->blocks[i], i, &g->c, seed);
+        g->blocks[i].g = g;
+        g->blocks[i].layer = i;
         if (mods[i])
             mods[i]->unit = true;
     }
@@ -236,13 +276,12 @@ static zs_tensor *embed(gpt_impl *g, zs_tensor *idx, int64_t pos)
     return x;
 }
 
-/* x + proj(attention(h)) for h = ln_1(x) [B, n, C]. */
-static zs_tensor *attention_block(gpt_impl *g, const block_params *b,
-                                  zs_tensor *x, zs_tensor *h)
+/* The attention core: qkv [B, n, 3C] -> the heads' outputs merged
+ * [B, n, C] (the region selective recomputation replays). */
+static zs_tensor *attention_core(const gpt_impl *g, zs_tensor *qkv)
 {
-    int64_t B = h->shape[0], n = h->shape[1], C = g->c.width, H = g->c.heads;
+    int64_t B = qkv->shape[0], n = qkv->shape[1], C = g->c.width, H = g->c.heads;
     int64_t D = C / H;
-    zs_tensor *qkv = zs_linear(h, b->attn_w, b->attn_b);           /* [B,n,3C] */
     zs_tensor *r = zs_reshape(qkv, 5, (int64_t[]){B, n, 3, H, D});
     zs_tensor *p = zs_permute(r, (int[]){2, 0, 3, 1, 4});          /* [3,B,H,n,D] */
     zs_tensor *parts[3] = {NULL, NULL, NULL};
@@ -253,13 +292,34 @@ static zs_tensor *attention_block(gpt_impl *g, const block_params *b,
     }
     zs_attention_params ap = {.causal = true, .alibi = g->c.arch == ZS_BLOOM};
     zs_tensor *k = zs_retain(parts[1]), *v = zs_retain(parts[2]);
-    zs_tensor *a = zs_attention(parts[0], k, v, &ap);               /* [B,H,n,D] */
+    zs_tensor *a = g->sparse ? zs_sparse_attention(parts[0], k, v, &g->sp)
+                             : zs_attention(parts[0], k, v, &ap);   /* [B,H,n,D] */
     zs_tensor *at = zs_permute(a, (int[]){0, 2, 1, 3});             /* [B,n,H,D] */
     zs_tensor *merged = zs_reshape(at, 3, (int64_t[]){B, n, C});
-    zs_tensor *out = zs_linear_residual(merged, b->proj_w, b->proj_b, x);
-    zs_tensor *tmp[] = {qkv, r, p, parts[0], parts[1], parts[2], k, v, a, at, merged};
+    zs_tensor *tmp[] = {r, p, parts[0], parts[1], parts[2], k, v, a, at};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
         zs_release(tmp[i]);
+    return merged;
+}
+
+/* zs_grad_fn of the selective region: in[0] = qkv, ctx the block. */
+static zs_tensor *core_region(void *ctx, zs_tensor **in)
+{
+    const block_params *b = ctx;
+    return attention_core(b->g, in[0]);
+}
+
+/* x + proj(attention(h)) for h = ln_1(x) [B, n, C]. */
+static zs_tensor *attention_block(gpt_impl *g, block_params *b,
+                                  zs_tensor *x, zs_tensor *h)
+{
+    zs_tensor *qkv = zs_linear(h, b->attn_w, b->attn_b);           /* [B,n,3C] */
+    bool sel = g->recompute == ZS_RECOMPUTE_SELECTIVE && zs_grad_enabled();
+    zs_tensor *merged = !qkv ? NULL : sel ? zs_checkpoint(core_region, b, 1, &qkv)
+                                          : attention_core(g, qkv);
+    zs_tensor *out = zs_linear_residual(merged, b->proj_w, b->proj_b, x);
+    zs_release(qkv);
+    zs_release(merged);
     return out;
 }
 
@@ -288,16 +348,81 @@ void zs_gpt_set_block_hook(zs_module *gpt, zs_gpt_block_fn fn, void *ctx)
     }
 }
 
+zs_status zs_gpt_set_recompute(zs_module *gpt, zs_recompute mode, int64_t layers)
+{
+    gpt_impl *g = impl_of(gpt);
+    if (!g)
+        return zs_set_error("gpt_set_recompute: module is not a GPT");
+    if ((mode != ZS_RECOMPUTE_NONE && mode != ZS_RECOMPUTE_FULL &&
+         mode != ZS_RECOMPUTE_SELECTIVE) || layers < 0)
+        return zs_set_error("gpt_set_recompute: mode %d, %lld layers: expected "
+                            "none, full or selective and layers >= 0 (0: all)",
+                            (int)mode, (long long)layers);
+    g->recompute = mode;
+    g->recompute_layers = layers;
+    return ZS_OK;
+}
+
+zs_status zs_gpt_set_sparse_attention(zs_module *gpt, const zs_sparse_params *p)
+{
+    gpt_impl *g = impl_of(gpt);
+    if (!g)
+        return zs_set_error("gpt_set_sparse_attention: module is not a GPT");
+    if (!p) {
+        g->sparse = false;
+        return ZS_OK;
+    }
+    if (g->c.arch == ZS_BLOOM)
+        return zs_set_error("gpt_set_sparse_attention: BLOOM's ALiBi bias has no "
+                            "sparse kernel (use --arch gpt2)");
+    zs_sparse_params sp = *p;
+    sp.causal = true;
+    zs_sparse_layout *l = zs_sparse_layout_new(&sp, 1); /* checks the values */
+    if (!l)
+        return ZS_ERR_ARG;
+    zs_sparse_layout_free(l);
+    g->sp = sp;
+    g->sparse = true;
+    return ZS_OK;
+}
+
+/* The block's layers on x [B, n, C] (borrowed): a new x. */
+static zs_tensor *block_body(gpt_impl *g, int64_t l, zs_tensor *x)
+{
+    block_params *b = &g->blocks[l];
+    zs_tensor *h = zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5);
+    zs_tensor *x2 = h ? attention_block(g, b, x, h) : NULL;
+    zs_tensor *h2 = zs_layer_norm(x2, b->ln2_w, b->ln2_b, 1e-5);
+    zs_tensor *x3 = h2 ? mlp_block(b, x2, h2) : NULL;
+    zs_release(h);
+    zs_release(x2);
+    zs_release(h2);
+    return x3;
+}
+
+/* zs_grad_fn of the full region: in[0] = the block's input. */
+static zs_tensor *block_region(void *ctx, zs_tensor **in)
+{
+    const block_params *b = ctx;
+    return block_body(b->g, b->layer, in[0]);
+}
+
+/* Block l under full recomputation (training only). */
+static bool full_recompute(const gpt_impl *g, int64_t l)
+{
+    int64_t n = g->recompute_layers;
+    return g->recompute == ZS_RECOMPUTE_FULL && zs_grad_enabled() &&
+           (n <= 0 || l < n);
+}
+
 /* Block l on x [B, n, C] (borrowed): a new x, with the block hook's
  * events around it. */
 static zs_tensor *block_forward(gpt_impl *g, int64_t l, zs_tensor *x)
 {
-    const block_params *b = &g->blocks[l];
     bool ok = x && (!g->hook || g->hook(g->hook_ctx, l, ZS_GPT_BLOCK_ENTER) == ZS_OK);
-    zs_tensor *h = ok ? zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5) : NULL;
-    zs_tensor *x2 = h ? attention_block(g, b, x, h) : NULL;
-    zs_tensor *h2 = zs_layer_norm(x2, b->ln2_w, b->ln2_b, 1e-5);
-    zs_tensor *x3 = h2 ? mlp_block(b, x2, h2) : NULL;
+    zs_tensor *x3 = !ok ? NULL : full_recompute(g, l)
+                                     ? zs_checkpoint(block_region, &g->blocks[l], 1, &x)
+                                     : block_body(g, l, x);
     if (x3 && g->hook) {
         zs_tensor *y = zs_grad_enabled() ? zs_backward_hook(x3, block_backward, g, l)
                                          : zs_retain(x3);
@@ -306,9 +431,6 @@ static zs_tensor *block_forward(gpt_impl *g, int64_t l, zs_tensor *x)
         if (!x3)
             zs_release(y);
     }
-    zs_release(h);
-    zs_release(x2);
-    zs_release(h2);
     return x3;
 }
 

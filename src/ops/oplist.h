@@ -95,6 +95,9 @@ ZSI_OP(zsi_def_log_softmax)
 ZSI_OP(zsi_def_log_softmax_backward)
 ZSI_OP(zsi_def_softmax)
 ZSI_OP(zsi_def_softmax_backward)
+/* sparse_attention.c */
+ZSI_OP(zsi_def_sparse_attention)
+ZSI_OP(zsi_def_sparse_attention_backward)
 /* unary.c */
 ZSI_OP(zsi_def_abs)
 ZSI_OP(zsi_def_clamp)

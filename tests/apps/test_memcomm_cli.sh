@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# zs train gpt --recompute and --attention sparse (issue 29): full and
+# selective recomputation print the same per-step losses as none (the
+# recomputed blocks run the same kernels in the same order); sparse
+# attention prints its layout's density and FLOPs and trains; bad values
+# (an unknown mode, a block outside 16..128, sparse attention on BLOOM)
+# are refused with one message and exit status 2.
+set -uo pipefail
+zs="$ZS_BIN"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+. "$(dirname "$0")/cli_lib.sh" # check, expect2, refused
+
+for i in $(seq 1 300); do
+  echo "In the beginning was the word $i, and the word was with the light; and the light shone."
+done > "$tmp/corpus.txt"
+common=(--data "$tmp/corpus.txt" --preset tiny --vocab 300 --batch 4 --seq 48 --seed 5
+        --threads 2 --eval-every 10 --warmup 5 --steps 6)
+
+losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/'; }
+for mode in none full selective; do
+  "$zs" train gpt "${common[@]}" --recompute "$mode" --out "$tmp/$mode" >/dev/null \
+    2>"$tmp/log.$mode" || { cat "$tmp/log.$mode"; fail=1; }
+  losses "$tmp/$mode" > "$tmp/l.$mode"
+done
+check "full: the losses of none ($(wc -l <"$tmp/l.none") steps)" \
+  '[ -s "$tmp/l.none" ] && cmp -s "$tmp/l.none" "$tmp/l.full"'
+check "selective: the losses of none" 'cmp -s "$tmp/l.none" "$tmp/l.selective"'
+"$zs" train gpt "${common[@]}" --recompute full --recompute-layers 1 --out "$tmp/f1" \
+  >/dev/null 2>&1
+losses "$tmp/f1" > "$tmp/l.f1"
+check "full, first block only: the losses of none" 'cmp -s "$tmp/l.none" "$tmp/l.f1"'
+
+"$zs" train gpt "${common[@]}" --attention sparse --sparse-block 16 --local 1 --global 1 \
+  --random 1 --out "$tmp/sparse" >/dev/null 2>"$tmp/log.sparse" || { cat "$tmp/log.sparse"; fail=1; }
+check "sparse attention prints density and FLOPs: $(grep 'sparse attention' "$tmp/log.sparse")" \
+  'grep -q "density 0\.[0-9]*; attention forward .* GFLOP" "$tmp/log.sparse"'
+check "sparse attention trains" '[ "$(losses "$tmp/sparse" | wc -l)" -ge 6 ]'
+
+refused "unknown recompute mode" "--recompute" "$zs" train gpt "${common[@]}" --recompute half \
+  --out "$tmp/x"
+refused "sparse block outside 16..128" "--sparse-block" "$zs" train gpt "${common[@]}" \
+  --attention sparse --sparse-block 8 --out "$tmp/x"
+refused "sparse attention on bloom" "ALiBi" "$zs" train gpt "${common[@]}" --arch bloom \
+  --attention sparse --out "$tmp/y"
+exit $fail
