@@ -62,6 +62,10 @@ static void usage(FILE *f)
             "  --threads N       worker threads\n"
             "  --out DIR         output directory (default runs/gpt)\n"
             "  --resume          continue from DIR/checkpoint.safetensors\n"
+            "  --graph           capture the first step as a graph, replay it after\n"
+            "                    (one process, accum 1, cpu; same losses as eager)\n"
+            "  --dump-graph FILE with --graph: the graph before and after its passes\n"
+            "                    as text in FILE and Graphviz in FILE.dot\n"
             "  --stop-after N    stop after step N, keeping the schedule of --steps\n"
             "Under mpirun (data parallelism, every rank trains on its share):\n"
             "  --dp N            ranks: must equal mpirun's -np (default: the ranks)\n"
@@ -120,6 +124,8 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         FLAG_CHOICE("--sync", &c->sync, "allreduce|ps|async|ssp"), /* zs_sync_mode */
         FLAG_NUM("--staleness", &t->staleness, 0, 1e6),
         FLAG_STR("--device", &c->device),
+        FLAG_SWITCH("--graph", &t->graph),
+        FLAG_STR("--dump-graph", &t->dump_graph),
     };
     int p = flags_parse("zs train gpt", f, NFLAGS(f), usage, argc, argv);
     if (p == FLAGS_OK && (t->device = app_device("zs train gpt", c->device)) < 0)

@@ -133,6 +133,18 @@ typedef struct zs_trainer_config {
     FILE *log;                /* rank 0's setup and summary lines (ZeRO
                                * memory, buckets, server statistics);
                                * NULL: silent */
+    /* Graph mode (zs/graph.h): the first step's forward, backward and
+     * gradient norm are captured, later steps replay them after copying
+     * their batch into the captured batch buffers; the clip factor and
+     * the optimizer update run eagerly (in place, no allocation). The
+     * graph goes through dead-code elimination and the memory plan. A
+     * step whose signature differs (batch shapes or dtypes, dropout rates,
+     * training mode) recaptures. One process, accum 1, no ZeRO, the CPU.
+     * Losses equal eager ones bit for bit. */
+    bool graph;
+    const char *dump_graph;   /* graph mode: the graph before and after the
+                               * passes as text here and as Graphviz in
+                               * dump_graph.dot; NULL: none */
 } zs_trainer_config;
 
 /* AdamW (betas 0.9, 0.95, weight decay 0.1, lr 1e-3) with a cosine

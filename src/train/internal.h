@@ -36,6 +36,13 @@ struct zs_trainer {
                            * by its micro-batches; the server: of batch 0;
                            * -1: not yet known) */
     double loss_sum, t_step; /* the server: losses of this step's updates */
+    /* graph mode (graph_step.c) */
+    struct zs_graph *graph;
+    zs_tensor *gx, *gy;      /* the captured batch buffers (owned) */
+    zs_tensor *gloss, *gsq;  /* the captured loss and sum of squared
+                              * gradients (owned; gsq NULL without clip) */
+    uint64_t gsig;           /* the captured step's signature */
+    int64_t captures;        /* graphs captured so far */
 };
 
 double zsi_train_now(void);
@@ -59,6 +66,12 @@ zs_status zsi_train_micro(zs_trainer *t, int64_t index, int part, int parts,
  * its scope; *loss gets their mean loss. */
 zs_status zsi_train_accumulate(zs_trainer *t, int64_t i, int part, int parts,
                                double *loss);
+/* Graph mode: one step (gradients by capture or replay, then the eager
+ * clip and update); *loss and *gnorm as sync_step's. */
+zs_status zsi_train_graph_step(zs_trainer *t, int64_t step, double *loss,
+                               double *gnorm);
+/* Frees the graph-mode state. */
+void zsi_train_graph_free(zs_trainer *t);
 /* ASYNC and SSP: the server (rank 0) or a worker until the last step. */
 zs_status zsi_train_run_async(zs_trainer *t);
 /* Every rank's flat parameters hash alike, or an error naming the rank
