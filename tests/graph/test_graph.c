@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "graph/internal.h"
 #include "train/internal.h"
@@ -351,8 +352,49 @@ static void test_errors(void)
     zt_section("errors");
 }
 
+/* --dump-graph through the trainer: FILE has the graph before and after
+ * the passes, FILE.dot both digraphs. */
+static void test_trainer_dump(void)
+{
+    char path[] = "/tmp/zs_graph_trainerXXXXXX", dot[64];
+    int fd = mkstemp(path);
+    if (fd >= 0)
+        close(fd);
+    snprintf(dot, sizeof dot, "%s.dot", path);
+    zs_module *m = make_lenet();
+    zs_trainer_config c = zs_trainer_defaults();
+    c.steps = 2;
+    c.batch = img_batch;
+    c.loss = zs_classifier_loss;
+    c.graph = true;
+    c.dump_graph = path;
+    zs_trainer *t = zs_trainer_new(m, &c);
+    ZT_CHECK(t && zs_trainer_run(t) == ZS_OK, "lenet with dump_graph: %s",
+             zs_last_error());
+    zs_trainer_free(t);
+    zs_module_free(m);
+    int titles = 0, graphs = 0;
+    char line[4096];
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        titles += !strncmp(line, "# graph:", 8);
+    if (f)
+        fclose(f);
+    f = fopen(dot, "r");
+    while (f && fgets(line, sizeof line, f))
+        graphs += !strncmp(line, "digraph", 7);
+    if (f)
+        fclose(f);
+    ZT_CHECK(titles == 2 && graphs == 2, "the dump holds the graph before and after "
+             "the passes (%d text, %d dot)", titles, graphs);
+    remove(path);
+    remove(dot);
+    zt_section("trainer: dump_graph writes text and dot, before and after");
+}
+
 int main(void)
 {
+    test_trainer_dump();
     test_errors();
     test_dce();
     test_memory_plan();
