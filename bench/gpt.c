@@ -47,6 +47,12 @@
  * `gpt train tokens/s zhisuan-P/pytorch-bf16 = R`,
  * `gpt train tokens/s zhisuan-P/zhisuan-fp32 = R` and
  * `gpt activation memory zhisuan-P/zhisuan-fp32 = R`.
+ *
+ * --graph adds Zhisuan's training in graph mode (zs_trainer_config.graph:
+ * the first step captured, the others replayed; zs/graph.h) on a second
+ * trainer over the same model and batches, rows `eager` and `graph` with
+ * the allocator's peak during each, and then the last line
+ * `gpt train tokens/s graph/eager = R`.
  */
 #include <math.h>
 #include <stdio.h>
@@ -77,7 +83,7 @@ typedef struct config {
     const char *preset;
     int64_t vocab, batch, seq, steps, warmup, prompt, new_tokens, reps;
     int threads;
-    bool memory_only, profile, quick;
+    bool memory_only, profile, quick, graph;
     char script[4096];
     zs_dtype precision; /* ZS_F32: the fp32 comparison only */
 } config;
@@ -107,7 +113,7 @@ static double now(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: gpt [--preset NAME] [--batch N] [--seq N] [--steps N] "
-               "[--warmup N] [--threads N] [--quick] [--memory] [--profile] "
+               "[--warmup N] [--threads N] [--quick] [--memory] [--profile] [--graph] "
                "[--script PATH] [--precision NAME]\n"
                "  --preset NAME  tiny | small | gpt2 (default small)\n"
                "  --batch N      sequences per step (default 8)\n"
@@ -118,7 +124,8 @@ static void usage(FILE *f)
                "  --memory       only the gpt2 memory measurement\n"
                "  --profile      phase times and operator table of one step\n"
                "  --precision P  bf16 | fp16 | fp8: also train in P (and PyTorch in its\n"
-               "                 CPU autocast bf16) and compare (default fp32 only)\n");
+               "                 CPU autocast bf16) and compare (default fp32 only)\n"
+               "  --graph        also train in graph mode: eager and graph rows\n");
 }
 
 /* Parses a positive integer flag value; -1 on error. */
@@ -135,7 +142,8 @@ static int64_t pos_int(const char *flag, const char *v)
 
 static int parse_args(int argc, char **argv, config *c)
 {
-    *c = (config){"small", 4096, 8, 0, 10, 2, 64, 128, 3, 2, false, false, false, "", ZS_F32};
+    *c = (config){"small", 4096, 8, 0, 10, 2, 64, 128, 3, 2, false, false, false, false,
+                  "", ZS_F32};
     const char *slash = strrchr(__FILE__, '/');
     snprintf(c->script, sizeof c->script, "%.*s/gpt_torch.py",
              slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
@@ -145,6 +153,9 @@ static int parse_args(int argc, char **argv, config *c)
         int64_t *field = NULL;
         if (!strcmp(f, "--quick")) {
             c->quick = true;
+            continue;
+        } else if (!strcmp(f, "--graph")) {
+            c->graph = true;
             continue;
         } else if (!strcmp(f, "--memory")) {
             c->memory_only = true;
@@ -246,7 +257,8 @@ static zs_status random_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor
 /* The model of preset (vocab) under a trainer configured as `zs train
  * gpt` (AdamW, clip 1.0, lr 1e-3 constant). */
 static zs_status trainer_init(trainer *t, const char *preset, int64_t vocab,
-                              int64_t batch, int64_t seq, zs_dtype precision)
+                              int64_t batch, int64_t seq, zs_dtype precision,
+                              bool graph)
 {
     *t = (trainer){0};
     t->batch = batch, t->vocab = vocab, t->rng = SEED;
@@ -264,6 +276,7 @@ static zs_status trainer_init(trainer *t, const char *preset, int64_t vocab,
     tc.steps = 1 << 30;
     tc.batch = random_batch, tc.batch_ctx = t;
     tc.precision = precision;
+    tc.graph = graph;
     return (t->t = zs_trainer_new(t->m, &tc)) ? ZS_OK : ZS_ERR_ARG;
 }
 
@@ -509,7 +522,7 @@ static int run_memory(const config *c)
     zs_alloc_reset_peak();
     trainer t;
     double t0 = now(), loss = 0;
-    zs_status st = trainer_init(&t, "gpt2", MEM_VOCAB, MEM_BATCH, MEM_SEQ, ZS_F32);
+    zs_status st = trainer_init(&t, "gpt2", MEM_VOCAB, MEM_BATCH, MEM_SEQ, ZS_F32, false);
     double t_init = now() - t0;
     for (int i = 0; st == ZS_OK && i < MEM_STEPS; i++)
         st = train_step(&t, &loss);
@@ -573,6 +586,45 @@ static void memory_child(const config *c)
         printf("memory: the measurement failed\n");
 }
 
+/* ---- graph mode ---------------------------------------------------------------- */
+
+/* Eager and graph training on fresh trainers (same model seed, batches),
+ * with the allocator's peak during each; prints the rows and the ratio. */
+static int run_graph_rows(const config *c)
+{
+    result r[2] = {{0}};
+    double peak[2] = {0};
+    int64_t batch = 0, seq = 0;
+    for (int k = 0; k < 2; k++) {
+        trainer t;
+        zs_alloc_trim();
+        zs_alloc_reset_peak();
+        zs_status st = trainer_init(&t, c->preset, c->vocab, c->batch, c->seq, ZS_F32, k == 1);
+        if (st == ZS_OK)
+            st = bench_zs_train(&t, c, &r[k]);
+        zs_alloc_stats as;
+        zs_alloc_get_stats(&as);
+        peak[k] = (double)as.peak_bytes / 1048576;
+        batch = t.batch, seq = t.seq;
+        trainer_free(&t);
+        if (st != ZS_OK) {
+            fprintf(stderr, "gpt --graph: %s\n", zs_last_error());
+            return 1;
+        }
+    }
+    double tok = (double)(batch * seq) * (double)c->steps;
+    printf("\n%-8s %11s %10s %9s %11s   (zhisuan training, %lld x %lld)\n", "",
+           "train tok/s", "ms/step", "last loss", "peak MiB", (long long)batch,
+           (long long)seq);
+    const char *names[] = {"eager", "graph"};
+    for (int k = 0; k < 2; k++)
+        printf("%-8s %11.0f %10.1f %9.4f %11.1f\n", names[k], tok / r[k].train_s,
+               1e3 * r[k].train_s / (double)c->steps, r[k].loss, peak[k]);
+    printf("gpt train peak memory graph/eager = %.3f\n", peak[1] / peak[0]);
+    printf("gpt train tokens/s graph/eager = %.3f\n", r[0].train_s / r[1].train_s);
+    return 0;
+}
+
 /* ---- report ------------------------------------------------------------------ */
 
 static void print_row(const char *name, const result *r, const config *c,
@@ -596,7 +648,7 @@ static void print_row(const char *name, const result *r, const config *c,
 static zs_status bench_zs_lowp(const config *c, result *r)
 {
     trainer t;
-    zs_status st = trainer_init(&t, c->preset, c->vocab, c->batch, c->seq, c->precision);
+    zs_status st = trainer_init(&t, c->preset, c->vocab, c->batch, c->seq, c->precision, false);
     if (st == ZS_OK)
         st = bench_zs_train(&t, c, r);
     trainer_free(&t);
@@ -615,7 +667,7 @@ int main(int argc, char **argv)
     result zr = {0}, zl = {0}, pr[2] = {{0}};
     bool lowp = c.precision != ZS_F32;
     const char *pname = zs_precision_name(c.precision);
-    zs_status st = trainer_init(&t, c.preset, c.vocab, c.batch, c.seq, ZS_F32);
+    zs_status st = trainer_init(&t, c.preset, c.vocab, c.batch, c.seq, ZS_F32, false);
     if (st == ZS_OK) {
         /* A context shorter than prompt + new (preset tiny) shortens both. */
         int64_t ctx = zs_gpt_config_of(t.m)->ctx;
@@ -689,5 +741,5 @@ int main(int argc, char **argv)
         printf("gpt activation memory %s/zhisuan-fp32 = %.3f (%.1f / %.1f MiB per step)\n",
                zname, zl.act_bytes / zr.act_bytes, zl.act_bytes / MiB, zr.act_bytes / MiB);
     }
-    return 0;
+    return c.graph ? run_graph_rows(&c) : 0;
 }

@@ -71,6 +71,10 @@ static void usage(FILE *f)
             "  --threads N       worker threads\n"
             "  --out DIR         output directory (default runs/gpt)\n"
             "  --resume          continue from DIR/checkpoint.safetensors\n"
+            "  --graph           capture the first step as a graph, replay it after\n"
+            "                    (one process, accum 1, cpu; same losses as eager)\n"
+            "  --dump-graph FILE with --graph: the graph before and after its passes\n"
+            "                    as text in FILE and Graphviz in FILE.dot\n"
             "  --stop-after N    stop after step N, keeping the schedule of --steps\n"
             "  --precision NAME  fp32 (default) | bf16 | fp16 (loss scaling) | fp8 (loss\n"
             "                    scaling; products in bf16 for now): mixed precision\n"
@@ -156,6 +160,8 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         FLAG_NUM("--local", &c->sparse.local, 0, 1 << 20),
         FLAG_NUM("--global", &c->sparse.global, 0, 1 << 20),
         FLAG_NUM("--random", &c->sparse.random, 0, 1 << 20),
+        FLAG_SWITCH("--graph", &t->graph),
+        FLAG_STR("--dump-graph", &t->dump_graph),
     };
     int p = flags_parse("zs train gpt", f, NFLAGS(f), usage, argc, argv);
     if (p == FLAGS_OK && (t->device = app_device("zs train gpt", c->device)) < 0)

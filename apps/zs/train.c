@@ -24,7 +24,8 @@ typedef struct train_cfg {
     int64_t batch, limit;
     double lr, momentum, wd;
     uint64_t seed;
-    bool resume;
+    bool resume, graph;
+    const char *dump_graph;
 } train_cfg;
 
 typedef struct history {
@@ -59,6 +60,10 @@ static void usage(FILE *f)
             "  --precision NAME  fp32 (default) | bf16 | fp16 (loss scaling) | fp8 (loss\n"
             "                    scaling; products in bf16 for now): mixed precision\n"
             "                    with f32 master weights (docs/precision.md)\n",
+            "  --graph           capture the first step as a graph, replay it after\n"
+            "                    (cpu; the last shorter batch recaptures)\n"
+            "  --dump-graph FILE with --graph: the graph before and after its passes\n"
+            "                    as text in FILE and Graphviz in FILE.dot\n",
             ZS_FMNIST_DIR);
 }
 
@@ -66,7 +71,7 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, train_cfg *c)
 {
     *c = (train_cfg){NULL, ZS_FMNIST_DIR, NULL, "adam", "constant", "cpu", 5, 0, 0,
-                     0, 0, 64, 0, -1, 0.9, 0, 1, false};
+                     0, 0, 64, 0, -1, 0.9, 0, 1, false, false, NULL};
     flag t[] = {
         FLAG_ARG("MODEL", &c->model, "lenet|resnet|gpt"),
         FLAG_NUM("--epochs", &c->epochs, 1, 1000),
@@ -85,6 +90,8 @@ static int parse_args(int argc, char **argv, train_cfg *c)
         FLAG_NUM("--stop-after", &c->stop_after, 1, 1000),
         FLAG_STR("--device", &c->device),
         FLAG_CHOICE("--precision", &c->precision, "fp32|bf16|fp16|fp8"),
+        FLAG_SWITCH("--graph", &c->graph),
+        FLAG_STR("--dump-graph", &c->dump_graph),
     };
     int p = flags_parse("zs train", t, NFLAGS(t), usage, argc, argv);
     if (p != FLAGS_OK)
@@ -259,6 +266,8 @@ static zs_trainer_config cnn_config(const train_cfg *c, cnn_run *r, const char *
     t.device = c->dev;
     t.precision = zs_precision_parse((const char *[]){"fp32", "bf16", "fp16",
                                                       "fp8"}[c->precision]);
+    t.graph = c->graph;
+    t.dump_graph = c->dump_graph;
     return t;
 }
 

@@ -167,6 +167,18 @@ typedef struct zs_trainer_config {
      * until the FP8 linear is wired in (zs_autocast_compute_dtype). */
     zs_dtype precision;
     zs_grad_scaler_config scaler; /* all zeros: zs_grad_scaler_defaults() */
+    /* Graph mode (zs/graph.h): the first step's forward, backward and
+     * gradient norm are captured, later steps replay them after copying
+     * their batch into the captured batch buffers; the clip factor and
+     * the optimizer update run eagerly (in place, no allocation). The
+     * graph goes through dead-code elimination and the memory plan. A
+     * step whose signature differs (batch shapes or dtypes, dropout rates,
+     * training mode) recaptures. One process, accum 1, no ZeRO, the CPU.
+     * Losses equal eager ones bit for bit. */
+    bool graph;
+    const char *dump_graph;   /* graph mode: the graph before and after the
+                               * passes as text here and as Graphviz in
+                               * dump_graph.dot; NULL: none */
 } zs_trainer_config;
 
 /* "fp32", "bf16", "fp16", "fp8" for ZS_F32, ZS_BF16, ZS_F16, ZS_F8E4M3

@@ -8,6 +8,7 @@
 #include "ops.h"
 #include "linear.h"
 #include "autograd.h"
+#include "graph.h"
 #include "analyze.h"
 #include "attention.h"
 #include "io.h"

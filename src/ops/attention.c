@@ -219,7 +219,7 @@ static zs_status cpu_attention(const zsi_call *c, zs_tensor *out)
 {
     const attention_attrs *at = c->attrs;
     for (int i = 0; i < 3; i++)
-        if (!(c->aux[i] = kernel_view(c->in[i])))
+        if (!zsi_aux_copy(c, i, c->in[i], kernel_view))
             return ZS_ERR_NOMEM;
     zs_status st;
     double *slopes = make_slopes(at->alibi, c->in[0]->shape[1], &st);
@@ -227,12 +227,9 @@ static zs_status cpu_attention(const zsi_call *c, zs_tensor *out)
         return st;
     zsk_attn a;
     call_args(&a, c, c->aux, slopes);
-    if (zsi_call_records(c)) {
-        zsi_tracking_pause();
-        c->aux[3] = zsi_new_tensor(lse_dtype(a.dt), ZS_SHAPE(a.B, a.H, a.Tq));
-        zsi_tracking_resume();
-        st = c->aux[3] ? ZS_OK : ZS_ERR_NOMEM;
-    }
+    if (zsi_call_records(c))
+        st = zsi_aux_new(c, 3, lse_dtype(a.dt), ZS_SHAPE(a.B, a.H, a.Tq)) ? ZS_OK
+                                                                          : ZS_ERR_NOMEM;
     if (st == ZS_OK)
         st = zsk_attention_forward(&a, zs_data(out),
                                    c->aux[3] ? zs_data(c->aux[3]) : NULL);

@@ -150,9 +150,9 @@ static zs_status cpu_conv(const zsi_call *c, zs_tensor *out)
 {
     zs_tensor *x = c->in[0], *bias = c->nin > 2 ? c->in[2] : NULL;
     zsk_conv2d_shape s = call_shape(c);
+    zs_tensor *wc = zsi_aux_copy(c, 0, c->in[1], zs_contiguous);
     zsi_tracking_pause();
     zs_no_grad_push();
-    zs_tensor *wc = c->aux[0] = zs_contiguous(c->in[1]);
     zs_tensor *bc = bias ? zs_contiguous(bias) : NULL;
     zs_no_grad_pop();
     zsi_tracking_resume();

@@ -105,6 +105,22 @@ static zsi_cost default_cost(const zsi_call *c, const zs_tensor *out)
 
 bool zsi_call_records(const zsi_call *c) { return c->records; }
 
+_Thread_local zsi_capture_fn zsi_capture;
+static _Thread_local int kernel_depth; /* kernels running, while capturing */
+
+/* Runs k; while this thread captures a graph, hands an outermost call
+ * (not one a kernel made) to the recorder after it ran. */
+static zs_status run_kernel(zsi_call *c, zsi_kernel_fn k, zs_tensor *out)
+{
+    if (!zsi_capture)
+        return k(c, out);
+    kernel_depth++;
+    zs_status st = k(c, out);
+    kernel_depth--;
+    return st == ZS_OK && kernel_depth == 0 && zsi_capture ? zsi_capture(c, k, out)
+                                                           : st;
+}
+
 static bool records(int nin, zs_tensor *const *in)
 {
     for (int i = 0; i < nin; i++)
@@ -143,7 +159,7 @@ static zs_tensor *make_output(zsi_call *c)
     zs_tensor *out = k ? zsi_new_tensor_on(c->device, c->dtype, c->ndim, c->shape)
                        : NULL;
     c->outs[0] = out;
-    if (out && (alloc_more(c) != ZS_OK || k(c, out) != ZS_OK)) {
+    if (out && (alloc_more(c) != ZS_OK || run_kernel(c, k, out) != ZS_OK)) {
         release_outs(c);
         out = NULL;
     }
@@ -197,7 +213,7 @@ static zs_tensor *run_inplace(zsi_call *c, double t0)
     }
     zsi_kernel_fn k = find_kernel(c);
     c->outs[0] = dst; /* borrowed: the result is in[0] */
-    if (!k || k(c, dst) != ZS_OK)
+    if (!k || run_kernel(c, k, dst) != ZS_OK)
         return NULL;
     count_cost(c, t0, dst);
     return zs_retain(dst);

@@ -158,10 +158,10 @@ static zs_status cpu_dropout(const zsi_call *c, zs_tensor *out)
     zsi_tracking_pause();
     zs_no_grad_push();
     zs_tensor *xc = zs_contiguous(a);
-    if (rec)
-        c->aux[0] = zsi_new_tensor(ZS_U8, a->ndim, a->shape);
     zs_no_grad_pop();
     zsi_tracking_resume();
+    if (rec)
+        zsi_aux_new(c, 0, ZS_U8, a->ndim, a->shape);
     if (!xc || (rec && !c->aux[0])) {
         zs_release(xc);
         return ZS_ERR_NOMEM;

@@ -185,11 +185,7 @@ static zs_status infer_embedding(zsi_call *c)
 static zs_status cpu_embedding(const zsi_call *c, zs_tensor *out)
 {
     const zs_tensor *weight = c->in[0], *idx = c->in[1];
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_tensor *ic = c->aux[0] = zs_contiguous(c->in[1]);
-    zs_no_grad_pop();
-    zsi_tracking_resume();
+    zs_tensor *ic = zsi_aux_copy(c, 0, c->in[1], zs_contiguous);
     if (!ic)
         return ZS_ERR_NOMEM;
     int64_t n = zs_numel(idx), V = weight->shape[0], D = weight->shape[1];

@@ -276,8 +276,7 @@ static zs_status want_h(const zsi_call *c, zs_tensor *out, zs_dtype dt)
 {
     if (kind_of(c) != LIN_GELU || !zsi_call_records(c))
         return ZS_OK;
-    c->aux[0] = zsi_new_tensor(dt, out->ndim, out->shape);
-    return c->aux[0] ? ZS_OK : ZS_ERR_NOMEM;
+    return zsi_aux_new(c, 0, dt, out->ndim, out->shape) ? ZS_OK : ZS_ERR_NOMEM;
 }
 
 /* f32 and bf16 (run_f32, run_bf16), with scope tracking paused. */
@@ -305,7 +304,13 @@ static zs_status cpu_linear_f64(const zsi_call *c, zs_tensor *out)
     zsi_tracking_resume();
     if (st == ZS_OK)
         st = zsi_copy_host(out, o);
-    c->aux[0] = h;
+    if (h && c->aux[0]) { /* a replay: into the captured pre-activation */
+        if (st == ZS_OK)
+            st = zsi_copy_host(c->aux[0], h);
+        zs_release(h);
+    } else {
+        c->aux[0] = h;
+    }
     zs_release(o);
     return st;
 }

@@ -128,13 +128,25 @@ static zs_status cpu_cross_entropy(const zsi_call *c, zs_tensor *out)
     zs_tensor *logits = c->in[0], *target = c->in[1];
     int64_t C = logits->shape[logits->ndim - 1], N = zs_numel(logits) / C;
     bool rec = zsi_call_records(c);
-    zsi_tracking_pause();
-    zs_no_grad_push();
-    zs_tensor *xc = zs_contiguous(logits), *tc = zs_contiguous(target);
-    zs_tensor *lse = zsi_new_tensor(ZS_F64, 1, &N);
-    zs_tensor *cnt = rec ? zsi_new_tensor(ZS_I64, 0, NULL) : NULL;
-    zs_no_grad_pop();
-    zsi_tracking_resume();
+    zs_tensor *xc, *tc, *lse, *cnt = NULL;
+    if (rec) { /* the aux results (a replay supplies them), new references */
+        xc = zsi_aux_copy(c, 0, logits, zs_contiguous);
+        tc = zsi_aux_copy(c, 1, target, zs_contiguous);
+        lse = zsi_aux_new(c, 2, ZS_F64, 1, &N);
+        cnt = zsi_aux_new(c, 3, ZS_I64, 0, NULL);
+        zs_tensor *mine[] = {xc, tc, lse, cnt};
+        for (int k = 0; k < 4; k++)
+            if (mine[k])
+                zs_retain(mine[k]);
+    } else {
+        zsi_tracking_pause();
+        zs_no_grad_push();
+        xc = zs_contiguous(logits);
+        tc = zs_contiguous(target);
+        lse = zsi_new_tensor(ZS_F64, 1, &N);
+        zs_no_grad_pop();
+        zsi_tracking_resume();
+    }
     zsk_targets tg = {tc ? zs_data(tc) : NULL, target->dtype == ZS_I64,
                       at->ignore_index};
     bool have = xc && tc && lse && (cnt || !rec);
@@ -146,13 +158,8 @@ static zs_status cpu_cross_entropy(const zsi_call *c, zs_tensor *out)
                                               "out of memory");
     if (st == ZS_OK)
         zsi_store(out->dtype, zs_data(out), 0, v);
-    if (st == ZS_OK && rec) {
+    if (st == ZS_OK && rec)
         *(int64_t *)zs_data(cnt) = count;
-        zs_tensor *aux[] = {xc, tc, lse, cnt};
-        for (int k = 0; k < 4; k++)
-            c->aux[k] = aux[k];
-        return ZS_OK;
-    }
     zs_release(xc);
     zs_release(tc);
     zs_release(lse);

@@ -122,15 +122,26 @@ static zs_tensor *slot_of(const zsi_call *c, int64_t s)
     return s >= 0 ? c->in[s] : NULL;
 }
 
+/* A new reference to a borrowed aux result (NULL stays NULL). */
+static zs_tensor *own(zs_tensor *t) { return t ? zs_retain(t) : NULL; }
+
 /* Contiguous versions of x and weight made without autograd or scope
- * tracking; new references (w may come back NULL when absent). */
-static zs_status contig_inputs(zs_tensor *x, zs_tensor *w, zs_tensor *b,
-                               zs_tensor **xc, zs_tensor **wc, zs_tensor **bc)
+ * tracking; new references (w may come back NULL when absent). When c
+ * records they are also its aux results 0 and 1 (zsi_aux_copy: a replay
+ * refreshes the captured ones). */
+static zs_status contig_inputs(const zsi_call *c, zs_tensor *x, zs_tensor *w,
+                               zs_tensor *b, zs_tensor **xc, zs_tensor **wc,
+                               zs_tensor **bc)
 {
+    bool rec = zsi_call_records(c);
+    *xc = rec ? own(zsi_aux_copy(c, 0, x, zs_contiguous)) : NULL;
+    *wc = rec && w ? own(zsi_aux_copy(c, 1, w, zs_contiguous)) : NULL;
     zsi_tracking_pause();
     zs_no_grad_push();
-    *xc = zs_contiguous(x);
-    *wc = w ? zs_contiguous(w) : NULL;
+    if (!rec) {
+        *xc = zs_contiguous(x);
+        *wc = w ? zs_contiguous(w) : NULL;
+    }
     *bc = b ? zs_contiguous(b) : NULL;
     zs_no_grad_pop();
     zsi_tracking_resume();
@@ -143,9 +154,12 @@ static zs_status contig_inputs(zs_tensor *x, zs_tensor *w, zs_tensor *b,
     return ZS_OK;
 }
 
-/* New untracked tensor (temporaries owned by the caller or a node). */
-static zs_tensor *new_untracked(zs_dtype dt, int64_t n)
+/* New untracked tensor (temporaries owned by the caller or a node); when c
+ * records, aux result k (zsi_aux_new), a new reference to it. */
+static zs_tensor *new_untracked(const zsi_call *c, int k, zs_dtype dt, int64_t n)
 {
+    if (zsi_call_records(c))
+        return own(zsi_aux_new(c, k, dt, 1, &n));
     zsi_tracking_pause();
     zs_tensor *t = zsi_new_tensor(dt, 1, &n);
     zsi_tracking_resume();
@@ -161,7 +175,9 @@ static zs_status keep_aux(const zsi_call *c, zs_status st, zs_tensor *xc,
     zs_tensor *t[] = {xc, wc, mean, rstd};
     bool rec = st == ZS_OK && zsi_call_records(c);
     for (int k = 0; k < 4; k++) {
-        if (rec)
+        if (t[k] && c->aux[k] == t[k]) /* made by zsi_aux_*: c holds it */
+            zs_release(t[k]);
+        else if (rec)
             c->aux[k] = t[k];
         else
             zs_release(t[k]);
@@ -343,15 +359,15 @@ static zs_status cpu_layer_norm(const zsi_call *c, zs_tensor *out)
 {
     const layer_norm_attrs *at = c->attrs;
     zs_tensor *x = c->in[0], *xc, *wc, *bc;
-    if (contig_inputs(x, slot_of(c, at->weight), slot_of(c, at->bias), &xc,
+    if (contig_inputs(c, x, slot_of(c, at->weight), slot_of(c, at->bias), &xc,
                       &wc, &bc) != ZS_OK)
         return ZS_ERR_NOMEM;
     int64_t C = x->shape[x->ndim - 1];
     int64_t R = C > 0 ? zs_numel(x) / C : 0;
     bool rec = zsi_call_records(c), lp = zsk_is_lowp16(x->dtype);
     zs_dtype sdt = lp ? ZS_F32 : x->dtype; /* statistics */
-    zs_tensor *mean = rec ? new_untracked(sdt, R) : NULL;
-    zs_tensor *rstd = rec ? new_untracked(sdt, R) : NULL;
+    zs_tensor *mean = rec ? new_untracked(c, 2, sdt, R) : NULL;
+    zs_tensor *rstd = rec ? new_untracked(c, 3, sdt, R) : NULL;
     zs_status st = !rec || (mean && rstd) ? ZS_OK : ZS_ERR_NOMEM;
     if (st == ZS_OK && lp)
         st = zsk_layer_norm_lp(x->dtype, wc ? wc->dtype : bc ? bc->dtype : x->dtype,
@@ -593,10 +609,10 @@ static zs_status cpu_batch_norm(const zsi_call *c, zs_tensor *out)
 {
     bn_args a = bn_args_of(c);
     zs_tensor *xc, *wc, *bc;
-    if (contig_inputs(a.x, a.w, a.b, &xc, &wc, &bc) != ZS_OK)
+    if (contig_inputs(c, a.x, a.w, a.b, &xc, &wc, &bc) != ZS_OK)
         return ZS_ERR_NOMEM;
-    zs_tensor *mean = new_untracked(ZS_F64, a.C);
-    zs_tensor *rstd = new_untracked(ZS_F64, a.C);
+    zs_tensor *mean = new_untracked(c, 2, ZS_F64, a.C);
+    zs_tensor *rstd = new_untracked(c, 3, ZS_F64, a.C);
     zs_status st = mean && rstd ? bn_forward(&a, xc, wc, bc, mean, rstd, out)
                                 : ZS_ERR_NOMEM;
     zs_release(bc);

@@ -234,6 +234,28 @@ zs_status zsi_run_n(zsi_opdef *def, int nin, zs_tensor *const *in,
 /* True when grad mode is on and an input of c requires grad: a node will
  * be recorded, so kernels should make the aux results save needs. */
 bool zsi_call_records(const zsi_call *c);
+/* Aux result k of c (ops/aux.c): the tensor a graph replay supplies in
+ * c->aux[k], or a new uninitialised one on c's device (dtype dt, shape),
+ * stored in c->aux[k]. Borrowed (the driver or the graph node owns it);
+ * NULL on allocation failure. Kernels make their aux results with these
+ * two so that a replay writes into the captured ones. */
+zs_tensor *zsi_aux_new(const zsi_call *c, int k, zs_dtype dt, int ndim,
+                       const int64_t *shape);
+/* Aux result k derived from input t by make (zs_contiguous, a conversion;
+ * a new reference, called with grad mode off and tracking paused): made
+ * eagerly; on replay the supplied tensor, refreshed from t by zs_copy_
+ * unless it views t's very elements. Borrowed, stored in c->aux[k]; NULL
+ * on failure. */
+zs_tensor *zsi_aux_copy(const zsi_call *c, int k, zs_tensor *t,
+                        zs_tensor *(*make)(zs_tensor *));
+/* Graph capture (graph/graph.c): set, per thread, while a graph is
+ * captured; the driver calls it after the kernel of each outermost call
+ * ran (k the kernel it looked up, out its first result; in place: in[0];
+ * c->outs and c->aux filled), never for views or calls made inside a
+ * kernel. A negative status fails the call. */
+typedef zs_status (*zsi_capture_fn)(const zsi_call *c, zsi_kernel_fn k,
+                                    zs_tensor *out);
+extern _Thread_local zsi_capture_fn zsi_capture;
 /* Installs (or, with fn NULL, removes) the kernel of def for (device,
  * dtype): how a backend adds itself, and how the tests count calls. Not
  * thread-safe against calls of def: set kernels before threads run

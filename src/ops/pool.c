@@ -107,13 +107,8 @@ static zs_status cpu_max_pool(const zsi_call *c, zs_tensor *out)
 {
     const zs_tensor *x = c->in[0];
     zsk_pool2d_shape s = call_shape(c);
-    if (zsi_call_records(c)) {
-        zsi_tracking_pause();
-        c->aux[0] = zsi_new_tensor(ZS_I64, out->ndim, out->shape);
-        zsi_tracking_resume();
-        if (!c->aux[0])
-            return ZS_ERR_NOMEM;
-    }
+    if (zsi_call_records(c) && !zsi_aux_new(c, 0, ZS_I64, out->ndim, out->shape))
+        return ZS_ERR_NOMEM;
     zsk_max_pool2d(x->dtype, &s, zs_data(x), x->strides, zs_data(out),
                    c->aux[0] ? zs_data(c->aux[0]) : NULL);
     return ZS_OK;

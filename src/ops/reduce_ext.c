@@ -285,12 +285,8 @@ static zs_status cpu_var(const zsi_call *c, zs_tensor *out)
     if (zsi_reduce_plan_make(a, at->mask, &p) != ZS_OK)
         return ZS_ERR_NOMEM;
     zs_tensor *mean = NULL;
-    if (zsi_call_records(c)) {
-        zsi_tracking_pause();
-        mean = c->aux[0] = zsi_new_tensor_on(c->device, a->dtype, a->ndim,
-                                             p.keep_shape);
-        zsi_tracking_resume();
-    }
+    if (zsi_call_records(c))
+        mean = zsi_aux_new(c, 0, a->dtype, a->ndim, p.keep_shape);
     if (mean || !zsi_call_records(c))
         zsk_reduce_var(a->dtype, zs_data(p.x), p.O, p.R, p.K, at->correction,
                        zs_data(out), mean ? zs_data(mean) : NULL);

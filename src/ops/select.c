@@ -371,7 +371,7 @@ static zs_status cpu_index(const zsi_call *c, zs_tensor *out)
 {
     zs_tensor *a = c->in[0];
     int d = call_dim(c);
-    zs_tensor *ix = c->aux[0] = index_i64(c->in[1]);
+    zs_tensor *ix = zsi_aux_copy(c, 0, c->in[1], index_i64);
     if (!ix)
         return ZS_ERR_NOMEM;
     if (check_range(c->def->op.name, ix, d, a->shape[d]) != ZS_OK)

@@ -45,6 +45,13 @@ struct zs_trainer {
                              * from fp once per step (owned) */
     double step_scale;      /* the loss scale of the last step */
     bool skipped;           /* the last step's update was skipped */
+    /* graph mode (graph_step.c) */
+    struct zs_graph *graph;
+    zs_tensor *gx, *gy;      /* the captured batch buffers (owned) */
+    zs_tensor *gloss, *gsq;  /* the captured loss and sum of squared
+                              * gradients (owned; gsq NULL without clip) */
+    uint64_t gsig;           /* the captured step's signature */
+    int64_t captures;        /* graphs captured so far */
 };
 /* Autocast for the trainer's precision (nothing for f32); flat: with the
  * step's one conversion pass of the flat weights. amp_end pops it. */
@@ -81,6 +88,12 @@ zs_status zsi_train_micro(zs_trainer *t, int64_t index, int part, int parts,
  * its scope; *loss gets their mean loss. */
 zs_status zsi_train_accumulate(zs_trainer *t, int64_t i, int part, int parts,
                                double *loss);
+/* Graph mode: one step (gradients by capture or replay, then the eager
+ * clip and update); *loss and *gnorm as sync_step's. */
+zs_status zsi_train_graph_step(zs_trainer *t, int64_t step, double *loss,
+                               double *gnorm);
+/* Frees the graph-mode state. */
+void zsi_train_graph_free(zs_trainer *t);
 /* ASYNC and SSP: the server (rank 0) or a worker until the last step. */
 zs_status zsi_train_run_async(zs_trainer *t);
 /* 1-bit Adam (onebit.c): the config's conflicts (ZS_OK or an error); the

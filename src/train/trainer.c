@@ -74,6 +74,14 @@ static zs_status check_config(const zs_trainer_config *c, int size)
         return zs_set_error("trainer: ZeRO works with all-reduce data parallelism "
                             "only (a parameter server keeps the optimizer state on "
                             "rank 0)");
+    if (c->graph && (size > 1 || c->accum != 1 || c->zero || c->device != ZS_CPU))
+        return zs_set_error("trainer: graph mode runs one process, accum 1, no "
+                            "ZeRO, on the cpu (here: %d ranks, accum %lld, ZeRO %d, "
+                            "%s)", size, (long long)c->accum, c->zero,
+                            zs_device_name(c->device));
+    if (c->dump_graph && !c->graph)
+        return zs_set_error("trainer: dump_graph needs graph mode (graph = true, "
+                            "--graph)");
     if (c->sync >= ZS_SYNC_ASYNC && size < 2)
         return zs_set_error("trainer: asynchronous and stale-synchronous training "
                             "need at least 2 ranks (rank 0 serves, the others "
@@ -228,6 +236,7 @@ void zs_trainer_free(zs_trainer *t)
     zs_optim_free(t->o);
     zs_grad_scaler_free(t->scaler);
     zs_release(t->fp_low);
+    zsi_train_graph_free(t);
     free(t);
 }
 
@@ -424,6 +433,12 @@ static zs_status start(zs_trainer *t)
 static zs_status sync_step(zs_trainer *t, int64_t step, double *loss, double *gnorm)
 {
     t->targets = 0; /* counted by the micro-batches */
+    if (t->c.graph) {
+        zs_status st = zsi_train_graph_step(t, step, loss, gnorm);
+        zero_grad(t);
+        t->prof.steps++;
+        return st;
+    }
     zs_status st = gradients(t, step, loss);
     if (st == ZS_OK && t->ob && zsi_train_grads_local(t)) { /* counted by the update */
         st = zsi_train_update(t, step, gnorm);

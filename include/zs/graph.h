@@ -1,0 +1,117 @@
+/*
+ * zs/graph.h - graph mode: a computation (a training step: forward,
+ * backward, the gradient norm) recorded once as a static list of operator
+ * calls, optimised by passes and replayed without allocating its results
+ * or looking kernels up (../shared/DESIGN.md, "Autograd and graphs").
+ *
+ * Capture: between zs_graph_capture_begin and zs_graph_capture_end every
+ * operator call this thread makes runs as usual and is also appended to
+ * the graph as a node: the descriptor, a copy of its attributes, the
+ * kernel it ran, its inputs, results and aux results (retained: their
+ * storage is what a replay writes into). Gradients are nodes like any
+ * other (the backward rules' calls, the accumulation into .grad).
+ *
+ * Replay: zs_graph_replay runs the nodes' kernels in order on the same
+ * tensors. Tensors that existed before the capture (parameters, gradient
+ * buffers, optimizer state, the batch buffers the caller fills) are the
+ * graph's inputs: their contents may change between replays, never their
+ * storage or shape. What a replay computes is what an eager run of the
+ * same calls would: the same kernels on the same inputs give the same
+ * bits, and operators that draw random numbers (dropout) reserve them
+ * from the global counter-based stream at each replay, in the eager
+ * order, so step k replayed equals step k run eagerly.
+ *
+ * What a capture cannot see, and the caller must keep fixed: anything
+ * computed on the host between calls (a value read back with zs_item and
+ * passed as an attribute is frozen at its captured value; control flow
+ * taken on the host is frozen too) and the shapes. A caller replays only
+ * a step whose signature (batch shapes and dtypes, dropout rates, training
+ * mode) equals the captured one; zs_trainer does this and runs other
+ * steps eagerly.
+ *
+ * Threads: a graph belongs to the thread that captured it; capture is
+ * per thread (other threads' calls are not recorded). Devices: replay is
+ * checked on the CPU; a capture on another device is refused by the
+ * trainer (the test device runs kernels on host aliases).
+ */
+#ifndef ZS_GRAPH_H
+#define ZS_GRAPH_H
+
+#include <stdio.h>
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zs_graph zs_graph;
+
+/* Starts recording this thread's operator calls into a new graph (owned
+ * by the caller: zs_graph_free). NULL + error when this thread already
+ * captures or on allocation failure. */
+zs_graph *zs_graph_capture_begin(void);
+/* Stops recording. ZS_OK, or an error when a call could not be recorded
+ * (allocation failure) or g is not the graph being captured; a failed
+ * graph refuses replay. */
+zs_status zs_graph_capture_end(zs_graph *g);
+/* Runs the captured calls again, in order, on the captured tensors.
+ * Allocates no results and looks no kernel up; kernels may still use
+ * temporaries of their own (from the caching allocator). ZS_OK, or the
+ * first failing node's error (its index and operator named). */
+zs_status zs_graph_replay(zs_graph *g);
+void zs_graph_free(zs_graph *g);
+
+/* Nodes now in g. */
+int zs_graph_size(const zs_graph *g);
+
+/* Totals of the nodes' cost models (the descriptors' cost functions, as
+ * the profiler and `zs analyze` count them): FLOPs, bytes read and
+ * written. */
+typedef struct zs_graph_stats {
+    int nodes;
+    double flops, bytes_read, bytes_written;
+    size_t intermediate_bytes; /* storage made by the nodes (their results
+                                * and aux results), what replay keeps */
+    size_t planned_bytes;      /* the arena after zs_graph_plan_memory; 0
+                                * before */
+} zs_graph_stats;
+void zs_graph_get_stats(const zs_graph *g, zs_graph_stats *s);
+
+/* ---- passes (src/graph/passes.c, fuse.c), each usable alone ----------- */
+
+/* Dead-code elimination: removes the nodes whose results nobody needs. A
+ * node stays when it writes storage that existed before the capture (an
+ * in-place update of a parameter or gradient buffer), storage of one of
+ * keep[0..nkeep) (what the caller reads after a replay: the loss), or
+ * storage a kept node after it reads. Returns the number removed, or < 0
+ * + error. */
+int zs_graph_dce(zs_graph *g, int nkeep, zs_tensor *const *keep);
+
+/* Memory planning by liveness: every storage the nodes make lives from
+ * the node that makes it to the last node that uses it (to the end for
+ * keep[0..nkeep)); each gets an offset in one arena (64-byte aligned,
+ * first fit by decreasing size) so that no two storages alive at once
+ * share a byte, the plan is checked by zs_graph_plan_verify, and the
+ * storages are moved into the arena (their old blocks freed), allocated
+ * once. Returns ZS_OK or an error (the graph is unchanged then). */
+zs_status zs_graph_plan_memory(zs_graph *g, int nkeep, zs_tensor *const *keep);
+/* Checks the plan: every pair of planned storages alive at a common node
+ * occupies disjoint bytes of the arena, and each lies inside it. ZS_OK or
+ * an error naming the pair. Nothing planned: ZS_OK. */
+zs_status zs_graph_plan_verify(const zs_graph *g);
+
+/* ---- dump (src/graph/dump.c) -------------------------------------------- */
+
+/* Writes g as text: one line per node with its index, operator, input and
+ * result shapes, dtype, device, FLOPs and bytes, then the totals. */
+zs_status zs_graph_dump_text(const zs_graph *g, FILE *f, const char *title);
+/* The same as a Graphviz digraph: a box per node, an edge from the node
+ * that last wrote a storage to each node that reads it. */
+zs_status zs_graph_dump_dot(const zs_graph *g, FILE *f, const char *title);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,318 @@
+/*
+ * graph.c - capture and replay of operator calls (zs/graph.h).
+ *
+ * Capture installs this thread's recorder in the driver (zsi_capture,
+ * ops/dispatch.c): after the kernel of each outermost zsi_run/zsi_run_n
+ * call ran, record() appends a node holding the call whole (graph/
+ * internal.h). Calls a kernel makes inside itself are not recorded: the
+ * outer kernel makes them again on replay. Views (ZSI_VIEW) are not
+ * recorded either: a view shares its input's storage, so the nodes that
+ * read it see what a replay writes there.
+ *
+ * Aux results (norm statistics, masks, contiguous inputs kept for the
+ * backward rule) are retained with the node and handed back to the
+ * kernel on replay in call.aux, where zsi_aux_new / zsi_aux_copy (ops/
+ * aux.c) reuse them, so the recorded backward nodes, which read them
+ * through their saved aliases, see the replayed values.
+ *
+ * Design choices (the brief's points, and where they differ):
+ * - Random numbers: the dropout kernel reserves its draws from the
+ *   global stream (zs_rng_reserve) when it runs, so a replay reads the
+ *   generator's offset then and advances it as eager would: nothing to do
+ *   here, and a replayed step is bit-identical to the eager one.
+ * - Host values that change every step (the learning rate, Adam's bias
+ *   corrections, the clipping scale computed from the norm read back):
+ *   zs_trainer captures forward, backward and the gradient norm's
+ *   sum-of-squares and runs the clip factor and the optimizer update
+ *   eagerly after the replay (src/train/graph_step.c): the update is in
+ *   place on the flat buffers, one or two driver calls that allocate
+ *   nothing, so capturing it would save nothing, while replaying it would
+ *   need per-replay attributes (the values are computed on the host from
+ *   the norm read back mid-step).
+ * - Replay runs under no-grad with scope tracking paused: kernels that
+ *   call operators inside themselves record nothing and leak nothing.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/internal.h"
+#include "zs/ops.h"
+
+static _Thread_local zs_graph *current;
+
+static zs_status record(const zsi_call *c, zsi_kernel_fn k, zs_tensor *out);
+
+zs_graph *zs_graph_capture_begin(void)
+{
+    if (current) {
+        zs_set_error("graph capture: this thread already captures a graph "
+                     "(end it with zs_graph_capture_end first)");
+        return NULL;
+    }
+    zs_graph *g = calloc(1, sizeof *g);
+    if (!g) {
+        zs_set_error_code(ZS_ERR_NOMEM, "graph capture: out of memory");
+        return NULL;
+    }
+    g->capturing = true;
+    current = g;
+    zsi_capture = record;
+    return g;
+}
+
+zs_status zs_graph_capture_end(zs_graph *g)
+{
+    if (!g || g != current)
+        return zs_set_error("graph capture end: %s", g ? "this graph is not the "
+                            "one this thread captures" : "no graph");
+    current = NULL;
+    zsi_capture = NULL;
+    g->capturing = false;
+    if (g->failed)
+        return zs_set_error_code(ZS_ERR_NOMEM, "graph capture: a call could not "
+                                 "be recorded (out of memory); the graph cannot "
+                                 "be replayed");
+    return ZS_OK;
+}
+
+void zsi_gnode_free(zsi_gnode *n)
+{
+    if (!n)
+        return;
+    for (int i = 0; n->in && i < n->call.nin; i++)
+        zs_release(n->in[i]);
+    free(n->in);
+    for (int k = 0; k < ZSI_MAX_OUT; k++)
+        zs_release(n->outs[k]);
+    for (int k = 0; k < ZSI_MAX_AUX; k++)
+        zs_release(n->aux[k]);
+    if (n->impl_free)
+        n->impl_free(n->impl);
+    free(n);
+}
+
+/* The driver's default cost (ops/dispatch.c): flops per element, every
+ * input read, the result written. */
+static zsi_cost cost_of(const zsi_call *c, const zs_tensor *out)
+{
+    if (c->def->cost)
+        return c->def->cost(c, out);
+    double n = (double)zs_numel(out);
+    zsi_cost k = {c->def->flops * n, 0, n * (double)zs_dtype_size(out->dtype)};
+    for (int i = 0; i < c->nin; i++)
+        k.bytes_read += (double)zs_nbytes(c->in[i]);
+    return k;
+}
+
+static bool push(zs_graph *g, zsi_gnode *n)
+{
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 256;
+        zsi_gnode **p = realloc(g->nodes, (size_t)cap * sizeof *p);
+        if (!p)
+            return false;
+        g->nodes = p;
+        g->cap = cap;
+    }
+    g->nodes[g->n++] = n;
+    return true;
+}
+
+/* The node's own header over t's elements (shape, strides, offset, the
+ * storage retained), untracked: retaining t itself would add a reference
+ * its scope and its creator do not expect (a scoped tensor released by
+ * its creator is released again by the scope while the count is above
+ * zero), which is why autograd saves aliases too (zsi_save). */
+static zs_tensor *alias(const zs_tensor *t)
+{
+    return zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
+}
+
+/* zsi_capture_fn: the call c just ran kernel k into out. */
+static zs_status record(const zsi_call *c, zsi_kernel_fn k, zs_tensor *out)
+{
+    zs_graph *g = current;
+    if (!g)
+        return ZS_OK;
+    zsi_gnode *n = calloc(1, sizeof *n);
+    if (n)
+        n->in = calloc((size_t)(c->nin ? c->nin : 1), sizeof *n->in);
+    if (!n || !n->in) {
+        free(n);
+        g->failed = true;
+        return zs_set_error_code(ZS_ERR_NOMEM, "graph capture: out of memory "
+                                 "recording %s", c->def->op.name);
+    }
+    n->call = *c;
+    n->kernel = k;
+    memcpy(n->attrs, c->attrs, c->def->attr_size);
+    bool ok = true;
+    zsi_tracking_pause();
+    for (int i = 0; i < c->nin; i++)
+        ok &= (n->in[i] = alias(c->in[i])) != NULL;
+    for (int j = 0; j < c->nout && j < ZSI_MAX_OUT; j++)
+        ok &= !c->outs[j] || (n->outs[j] = alias(c->outs[j]));
+    if (!n->outs[0])
+        ok &= (n->outs[0] = alias(out)) != NULL;
+    for (int j = 0; j < ZSI_MAX_AUX; j++)
+        ok &= !c->aux[j] || (n->aux[j] = alias(c->aux[j]));
+    zsi_tracking_resume();
+    n->call.in = n->in;
+    n->call.attrs = n->attrs;
+    n->call.aux = n->aux;
+    n->call.outs = n->outs;
+    n->cost = cost_of(c, out);
+    if (!ok || !push(g, n)) {
+        zsi_gnode_free(n);
+        g->failed = true;
+        return zs_set_error_code(ZS_ERR_NOMEM, "graph capture: out of memory "
+                                 "recording %s", c->def->op.name);
+    }
+    return ZS_OK;
+}
+
+zs_status zsi_gnode_exec(zsi_gnode *n)
+{
+    return n->run ? n->run(n) : n->kernel(&n->call, n->outs[0]);
+}
+
+zs_status zs_graph_replay(zs_graph *g)
+{
+    if (!g)
+        return zs_set_error("graph replay: no graph");
+    if (g->capturing || g->failed)
+        return zs_set_error("graph replay: the graph is %s",
+                            g->capturing ? "still being captured (call "
+                            "zs_graph_capture_end)" : "incomplete (its capture "
+                            "failed)");
+    if (current)
+        return zs_set_error("graph replay: this thread is capturing a graph");
+    zs_status st = ZS_OK;
+    zs_no_grad_push();
+    zsi_tracking_pause();
+    for (int i = 0; i < g->n && st == ZS_OK; i++) {
+        zsi_gnode *n = g->nodes[i];
+        if ((st = zsi_gnode_exec(n)) != ZS_OK)
+            st = zs_set_error_code(st, "graph replay: node %d (%s) failed: %s", i,
+                                   n->label ? n->label : n->call.def->op.name,
+                                   zs_last_error());
+    }
+    zsi_tracking_resume();
+    zs_no_grad_pop();
+    return st;
+}
+
+void zs_graph_free(zs_graph *g)
+{
+    if (!g)
+        return;
+    if (g == current) {
+        current = NULL;
+        zsi_capture = NULL;
+    }
+    for (int i = 0; i < g->n; i++)
+        zsi_gnode_free(g->nodes[i]);
+    free(g->nodes);
+    free(g->plan);
+    zs_free(g->arena); /* after the nodes: their storages point into it */
+    free(g);
+}
+
+int zs_graph_size(const zs_graph *g) { return g ? g->n : 0; }
+
+void zs_graph_get_stats(const zs_graph *g, zs_graph_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!g)
+        return;
+    s->nodes = g->n;
+    zsi_sset seen;
+    bool ok = zsi_sset_init(&seen, 4 * g->n + 16);
+    for (int i = 0; i < g->n; i++) {
+        const zsi_gnode *n = g->nodes[i];
+        s->flops += n->cost.flops;
+        s->bytes_read += n->cost.bytes_read;
+        s->bytes_written += n->cost.bytes_written;
+        for (int j = 0; ok && j < n->call.nin; j++) /* inputs first: not made */
+            zsi_sset_get(&seen, n->in[j]->storage, true);
+        zs_tensor *made[ZSI_MAX_OUT + ZSI_MAX_AUX];
+        int m = 0;
+        for (int k = 0; k < ZSI_MAX_OUT; k++)
+            if (n->outs[k] && !n->call.def->inplace)
+                made[m++] = n->outs[k];
+        for (int k = 0; k < ZSI_MAX_AUX; k++)
+            if (n->aux[k])
+                made[m++] = n->aux[k];
+        for (int k = 0; ok && k < m; k++) {
+            int *v = zsi_sset_get(&seen, made[k]->storage, true);
+            if (v && *v < 0) {
+                *v = i;
+                s->intermediate_bytes += made[k]->storage->nbytes;
+            }
+        }
+    }
+    if (ok)
+        zsi_sset_deinit(&seen);
+    s->planned_bytes = g->arena_bytes;
+}
+
+/* ---- storage sets --------------------------------------------------------- */
+
+bool zsi_sset_init(zsi_sset *s, int expect)
+{
+    int cap = 64;
+    while (cap < 2 * expect)
+        cap *= 2;
+    s->k = calloc((size_t)cap, sizeof *s->k);
+    s->v = malloc((size_t)cap * sizeof *s->v);
+    s->cap = cap;
+    s->n = 0;
+    if (!s->k || !s->v) {
+        zsi_sset_deinit(s);
+        return false;
+    }
+    return true;
+}
+
+void zsi_sset_deinit(zsi_sset *s)
+{
+    free(s->k);
+    free(s->v);
+    s->k = NULL;
+    s->v = NULL;
+}
+
+static bool sset_grow(zsi_sset *s)
+{
+    zsi_sset b;
+    if (!zsi_sset_init(&b, s->cap))
+        return false;
+    for (int i = 0; i < s->cap; i++)
+        if (s->k[i])
+            *zsi_sset_get(&b, s->k[i], true) = s->v[i];
+    zsi_sset_deinit(s);
+    *s = b;
+    return true;
+}
+
+int *zsi_sset_get(zsi_sset *s, zs_storage *key, bool add)
+{
+    static int absent;
+    if (add && 2 * (s->n + 1) > s->cap && !sset_grow(s))
+        return NULL;
+    size_t h = ((uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ull;
+    for (size_t i = h & (size_t)(s->cap - 1);; i = (i + 1) & (size_t)(s->cap - 1)) {
+        if (s->k[i] == key)
+            return &s->v[i];
+        if (!s->k[i]) {
+            if (!add) {
+                absent = -1;
+                return &absent;
+            }
+            s->k[i] = key;
+            s->v[i] = -1;
+            s->n++;
+            return &s->v[i];
+        }
+    }
+}

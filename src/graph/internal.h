@@ -1,0 +1,70 @@
+/*
+ * graph/internal.h - the captured graph as the passes see it (zs/graph.h).
+ *
+ * A node is one driver call (ops/op.h) kept whole: the zsi_call the
+ * kernel was given, with its pointers re-aimed at arrays the node owns
+ * (inputs, results and aux results, each retained; the attributes copied),
+ * and the kernel function the driver looked up. Replaying the node is
+ * `kernel(&call, outs[0])`, or run(g, node) for a node a pass made (a
+ * fused chain).
+ */
+#ifndef ZS_GRAPH_INTERNAL_H
+#define ZS_GRAPH_INTERNAL_H
+
+#include "ops/op.h"
+#include "zs/graph.h"
+
+typedef struct zsi_gnode zsi_gnode;
+typedef zs_status (*zsi_gnode_run_fn)(zsi_gnode *n);
+
+struct zsi_gnode {
+    zsi_call call;           /* in, attrs, aux, outs point into this node */
+    zsi_kernel_fn kernel;
+    zs_tensor **in;          /* [call.nin], retained */
+    zs_tensor *outs[ZSI_MAX_OUT]; /* [call.nout], retained (NULL: not made) */
+    zs_tensor *aux[ZSI_MAX_AUX];  /* retained, NULL when none */
+    _Alignas(16) unsigned char attrs[ZSI_ATTR_BYTES];
+    zsi_cost cost;           /* the descriptor's cost model at capture */
+    zsi_gnode_run_fn run;    /* NULL: kernel(&call, outs[0]) */
+    void *impl;              /* run's state, freed by impl_free */
+    void (*impl_free)(void *impl);
+    const char *label;       /* NULL: the operator's name */
+};
+
+/* One storage the nodes made, placed in the arena by the memory plan. */
+typedef struct zsi_gplan {
+    zs_storage *s;
+    int first, last;         /* nodes between which it is alive */
+    size_t offset, nbytes;
+} zsi_gplan;
+
+struct zs_graph {
+    zsi_gnode **nodes;
+    int n, cap;
+    bool failed;             /* a call could not be recorded */
+    bool capturing;
+    /* the memory plan (zs_graph_plan_memory) */
+    zsi_gplan *plan;
+    int nplan;
+    size_t arena_bytes;
+    void *arena;             /* host memory (zs_alloc), or NULL */
+};
+
+/* Frees a node: releases its tensors and its impl. */
+void zsi_gnode_free(zsi_gnode *n);
+/* Runs node n (its run function or its kernel). */
+zs_status zsi_gnode_exec(zsi_gnode *n);
+/* Storage sets over a graph (passes): a small open-addressing table of
+ * storage pointers. */
+typedef struct zsi_sset {
+    zs_storage **k;
+    int *v;
+    int cap, n;
+} zsi_sset;
+bool zsi_sset_init(zsi_sset *s, int expect);
+void zsi_sset_deinit(zsi_sset *s);
+/* The slot of key (value -1 when absent); inserts when add (false on
+ * allocation failure: returns NULL). */
+int *zsi_sset_get(zsi_sset *s, zs_storage *key, bool add);
+
+#endif

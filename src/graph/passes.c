@@ -1,0 +1,274 @@
+/*
+ * passes.c - passes over a captured graph (zs/graph.h): dead-code
+ * elimination and memory planning by liveness.
+ *
+ * Both reason about storages, not tensor headers: a view shares its
+ * base's storage and is not a node, so "node j reads what node i wrote"
+ * means a storage written by i (a result, an aux result, or in[0] of an
+ * in-place call) is among j's inputs or aux results. A storage first met
+ * as an input was made before the capture or outside the driver (a
+ * parameter, a batch buffer, a constant): it is the graph's input, never
+ * planned, and writing it is a side effect that keeps its node. A storage
+ * first met as a node's result or aux result was made by that node
+ * during the capture: an intermediate, which the memory plan may place.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/internal.h"
+
+/* The tensors node n writes (results and aux results; in place: in[0])
+ * into w; returns how many. */
+static int writes(const zsi_gnode *n, zs_tensor **w)
+{
+    int m = 0;
+    for (int k = 0; k < ZSI_MAX_OUT; k++)
+        if (n->outs[k])
+            w[m++] = n->outs[k];
+    for (int k = 0; k < ZSI_MAX_AUX; k++)
+        if (n->aux[k])
+            w[m++] = n->aux[k];
+    return m;
+}
+
+#define WMAX (ZSI_MAX_OUT + ZSI_MAX_AUX)
+
+/* made[s] = the node that made storage s (-1: an input of the graph),
+ * for every storage the nodes touch. */
+static bool classify(const zs_graph *g, zsi_sset *made)
+{
+    if (!zsi_sset_init(made, 4 * g->n + 16))
+        return false;
+    for (int i = 0; i < g->n; i++) {
+        const zsi_gnode *n = g->nodes[i];
+        for (int j = 0; j < n->call.nin; j++) {
+            int *v = zsi_sset_get(made, n->in[j]->storage, true);
+            if (!v)
+                return false;
+            if (*v == -1) /* absent or input: stays -1... marked below */
+                *v = -2;  /* first met as an input */
+        }
+        zs_tensor *w[WMAX];
+        int m = writes(n, w);
+        for (int k = 0; k < m; k++) {
+            int *v = zsi_sset_get(made, w[k]->storage, true);
+            if (!v)
+                return false;
+            if (*v == -1)
+                *v = i;
+        }
+    }
+    return true;
+}
+
+int zs_graph_dce(zs_graph *g, int nkeep, zs_tensor *const *keep)
+{
+    if (!g || g->capturing || (nkeep > 0 && !keep))
+        return zs_set_error("graph dce: %s", !g ? "no graph" : g->capturing ?
+                            "the graph is still being captured" : "keep is NULL");
+    if (g->plan)
+        return zs_set_error("graph dce: the memory is already planned (run dce "
+                            "first)");
+    zsi_sset made, need;
+    if (!classify(g, &made))
+        return zs_set_error_code(ZS_ERR_NOMEM, "graph dce: out of memory");
+    if (!zsi_sset_init(&need, 4 * g->n + 16)) {
+        zsi_sset_deinit(&made);
+        return zs_set_error_code(ZS_ERR_NOMEM, "graph dce: out of memory");
+    }
+    bool ok = true;
+    for (int k = 0; ok && k < nkeep; k++) {
+        int *v = keep[k] ? zsi_sset_get(&need, keep[k]->storage, true) : NULL;
+        ok = !keep[k] || v;
+        if (v)
+            *v = 1;
+    }
+    char *live = calloc((size_t)g->n + 1, 1);
+    ok = ok && live;
+    for (int i = g->n - 1; ok && i >= 0; i--) {
+        zsi_gnode *n = g->nodes[i];
+        zs_tensor *w[WMAX];
+        int m = writes(n, w);
+        for (int k = 0; k < m && !live[i]; k++)
+            live[i] = *zsi_sset_get(&need, w[k]->storage, false) >= 0 ||
+                      *zsi_sset_get(&made, w[k]->storage, false) == -2;
+        for (int j = 0; live[i] && j < n->call.nin; j++) {
+            int *v = zsi_sset_get(&need, n->in[j]->storage, true);
+            ok = ok && v;
+            if (v)
+                *v = 1;
+        }
+    }
+    int removed = 0;
+    if (ok) {
+        int o = 0;
+        for (int i = 0; i < g->n; i++) {
+            if (live[i])
+                g->nodes[o++] = g->nodes[i];
+            else
+                zsi_gnode_free(g->nodes[i]);
+        }
+        removed = g->n - o;
+        g->n = o;
+    }
+    free(live);
+    zsi_sset_deinit(&made);
+    zsi_sset_deinit(&need);
+    return ok ? removed : zs_set_error_code(ZS_ERR_NOMEM, "graph dce: out of memory");
+}
+
+/* ---- memory plan ---------------------------------------------------------- */
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static bool overlap_time(const zsi_gplan *a, const zsi_gplan *b)
+{
+    return a->first <= b->last && b->first <= a->last;
+}
+
+static int by_size_desc(const void *x, const void *y)
+{
+    const zsi_gplan *a = x, *b = y;
+    if (a->nbytes != b->nbytes)
+        return a->nbytes < b->nbytes ? 1 : -1;
+    return a->first - b->first;
+}
+
+/* The intermediates of g with their lifetimes; *np of them. */
+static zsi_gplan *lifetimes(const zs_graph *g, int nkeep, zs_tensor *const *keep,
+                            int *np)
+{
+    zsi_sset made;
+    if (!classify(g, &made))
+        return NULL;
+    zsi_gplan *p = calloc((size_t)made.n + 1, sizeof *p);
+    int n = 0;
+    for (int i = 0; p && i < g->n; i++) { /* one entry per made storage */
+        zs_tensor *w[WMAX];
+        int m = writes(g->nodes[i], w);
+        for (int k = 0; k < m; k++) {
+            zs_storage *s = w[k]->storage;
+            int *v = zsi_sset_get(&made, s, false);
+            if (*v != i || s->external || s->device != ZS_CPU)
+                continue;
+            *v = -(n + 3); /* now: the plan entry -(v + 3) */
+            p[n++] = (zsi_gplan){s, i, i, 0, align64(s->nbytes)};
+        }
+    }
+    for (int i = 0; p && i < g->n; i++) { /* last uses */
+        const zsi_gnode *nd = g->nodes[i];
+        zs_tensor *w[WMAX + ZSI_MAX_IN];
+        int m = writes(nd, w);
+        for (int j = 0; j < nd->call.nin; j++)
+            w[m++] = nd->in[j];
+        for (int k = 0; k < m; k++) {
+            int v = *zsi_sset_get(&made, w[k]->storage, false);
+            if (v <= -3)
+                p[-(v + 3)].last = i;
+        }
+    }
+    for (int k = 0; p && k < nkeep; k++) {
+        int v = keep[k] ? *zsi_sset_get(&made, keep[k]->storage, false) : -1;
+        if (v <= -3)
+            p[-(v + 3)].last = g->n; /* read after the replay */
+    }
+    zsi_sset_deinit(&made);
+    *np = n;
+    return p;
+}
+
+/* First fit by decreasing size: each entry at the lowest offset where it
+ * overlaps no placed entry alive at the same time. Returns the arena's
+ * size. */
+static size_t place(zsi_gplan *p, int n)
+{
+    qsort(p, (size_t)n, sizeof *p, by_size_desc);
+    size_t top = 0;
+    for (int i = 0; i < n; i++) {
+        size_t off = 0;
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (int j = 0; j < i; j++)
+                if (overlap_time(&p[i], &p[j]) && off < p[j].offset + p[j].nbytes &&
+                    p[j].offset < off + p[i].nbytes) {
+                    off = p[j].offset + p[j].nbytes;
+                    moved = true;
+                }
+        }
+        p[i].offset = off;
+        if (off + p[i].nbytes > top)
+            top = off + p[i].nbytes;
+    }
+    return top;
+}
+
+zs_status zs_graph_plan_verify(const zs_graph *g)
+{
+    if (!g)
+        return zs_set_error("graph plan verify: no graph");
+    const zsi_gplan *p = g->plan;
+    for (int i = 0; i < g->nplan; i++) {
+        if (p[i].offset + p[i].nbytes > g->arena_bytes || p[i].nbytes < p[i].s->nbytes)
+            return zs_set_error("graph plan: buffer %d ([%zu, %zu), %zu bytes "
+                                "used) lies outside the %zu-byte arena", i,
+                                p[i].offset, p[i].offset + p[i].nbytes,
+                                p[i].s->nbytes, g->arena_bytes);
+        for (int j = i + 1; j < g->nplan; j++)
+            if (overlap_time(&p[i], &p[j]) && p[i].offset < p[j].offset + p[j].nbytes &&
+                p[j].offset < p[i].offset + p[i].nbytes)
+                return zs_set_error("graph plan: buffers %d (nodes %d..%d, bytes "
+                                    "[%zu, %zu)) and %d (nodes %d..%d, bytes "
+                                    "[%zu, %zu)) are alive together and overlap",
+                                    i, p[i].first, p[i].last, p[i].offset,
+                                    p[i].offset + p[i].nbytes, j, p[j].first,
+                                    p[j].last, p[j].offset,
+                                    p[j].offset + p[j].nbytes);
+    }
+    return ZS_OK;
+}
+
+/* Moves the planned storages into the arena: the values of those alive at
+ * the end (read after a replay) are copied; the old blocks are freed. */
+static void apply(zs_graph *g, int end)
+{
+    char *base = g->arena;
+    for (int i = 0; i < g->nplan; i++) {
+        zsi_gplan *e = &g->plan[i];
+        void *old = e->s->data;
+        if (e->last == end)
+            memcpy(base + e->offset, old, e->s->nbytes);
+        zsi_device_free(e->s->device, old);
+        e->s->data = base + e->offset;
+        e->s->external = true; /* the graph's arena frees it */
+    }
+}
+
+zs_status zs_graph_plan_memory(zs_graph *g, int nkeep, zs_tensor *const *keep)
+{
+    if (!g || g->capturing || g->failed || (nkeep > 0 && !keep))
+        return zs_set_error("graph plan: %s", !g ? "no graph" : g->capturing ?
+                            "the graph is still being captured" : g->failed ?
+                            "the capture failed" : "keep is NULL");
+    if (g->plan)
+        return zs_set_error("graph plan: the memory is already planned");
+    int n = 0;
+    zsi_gplan *p = lifetimes(g, nkeep, keep, &n);
+    if (!p)
+        return zs_set_error_code(ZS_ERR_NOMEM, "graph plan: out of memory");
+    g->plan = p;
+    g->nplan = n;
+    g->arena_bytes = place(p, n);
+    zs_status st = zs_graph_plan_verify(g);
+    if (st == ZS_OK && g->arena_bytes &&
+        !(g->arena = zs_alloc(g->arena_bytes)))
+        st = ZS_ERR_NOMEM;
+    if (st != ZS_OK) {
+        free(g->plan);
+        g->plan = NULL;
+        g->nplan = 0;
+        g->arena_bytes = 0;
+        return st;
+    }
+    apply(g, g->n);
+    return ZS_OK;
+}

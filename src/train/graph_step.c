@@ -1,0 +1,232 @@
+/*
+ * graph_step.c - zs_trainer's graph mode (zs_trainer_config.graph,
+ * zs/graph.h): the first step is captured, later steps replayed.
+ *
+ * A step: the batch is made (a pure function of the step) and its
+ * signature computed: the shapes and dtypes of x and y, the parameters'
+ * dtype, and the model's training flags and dropout rates. With a graph
+ * of that signature, x and y are copied into the captured batch buffers
+ * and the graph replays (forward, backward, the accumulation into the
+ * flat gradient, the sum of squares of the gradient); otherwise (the
+ * first step, the last shorter batch, a changed dropout rate) the
+ * previous graph is dropped and the step is captured: it runs eagerly
+ * on fresh batch buffers while being recorded. Then, eagerly, the norm
+ * (sqrt of the one value read back), the clip factor and the optimizer
+ * update in place, exactly as zsi_train_update does: the learning rate,
+ * Adam's bias corrections and the clip factor are host values of the
+ * step, so the update stays out of the graph (graph/graph.c says why).
+ *
+ * Passes after a capture: dead-code elimination keeping the loss and the
+ * norm, then the memory plan (every intermediate in one arena). With
+ * dump_graph the graph is written before and after them.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "train/internal.h"
+#include "zs/graph.h"
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t tensor_sig(uint64_t h, const zs_tensor *t)
+{
+    h = fnv(h, &t->dtype, sizeof t->dtype);
+    h = fnv(h, &t->ndim, sizeof t->ndim);
+    return fnv(h, t->shape, (size_t)t->ndim * sizeof *t->shape);
+}
+
+/* Training flags and dropout rates of m and its children. */
+static uint64_t module_sig(uint64_t h, const zs_module *m)
+{
+    h = fnv(h, &m->training, sizeof m->training);
+    if (m->vt && m->vt->type && !strcmp(m->vt->type, "Dropout") && m->impl)
+        h = fnv(h, m->impl, sizeof(double));
+    for (int i = 0; i < m->nchildren; i++)
+        h = module_sig(h, m->children[i]);
+    return h;
+}
+
+static uint64_t signature(const zs_trainer *t, const zs_tensor *x,
+                          const zs_tensor *y)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = tensor_sig(tensor_sig(h, x), y);
+    h = fnv(h, &t->fp->dtype, sizeof t->fp->dtype);
+    return module_sig(h, t->m);
+}
+
+void zsi_train_graph_free(zs_trainer *t)
+{
+    zs_graph_free(t->graph);
+    zs_release(t->gx);
+    zs_release(t->gy);
+    zs_release(t->gloss);
+    zs_release(t->gsq);
+    t->graph = NULL;
+    t->gx = t->gy = t->gloss = t->gsq = NULL;
+}
+
+/* A persistent copy of b (outside any scope), for the batch buffers. */
+static zs_tensor *buffer_like(const zs_tensor *b)
+{
+    zsi_tracking_pause();
+    zs_tensor *r = zsi_new_tensor_on(b->device, b->dtype, b->ndim, b->shape);
+    zsi_tracking_resume();
+    if (r && zs_copy_(r, b) != ZS_OK) {
+        zs_release(r);
+        r = NULL;
+    }
+    return r;
+}
+
+static zs_status dump(const zs_trainer *t, const char *mode, const char *title)
+{
+    const char *path = t->c.dump_graph;
+    size_t n = strlen(path);
+    char *dot = malloc(n + 5);
+    if (!dot)
+        return ZS_ERR_NOMEM;
+    memcpy(dot, path, n);
+    memcpy(dot + n, ".dot", 5);
+    FILE *f = fopen(path, mode), *d = fopen(dot, mode);
+    zs_status st = f && d ? ZS_OK : zs_set_error("dump graph: cannot write %s",
+                                                 f ? dot : path);
+    if (st == ZS_OK)
+        st = zs_graph_dump_text(t->graph, f, title);
+    if (st == ZS_OK)
+        st = zs_graph_dump_dot(t->graph, d, title);
+    if (f)
+        fclose(f);
+    if (d)
+        fclose(d);
+    free(dot);
+    return st;
+}
+
+/* The passes on a fresh capture, with the dumps around them. */
+static zs_status optimise(zs_trainer *t)
+{
+    zs_tensor *keep[] = {t->gloss, t->gsq};
+    int nkeep = t->gsq ? 2 : 1;
+    zs_status st = ZS_OK;
+    if (t->c.dump_graph)
+        st = dump(t, "w", "captured");
+    int removed = st == ZS_OK ? zs_graph_dce(t->graph, nkeep, keep) : -1;
+    if (removed < 0)
+        return ZS_ERR_STATE;
+    if ((st = zs_graph_plan_memory(t->graph, nkeep, keep)) != ZS_OK)
+        return st;
+    if (t->c.dump_graph && (st = dump(t, "a", "after dce and the memory plan")) != ZS_OK)
+        return st;
+    if (t->c.log && t->rank == 0) {
+        zs_graph_stats s;
+        zs_graph_get_stats(t->graph, &s);
+        fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed), "
+                "%.1f MFLOP; intermediates %.2f MiB, planned arena %.2f MiB\n",
+                (long long)t->step, s.nodes, removed, s.flops / 1e6,
+                (double)s.intermediate_bytes / 1048576,
+                (double)s.planned_bytes / 1048576);
+    }
+    return ZS_OK;
+}
+
+/* An untracked header over t's elements (NULL for NULL): the scope owns
+ * t itself. */
+static zs_tensor *own_alias(const zs_tensor *t)
+{
+    if (!t)
+        return NULL;
+    zsi_tracking_pause();
+    zs_tensor *r = zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
+    zsi_tracking_resume();
+    return r;
+}
+
+/* Captures the step on batch (x, y): forward, backward, the sum of
+ * squares of the flat gradient. */
+static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig)
+{
+    zsi_train_graph_free(t);
+    if (!(t->gx = buffer_like(x)) || !(t->gy = buffer_like(y)))
+        return ZS_ERR_NOMEM;
+    if (!(t->graph = zs_graph_capture_begin()))
+        return ZS_ERR_STATE;
+    zs_tensor *l = t->c.loss ? t->c.loss(t->c.loss_ctx, t->m, t->gx, t->gy)
+                             : zs_gpt_loss(t->m, t->gx, t->gy);
+    zs_status st = l && zs_backward(l, NULL, false) == ZS_OK ? ZS_OK : ZS_ERR_STATE;
+    zs_tensor *sq = NULL;
+    if (st == ZS_OK && t->c.clip > 0 && !(sq = zs_sum_squares(t->fg, NULL)))
+        st = ZS_ERR_STATE;
+    zs_status end = zs_graph_capture_end(t->graph);
+    if (st == ZS_OK)
+        st = end;
+    t->gloss = own_alias(l);
+    t->gsq = own_alias(sq);
+    t->gsig = sig;
+    t->captures++;
+    if (st == ZS_OK)
+        st = optimise(t);
+    if (st != ZS_OK)
+        zsi_train_graph_free(t);
+    return st;
+}
+
+/* The gradients of step `step` into the flat gradient; *loss, *sq. */
+static zs_status gradients(zs_trainer *t, int64_t step, double *loss, double *sq)
+{
+    zs_tensor *x, *y;
+    zs_status st = t->c.batch(t->c.batch_ctx, step, &x, &y);
+    if (st != ZS_OK)
+        return st;
+    if (!x || !y || x->ndim < 1 || y->ndim < 1 || x->shape[0] != y->shape[0])
+        return zs_set_error("trainer: batch %lld has %lld input and %lld target "
+                            "rows; they must be equal", (long long)step,
+                            (long long)(x && x->ndim ? x->shape[0] : -1),
+                            (long long)(y && y->ndim ? y->shape[0] : -1));
+    t->targets += zs_numel(y);
+    uint64_t sig = signature(t, x, y);
+    double t0 = zsi_train_now();
+    if (t->graph && sig == t->gsig) {
+        if ((st = zs_copy_(t->gx, x)) == ZS_OK && (st = zs_copy_(t->gy, y)) == ZS_OK)
+            st = zs_graph_replay(t->graph);
+    } else {
+        st = capture(t, x, y, sig);
+    }
+    t->prof.forward_s += zsi_train_now() - t0; /* forward and backward */
+    if (st != ZS_OK)
+        return st;
+    *loss = zs_item(t->gloss);
+    *sq = t->gsq ? zs_item(t->gsq) : 0;
+    return ZS_OK;
+}
+
+zs_status zsi_train_graph_step(zs_trainer *t, int64_t step, double *loss,
+                               double *gnorm)
+{
+    double sq = 0, scale = 1;
+    zs_scope_push();
+    zs_status st = gradients(t, step, loss, &sq);
+    zs_scope_pop();
+    *gnorm = 0;
+    if (st != ZS_OK)
+        return st;
+    double t0 = zsi_train_now();
+    if (t->c.clip > 0) { /* as zsi_train_update: zs_grad_norm's one read */
+        *gnorm = sqrt(sq);
+        if (isnan(*gnorm))
+            return zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is "
+                                     "NaN", (long long)step);
+        scale = zs_clip_coef(*gnorm, t->c.clip);
+    }
+    st = zs_optim_step_scaled(t->o, zs_lr_at(&t->c.schedule, step), scale);
+    t->prof.update_s += zsi_train_now() - t0;
+    return st;
+}
