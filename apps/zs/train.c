@@ -59,7 +59,7 @@ static void usage(FILE *f)
             "                    the host may not touch, running the CPU kernels)\n"
             "  --precision NAME  fp32 (default) | bf16 | fp16 (loss scaling) | fp8 (loss\n"
             "                    scaling; products in bf16 for now): mixed precision\n"
-            "                    with f32 master weights (docs/precision.md)\n",
+            "                    with f32 master weights (docs/precision.md)\n"
             "  --graph           capture the first step as a graph, replay it after\n"
             "                    (cpu; the last shorter batch recaptures)\n"
             "  --dump-graph FILE with --graph: the graph before and after its passes\n"
