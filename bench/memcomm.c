@@ -23,11 +23,18 @@
  * dense causal pairs over the sparse computed pairs: the ideal speed-up),
  * best times, peaks above the inputs, and the speed-up dense / sparse.
  *
- * The last line: `memcomm sparse/dense time T4096 = R` (dense time over
- * sparse time at T = 4096; target >= 3 at density <= 0.2).
+ * Communication: 1-bit Adam against AdamW at 4 ranks on the Bible, run
+ * by the sibling program bench/onebit (mpirun; its header says what it
+ * measures) with --onebit-args passed on; --skip-onebit leaves it out.
+ *
+ * The last lines: `memcomm onebit/adam bytes = R` (bytes per step after
+ * the freeze over AdamW's; target <= 0.2) and `memcomm sparse/dense time
+ * T4096 = R` (dense time over sparse time at T = 4096; target >= 3 at
+ * density <= 0.2).
  *
  * Usage: memcomm [--reps N] [--threads N] [--batch N] [--long]
- *                [--skip-recompute] [--skip-sparse] [--block B] [--local L]
+ *                [--skip-recompute] [--skip-sparse] [--skip-onebit]
+ *                [--onebit-args "ARGS"] [--block B] [--local L]
  *                [--global G] [--random R]
  */
 #include <math.h>
@@ -41,7 +48,8 @@
 typedef struct opts {
     int reps, threads;
     int64_t batch;
-    bool lng, skip_rc, skip_sp;
+    bool lng, skip_rc, skip_sp, skip_ob;
+    const char *ob_args; /* extra arguments of bench/onebit */
     zs_sparse_params sp;
 } opts;
 
@@ -286,10 +294,15 @@ static int parse(int argc, char **argv, opts *o)
             o->skip_rc = true;
         } else if (!strcmp(argv[i], "--skip-sparse")) {
             o->skip_sp = true;
+        } else if (!strcmp(argv[i], "--skip-onebit")) {
+            o->skip_ob = true;
+        } else if (v && !strcmp(argv[i], "--onebit-args")) {
+            o->ob_args = v, i++;
         } else {
             fprintf(stderr, "usage: memcomm [--reps N] [--threads N] [--batch N] "
-                    "[--long] [--skip-recompute] [--skip-sparse] [--block B] "
-                    "[--local L] [--global G] [--random R]\n");
+                    "[--long] [--skip-recompute] [--skip-sparse] [--skip-onebit] "
+                    "[--onebit-args \"ARGS\"] [--block B] [--local L] [--global G] "
+                    "[--random R]\n");
             return -1;
         }
     }
@@ -298,6 +311,34 @@ static int parse(int argc, char **argv, opts *o)
         return -1;
     }
     return 0;
+}
+
+/* Runs bench/onebit (beside this program) with o->ob_args, echoing its
+ * output; *ratio = the value of its `memcomm onebit/adam bytes = R` line. */
+static int bench_onebit(const opts *o, const char *argv0, double *ratio)
+{
+    char dir[4096], cmd[8192], line[1024];
+    snprintf(dir, sizeof dir, "%s", argv0);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    snprintf(cmd, sizeof cmd, "'%s/onebit' %s 2>&1", dir, o->ob_args ? o->ob_args : "");
+    printf("1-bit Adam vs AdamW: %s\n", cmd);
+    fflush(stdout);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        fprintf(stderr, "memcomm: cannot run %s\n", cmd);
+        return -1;
+    }
+    while (fgets(line, sizeof line, p)) {
+        fputs(line, stdout);
+        sscanf(line, "memcomm onebit/adam bytes = %lf", ratio);
+    }
+    int rc = pclose(p);
+    printf("\n");
+    return rc == 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -310,9 +351,12 @@ int main(int argc, char **argv)
     printf("memcomm: %d threads, ISA %s\n\n", zs_num_threads(), zs_cpu_isa());
     if (!o.skip_rc && bench_recompute(&o) != 0)
         return 1;
-    double r = NAN;
+    double r = NAN, ob = NAN;
     if (!o.skip_sp && bench_sparse(&o, &r) != 0)
         return 1;
+    if (!o.skip_ob && bench_onebit(&o, argv[0], &ob) != 0)
+        fprintf(stderr, "memcomm: bench/onebit failed (its output is above)\n");
+    printf("memcomm onebit/adam bytes = %.4f\n", ob);
     printf("memcomm sparse/dense time T4096 = %.2f\n", r);
     return 0;
 }
