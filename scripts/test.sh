@@ -96,7 +96,8 @@ save_finding() {
 # lock-order inversions of its own). No suppressions: a report in our code
 # is a bug.
 TSAN_TESTS=(test_threads test_tensor test_autograd test_mlp test_nn test_gpt
-            test_optim test_dispatch test_serve_errors test_serve_stream)
+            test_optim test_dispatch test_serve_errors test_serve_stream
+            test_thread_pool test_serve_limits)
 tsan() {
   local dir=build-tsan
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZS_TSAN=ON \

@@ -17,7 +17,8 @@
  * node's output gradient then fills the leaves' .grad (returned as the
  * node's input gradients) and accumulates into the .grad of every other
  * leaf fn used (parameters reached through ctx). The RNG state of the
- * caller is restored afterwards.
+ * caller is restored afterwards, and so is the autocast dtype of the
+ * forward (backward runs with autocast off).
  *
  * Several outputs (zs_checkpoint_n): the outputs (one dtype and device)
  * are copied into one flat buffer on which the node is recorded, and the
@@ -44,6 +45,7 @@ typedef struct region {
     int n, nout;
     zs_tensor **in;       /* [n] detached aliases of the inputs (retained) */
     uint64_t seed, offset; /* global RNG state before fn ran */
+    zs_dtype amp;         /* the autocast dtype fn ran under (ZS_F32: off) */
 } region;
 
 static zs_status region_bw(zsi_ctx *c, zs_tensor *g, zs_tensor **gin);
@@ -149,6 +151,7 @@ static region *region_new(int n, zs_tensor *const *inputs, int nout)
     }
     zsi_tracking_resume();
     zs_rng_get_state(&r->seed, &r->offset);
+    r->amp = zs_autocast_dtype();
     return r;
 }
 
@@ -265,7 +268,13 @@ static zs_status replay(const region *r, zs_tensor **lv, zs_tensor *g)
     int d = grad_on();
     zsi_tracking_resume();
     zs_scope_push();
+    /* backward runs with autocast off: the recomputation runs under the
+     * forward's autocast dtype again (as torch.utils.checkpoint restores
+     * the autocast state), so it computes the same values */
+    bool amp = r->amp != ZS_F32 && zs_autocast_push(r->amp) == ZS_OK;
     zs_status st = run_fn(r, lv, out);
+    if (amp)
+        zs_autocast_pop();
     zs_tensor *root = st != ZS_OK ? NULL : r->nout == 1 ? zs_retain(out[0])
                                                         : bundle(r->nout, out);
     zs_rng_set_state(seed, offset);

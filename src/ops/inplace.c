@@ -12,6 +12,7 @@
  */
 #include <string.h>
 
+#include "kernels/cpu/lowp.h"
 #include "kernels/cpu/optim.h"
 #include "ops/attrs.h"
 #include "ops/internal.h"
@@ -29,14 +30,21 @@ static zs_status done(zs_tensor *r)
 
 /* ---- axpy_ --------------------------------------------------------------- */
 
-/* dst, src: one dtype, f32 or f64; src broadcasts to dst's shape; dst is
- * not a broadcast view (two of its elements would be one). The iteration
- * shape (the broadcast of both, of dst's numel) is c's. */
+/* dst, src: one dtype, f32, f64, bf16 or f16 (16-bit: dst + alpha * src
+ * computed in f32 and rounded once: the gradient accumulation of a
+ * 16-bit leaf, e.g. a recomputed region's input under autocast); src
+ * broadcasts to dst's shape; dst is not a broadcast view (two of its
+ * elements would be one). The iteration shape (the broadcast of both, of
+ * dst's numel) is c's. */
 static zs_status infer_axpy(zsi_call *c)
 {
     const zs_tensor *dst = c->in[0], *src = c->in[1];
     const char *op = c->def->op.name;
-    if (zsi_check_pair_dtype(op, dst, src) != ZS_OK)
+    if (zsk_is_lowp16(dst->dtype) && src->dtype != dst->dtype)
+        return zs_set_error("%s: dtypes %s and %s differ, expected equal "
+                            "(convert with zs_to_dtype)", op,
+                            zs_dtype_name(dst->dtype), zs_dtype_name(src->dtype));
+    if (!zsk_is_lowp16(dst->dtype) && zsi_check_pair_dtype(op, dst, src) != ZS_OK)
         return ZS_ERR_ARG;
     zs_status st = zsi_broadcast_shape(op, dst, src, &c->ndim, c->shape);
     if (st != ZS_OK)
@@ -66,6 +74,31 @@ static zs_status cpu_axpy(const zsi_call *c, zs_tensor *dst)
     return ZS_OK;
 }
 
+/* 16-bit dst and src, element by element in row-major order (a rare
+ * path: the leaves of training are f32) */
+static zs_status cpu_axpy_lowp(const zsi_call *c, zs_tensor *dst)
+{
+    const axpy_attrs *a = c->attrs;
+    const zs_tensor *src = c->in[1];
+    int64_t ss[ZS_MAX_DIMS], idx[ZS_MAX_DIMS] = {0}, n = zs_numel(dst);
+    zsk_broadcast_strides(src->ndim, src->shape, src->strides, c->ndim, c->shape, ss);
+    uint16_t *d = zs_data(dst);
+    const uint16_t *x = zs_data(src);
+    float alpha = (float)a->alpha;
+    zs_dtype dt = dst->dtype;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t od = 0, os = 0;
+        for (int i = 0; i < c->ndim; i++) {
+            od += idx[i] * dst->strides[i];
+            os += idx[i] * ss[i];
+        }
+        d[od] = zsk_st16(dt, zsk_ld16(dt, d[od]) + alpha * zsk_ld16(dt, x[os]));
+        for (int i = c->ndim - 1; i >= 0 && ++idx[i] == c->shape[i]; i--)
+            idx[i] = 0;
+    }
+    return ZS_OK;
+}
+
 /* dst read and written, src read. No FLOPs, as before axpy_ was a
  * descriptor: the step FLOPs that src/analyze/engine_flops.c predicts
  * (and tests/analyze/test_engine_flops.c asserts) leave the leaf
@@ -78,7 +111,8 @@ static zsi_cost axpy_cost(const zsi_call *c, const zs_tensor *dst)
 zsi_opdef zsi_def_axpy_ = {
     .op = {.name = "axpy_"}, .arity = 2, .inplace = true,
     .infer = infer_axpy, .cost = axpy_cost, .attr_size = sizeof(axpy_attrs),
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_axpy, [ZS_F64] = cpu_axpy}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_axpy, [ZS_F64] = cpu_axpy,
+                           [ZS_BF16] = cpu_axpy_lowp, [ZS_F16] = cpu_axpy_lowp}},
 };
 
 zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src)

@@ -4,7 +4,9 @@
 # recomputed blocks run the same kernels in the same order); sparse
 # attention prints its layout's density and FLOPs and trains; bad values
 # (an unknown mode, a block outside 16..128, sparse attention on BLOOM)
-# are refused with one message and exit status 2.
+# are refused with one message and exit status 2. Under data parallelism
+# (mpirun -np 2, all-reduce and ZeRO-3, whose gather hooks run inside the
+# recomputed blocks) and in bf16, recomputation keeps the losses too.
 set -uo pipefail
 zs="$ZS_BIN"
 tmp=$(mktemp -d)
@@ -37,6 +39,33 @@ check "full, first block only: the losses of none" 'cmp -s "$tmp/l.none" "$tmp/l
 check "sparse attention prints density and FLOPs: $(grep 'sparse attention' "$tmp/log.sparse")" \
   'grep -q "density 0\.[0-9]*; attention forward .* GFLOP" "$tmp/log.sparse"'
 check "sparse attention trains" '[ "$(losses "$tmp/sparse" | wc -l)" -ge 6 ]'
+
+if command -v mpirun >/dev/null; then
+  dp() { # dp NAME FLAGS...: 2 ranks
+    local name=$1; shift
+    ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 \
+      "$zs" train gpt "${common[@]}" --threads 1 "$@" --out "$tmp/$name" >/dev/null \
+      2>"$tmp/log.$name" || { cat "$tmp/log.$name"; fail=1; }
+    losses "$tmp/$name" > "$tmp/l.$name"
+  }
+  for z in 0 3; do
+    dp "dp$z-none" --zero "$z"
+    dp "dp$z-full" --zero "$z" --recompute full
+    dp "dp$z-sel" --zero "$z" --recompute selective
+    check "2 ranks, zero $z: full and selective give the losses of none" \
+      '[ -s "$tmp/l.dp$z-none" ] && cmp -s "$tmp/l.dp$z-none" "$tmp/l.dp$z-full" &&
+       cmp -s "$tmp/l.dp$z-none" "$tmp/l.dp$z-sel"'
+  done
+else
+  echo "mpirun not installed: the data-parallel recomputation runs are skipped"
+fi
+for mode in none full; do
+  "$zs" train gpt "${common[@]}" --precision bf16 --recompute "$mode" --out "$tmp/bf$mode" \
+    >/dev/null 2>"$tmp/log.bf$mode" || { cat "$tmp/log.bf$mode"; fail=1; }
+  losses "$tmp/bf$mode" > "$tmp/l.bf$mode"
+done
+check "bf16: full recomputation gives the losses of none" \
+  '[ -s "$tmp/l.bfnone" ] && cmp -s "$tmp/l.bfnone" "$tmp/l.bffull"'
 
 refused "unknown recompute mode" "--recompute" "$zs" train gpt "${common[@]}" --recompute half \
   --out "$tmp/x"

@@ -29,7 +29,10 @@ static void check_axpy(zs_dtype dt, bool strided, int sndim, const int64_t *ssha
     zs_tensor *s = zt_rand_strided(dt, sndim, sshape, seed + 1);
     double *before = zt_values(d), *sv = zt_values(s);
     zs_status st = zs_axpy_(d, alpha, s);
-    double worst = 0, tol = dt == ZS_F32 ? 1e-6 : 1e-14;
+    /* 16-bit: computed in f32 and rounded once: half an ulp of the result,
+     * at most 2^-8 (bf16) or 2^-11 (f16) of it, plus the f32 arithmetic */
+    double worst = 0, tol = dt == ZS_F32 ? 1e-6 : dt == ZS_BF16 ? 3.95e-3
+                          : dt == ZS_F16 ? 4.95e-4 : 1e-14;
     for (int64_t i = 0; i < 5 * 7 * 9; i++) {
         int64_t rem = i, k = 0, m = 1;
         for (int dd = 2, sd = sndim - 1; sd >= 0; dd--, sd--) {
@@ -53,8 +56,9 @@ static void check_axpy(zs_dtype dt, bool strided, int sndim, const int64_t *ssha
 
 static void test_axpy(void)
 {
-    for (int t = 0; t < 2; t++) {
-        zs_dtype dt = t ? ZS_F64 : ZS_F32;
+    const zs_dtype dts[] = {ZS_F32, ZS_F64, ZS_BF16, ZS_F16};
+    for (int t = 0; t < 4; t++) {
+        zs_dtype dt = dts[t];
         for (int strided = 0; strided < 2; strided++) {
             check_axpy(dt, strided, 3, (int64_t[]){5, 7, 9}, 0.75, 10);
             check_axpy(dt, strided, 1, (int64_t[]){9}, -2.0, 20);
@@ -64,7 +68,7 @@ static void test_axpy(void)
         }
     }
     zt_section("axpy_ vs float64: same shape and broadcast sources, strided "
-               "destinations, f32 and f64");
+               "destinations, f32, f64, bf16 and f16");
 }
 
 /* ---- copy_ ---------------------------------------------------------------- */
