@@ -173,7 +173,8 @@ typedef struct zs_trainer_config {
      * the optimizer update run eagerly (in place, no allocation). The
      * graph goes through dead-code elimination and the memory plan. A
      * step whose signature differs (batch shapes or dtypes, dropout rates,
-     * training mode) recaptures. One process, accum 1, no ZeRO, the CPU.
+     * training mode) recaptures. One process, accum 1, no ZeRO, the CPU,
+     * precision fp32 (the others are refused).
      * Losses equal eager ones bit for bit. */
     bool graph;
     const char *dump_graph;   /* graph mode: the graph before and after the
