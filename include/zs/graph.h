@@ -93,8 +93,10 @@ int zs_graph_dce(zs_graph *g, int nkeep, zs_tensor *const *keep);
  * keep[0..nkeep)); each gets an offset in one arena (64-byte aligned,
  * first fit by decreasing size) so that no two storages alive at once
  * share a byte, the plan is checked by zs_graph_plan_verify, and the
- * storages are moved into the arena (their old blocks freed), allocated
- * once. Returns ZS_OK or an error (the graph is unchanged then). */
+ * storages are moved into the arena, allocated once: the old blocks of
+ * values dead at the end are freed before the arena is allocated (so the
+ * arena reuses them and planning never holds both), the kept values are
+ * copied in. Returns ZS_OK or an error (the graph is unchanged then). */
 zs_status zs_graph_plan_memory(zs_graph *g, int nkeep, zs_tensor *const *keep);
 /* Checks the plan: every pair of planned storages alive at a common node
  * occupies disjoint bytes of the arena, and each lies inside it. ZS_OK or
