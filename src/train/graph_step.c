@@ -17,8 +17,8 @@
  * step, so the update stays out of the graph (graph/graph.c says why).
  *
  * Passes after a capture: dead-code elimination keeping the loss and the
- * norm, then the memory plan (every intermediate in one arena). With
- * dump_graph the graph is written before and after them.
+ * norm, pointwise fusion, then the memory plan (every intermediate in one
+ * arena). With dump_graph the graph is written before and after them.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -122,17 +122,21 @@ static zs_status optimise(zs_trainer *t)
     int removed = st == ZS_OK ? zs_graph_dce(t->graph, nkeep, keep) : -1;
     if (removed < 0)
         return ZS_ERR_STATE;
+    int fused = zs_graph_fuse(t->graph, nkeep, keep);
+    if (fused < 0)
+        return ZS_ERR_STATE;
     if ((st = zs_graph_plan_memory(t->graph, nkeep, keep)) != ZS_OK)
         return st;
-    if (t->c.dump_graph && (st = dump(t, "a", "after dce and the memory plan")) != ZS_OK)
+    if (t->c.dump_graph && (st = dump(t, "a", "after dce, fusion and the memory plan")) != ZS_OK)
         return st;
     zs_graph_stats s;
     zs_graph_get_stats(t->graph, &s);
     t->garena = s.planned_bytes;
     if (t->c.log && t->rank == 0) {
-        fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed), "
-                "%.1f MFLOP; intermediates %.2f MiB, planned arena %.2f MiB\n",
-                (long long)t->step, s.nodes, removed, s.flops / 1e6,
+        fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed) and "
+                "fusion (%d folded), %.1f MFLOP; intermediates %.2f MiB, planned "
+                "arena %.2f MiB\n", (long long)t->step, s.nodes, removed, fused,
+                s.flops / 1e6,
                 (double)s.intermediate_bytes / 1048576,
                 (double)s.planned_bytes / 1048576);
         fprintf(t->c.log, "graph: memory: eager (capture) step peak %.2f MiB above "
