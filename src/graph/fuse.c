@@ -26,12 +26,16 @@
  * lose their memory (data NULL: their values were never read outside).
  *
  * Running (fused_run): the elements [0, N) are cut into tiles of
- * TILE_BYTES per value (2048 f32); zs_parallel_for hands whole tiles to
- * the threads, and for each tile every member's own captured kernel runs,
- * in capture order, on 1-D headers over the tile (its inputs' tiles, its
- * result's tile or a scratch slot). A kernel called from a pool task runs
+ * TILE_BYTES per value (8192 f32; the scratch, at most MAX_SLOTS tiles,
+ * is on the stack); zs_parallel_for hands whole tiles to the threads,
+ * and for each tile every member's own captured kernel runs, in capture
+ * order, on 1-D headers over the tile (its inputs' tiles, its result's
+ * tile or a scratch slot). A kernel called from a pool task runs
  * serially on that thread (core/thread.c), so the chain's values for one
- * tile stay in that core's L1. The kernels are the very functions the
+ * tile stay in that core's cache. The tile size is a trade: each tile
+ * costs one kernel call per member (~1 us of iterator setup and dispatch),
+ * so 8 KiB tiles (L1-sized) lost to the unfused chain; 32 KiB tiles
+ * (the values of a tile in L2) won (measured, graph.c's header). The kernels are the very functions the
  * unfused nodes ran and pointwise kernels compute each element alone
  * (masked vector tails, no position-dependent path), so the fused node's
  * bits equal the chain's, which the tests check.
@@ -53,8 +57,8 @@
 
 #include "graph/internal.h"
 
-#define TILE_BYTES 8192
-#define MAX_SLOTS 6
+#define TILE_BYTES 32768
+#define MAX_SLOTS 4
 #define MAX_MEMBERS 16
 #define MAX_ARITY 4
 
