@@ -51,8 +51,11 @@
  * --graph adds Zhisuan's training in graph mode (zs_trainer_config.graph:
  * the first step captured, the others replayed; zs/graph.h) on a second
  * trainer over the same model and batches, rows `eager` and `graph` with
- * the allocator's peak during each, and then the last line
- * `gpt train tokens/s graph/eager = R`.
+ * the allocator's peak during each and the step's own memory (the peak
+ * above the step's start; graph: plus the memory plan's arena, printed
+ * beside the captured step's eager peak), and then the last line
+ * `gpt train tokens/s graph/eager = R`. --graph-only prints only these
+ * rows, at --precision (bf16: both trainers under autocast).
  */
 #include <math.h>
 #include <stdio.h>
@@ -83,7 +86,7 @@ typedef struct config {
     const char *preset;
     int64_t vocab, batch, seq, steps, warmup, prompt, new_tokens, reps;
     int threads;
-    bool memory_only, profile, quick, graph;
+    bool memory_only, profile, quick, graph, graph_only;
     char script[4096];
     zs_dtype precision; /* ZS_F32: the fp32 comparison only */
 } config;
@@ -113,7 +116,7 @@ static double now(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: gpt [--preset NAME] [--batch N] [--seq N] [--steps N] "
-               "[--warmup N] [--threads N] [--quick] [--memory] [--profile] [--graph] "
+               "[--warmup N] [--threads N] [--quick] [--memory] [--profile] [--graph] [--graph-only] "
                "[--script PATH] [--precision NAME]\n"
                "  --preset NAME  tiny | small | gpt2 (default small)\n"
                "  --batch N      sequences per step (default 8)\n"
@@ -125,7 +128,8 @@ static void usage(FILE *f)
                "  --profile      phase times and operator table of one step\n"
                "  --precision P  bf16 | fp16 | fp8: also train in P (and PyTorch in its\n"
                "                 CPU autocast bf16) and compare (default fp32 only)\n"
-               "  --graph        also train in graph mode: eager and graph rows\n");
+               "  --graph        also train in graph mode: eager and graph rows\n"
+               "  --graph-only   only the eager and graph rows (at --precision)\n");
 }
 
 /* Parses a positive integer flag value; -1 on error. */
@@ -142,7 +146,7 @@ static int64_t pos_int(const char *flag, const char *v)
 
 static int parse_args(int argc, char **argv, config *c)
 {
-    *c = (config){"small", 4096, 8, 0, 10, 2, 64, 128, 3, 2, false, false, false, false,
+    *c = (config){"small", 4096, 8, 0, 10, 2, 64, 128, 3, 2, false, false, false, false, false,
                   "", ZS_F32};
     const char *slash = strrchr(__FILE__, '/');
     snprintf(c->script, sizeof c->script, "%.*s/gpt_torch.py",
@@ -156,6 +160,9 @@ static int parse_args(int argc, char **argv, config *c)
             continue;
         } else if (!strcmp(f, "--graph")) {
             c->graph = true;
+            continue;
+        } else if (!strcmp(f, "--graph-only")) {
+            c->graph = c->graph_only = true;
             continue;
         } else if (!strcmp(f, "--memory")) {
             c->memory_only = true;
@@ -593,18 +600,23 @@ static void memory_child(const config *c)
 static int run_graph_rows(const config *c)
 {
     result r[2] = {{0}};
-    double peak[2] = {0};
+    double peak[2] = {0}, step[2] = {0};
+    size_t cap_peak = 0, arena = 0;
     int64_t batch = 0, seq = 0;
     for (int k = 0; k < 2; k++) {
         trainer t;
         zs_alloc_trim();
         zs_alloc_reset_peak();
-        zs_status st = trainer_init(&t, c->preset, c->vocab, c->batch, c->seq, ZS_F32, k == 1);
+        zs_status st = trainer_init(&t, c->preset, c->vocab, c->batch, c->seq,
+                                    c->graph_only ? c->precision : ZS_F32, k == 1);
         if (st == ZS_OK)
             st = bench_zs_train(&t, c, &r[k]);
         zs_alloc_stats as;
         zs_alloc_get_stats(&as);
         peak[k] = (double)as.peak_bytes / 1048576;
+        if (st == ZS_OK && k == 1)
+            st = zs_trainer_graph_memory(t.t, &cap_peak, &arena);
+        step[k] = (r[k].act_bytes + (k == 1 ? (double)arena : 0)) / 1048576;
         batch = t.batch, seq = t.seq;
         trainer_free(&t);
         if (st != ZS_OK) {
@@ -613,13 +625,21 @@ static int run_graph_rows(const config *c)
         }
     }
     double tok = (double)(batch * seq) * (double)c->steps;
-    printf("\n%-8s %11s %10s %9s %11s   (zhisuan training, %lld x %lld)\n", "",
-           "train tok/s", "ms/step", "last loss", "peak MiB", (long long)batch,
+    printf("\n%-8s %11s %10s %9s %11s %11s   (zhisuan training, %lld x %lld)\n", "",
+           "train tok/s", "ms/step", "last loss", "peak MiB", "step MiB", (long long)batch,
            (long long)seq);
+    printf("(%s %s, %lld warm-up + %lld timed steps, %d threads)\n", c->preset,
+           zs_precision_name(c->graph_only ? c->precision : ZS_F32),
+           (long long)c->warmup, (long long)c->steps, c->threads);
     const char *names[] = {"eager", "graph"};
     for (int k = 0; k < 2; k++)
-        printf("%-8s %11.0f %10.1f %9.4f %11.1f\n", names[k], tok / r[k].train_s,
-               1e3 * r[k].train_s / (double)c->steps, r[k].loss, peak[k]);
+        printf("%-8s %11.0f %10.1f %9.4f %11.1f %11.1f\n", names[k], tok / r[k].train_s,
+               1e3 * r[k].train_s / (double)c->steps, r[k].loss, peak[k], step[k]);
+    printf("(step MiB: the allocator's peak in a timed step above its start; graph: "
+           "plus the plan's arena, %.1f MiB, planned from a captured step whose "
+           "eager peak was %.1f MiB)\n", (double)arena / 1048576,
+           (double)cap_peak / 1048576);
+    printf("gpt train step memory graph/eager = %.3f\n", step[1] / step[0]);
     printf("gpt train peak memory graph/eager = %.3f\n", peak[1] / peak[0]);
     printf("gpt train tokens/s graph/eager = %.3f\n", r[0].train_s / r[1].train_s);
     return 0;
@@ -663,6 +683,8 @@ int main(int argc, char **argv)
     zs_set_num_threads(c.threads);
     if (c.memory_only)
         return run_memory(&c);
+    if (c.graph_only)
+        return run_graph_rows(&c);
     trainer t;
     result zr = {0}, zl = {0}, pr[2] = {{0}};
     bool lowp = c.precision != ZS_F32;

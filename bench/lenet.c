@@ -18,6 +18,18 @@
  * per-operator table (zs_profile_print) of one extra step (K extra steps,
  * summed, with --profile-steps K).
  *
+ * --graph adds a row for graph mode (zs/graph.h) on a second LeNet of the
+ * same seed and batches: the first step's forward, loss and backward are
+ * captured into persistent batch buffers, the graph goes through
+ * dead-code elimination, pointwise fusion and the memory plan, and every
+ * later step copies its batch into the buffers and replays it; the Adam
+ * step and the zeroing of the gradient stay eager, as in the trainer. A
+ * batch of another shape (the epoch's last, shorter one) runs eagerly.
+ * Both rows then show the step's memory: the allocator's peak during the
+ * timed steps above what was live before them, plus, for the graph, its
+ * arena (allocated before). Then `lenet graph/eager step time = R` and
+ * `lenet graph/eager step memory = R`.
+ *
  * The last line reads `lenet epoch seconds zhisuan/pytorch = R` (R < 1:
  * Zhisuan is faster), or `pytorch: not available`.
  */
@@ -50,6 +62,7 @@ typedef struct config {
     int64_t steps;   /* 0: one epoch */
     int warmup, threads;
     int profile;     /* steps to profile per operator (0: none) */
+    bool graph;      /* also a graph-mode row */
     const char *data;
     char script[4096];
 } config;
@@ -61,6 +74,10 @@ typedef struct trainer {
     zs_loader *l;
     zs_tensor *fg;       /* flat gradient, borrowed from m */
     double phase[PH_COUNT];
+    /* graph mode: the graph, its batch buffers and loss (owned) */
+    bool graph_mode;
+    zs_graph *g;
+    zs_tensor *gx, *gy, *gloss;
 } trainer;
 
 static double now(void)
@@ -73,17 +90,18 @@ static double now(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: lenet [--steps N] [--warmup N] [--quick] [--threads N] "
-               "[--profile] [--profile-steps K] [--data DIR] [--script PATH]\n"
+               "[--profile] [--profile-steps K] [--graph] [--data DIR] [--script PATH]\n"
                "  --steps N   time N training steps and extrapolate to one epoch "
                "(default: one epoch)\n"
                "  --quick     --steps 100 --warmup 5\n"
                "  --profile   phase times, and operator table of 1 extra step\n"
-               "  --profile-steps K   operator table summed over K extra steps\n");
+               "  --profile-steps K   operator table summed over K extra steps\n"
+               "  --graph     also a graph-mode row (capture once, replay)\n");
 }
 
 static int parse_args(int argc, char **argv, config *c)
 {
-    *c = (config){0, 10, 0, 0, ZS_FMNIST_DIR, ""};
+    *c = (config){0, 10, 0, 0, false, ZS_FMNIST_DIR, ""};
     const char *slash = strrchr(__FILE__, '/');
     snprintf(c->script, sizeof c->script, "%.*s/lenet_torch.py",
              slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
@@ -96,6 +114,8 @@ static int parse_args(int argc, char **argv, config *c)
             c->profile = c->profile ? c->profile : 1;
         } else if (v && !strcmp(f, "--profile-steps")) {
             c->profile = atoi(v), i++;
+        } else if (!strcmp(f, "--graph")) {
+            c->graph = true;
         } else if (!strcmp(f, "--help")) {
             usage(stdout);
             exit(0);
@@ -125,6 +145,10 @@ static int parse_args(int argc, char **argv, config *c)
 
 static void trainer_free(trainer *t)
 {
+    zs_graph_free(t->g);
+    zs_release(t->gx);
+    zs_release(t->gy);
+    zs_release(t->gloss);
     zs_loader_free(t->l);
     zs_optim_free(t->o);
     zs_module_free(t->m);
@@ -158,6 +182,43 @@ static int next_batch(zs_loader *l, zs_tensor **x, zs_tensor **y)
     return r == 1 ? zs_loader_next(l, x, y) : r;
 }
 
+/* A copy of b that outlives the step's scope (the scope drops its own
+ * reference when it pops). */
+static zs_tensor *persistent_copy(zs_tensor *b) { return zs_retain(zs_clone(b)); }
+
+/* Graph mode's forward, loss and backward (phase "forward" holds them
+ * all): the first call captures them on persistent copies of the batch
+ * and runs the passes; later calls with a batch of the same shape copy it
+ * in and replay. Another shape: NULL (*eager set), the caller runs it
+ * eagerly. */
+static zs_tensor *graph_loss(trainer *t, zs_tensor *x, zs_tensor *y, bool *eager)
+{
+    *eager = false;
+    if (t->g) {
+        if (x->shape[0] != t->gx->shape[0]) {
+            *eager = true;
+            return NULL;
+        }
+        if (zs_copy_(t->gx, x) != ZS_OK || zs_copy_(t->gy, y) != ZS_OK ||
+            zs_graph_replay(t->g) != ZS_OK)
+            return NULL;
+        return t->gloss;
+    }
+    if (!(t->gx = persistent_copy(x)) || !(t->gy = persistent_copy(y)) ||
+        !(t->g = zs_graph_capture_begin()))
+        return NULL;
+    zs_tensor *loss = zs_cross_entropy(zs_module_forward(t->m, t->gx), t->gy, -100);
+    zs_status st = loss ? zs_backward(loss, NULL, false) : ZS_ERR_STATE;
+    zs_status end = zs_graph_capture_end(t->g);
+    if (st != ZS_OK || end != ZS_OK)
+        return NULL;
+    t->gloss = zs_retain(loss);
+    if (zs_graph_dce(t->g, 1, &t->gloss) < 0 || zs_graph_fuse(t->g, 1, &t->gloss) < 0 ||
+        zs_graph_plan_memory(t->g, 1, &t->gloss) != ZS_OK)
+        return NULL;
+    return t->gloss;
+}
+
 /* One training step; adds each phase's seconds to t->phase. */
 static zs_status train_step(trainer *t, double *loss_out)
 {
@@ -169,12 +230,20 @@ static zs_status train_step(trainer *t, double *loss_out)
     if (next_batch(t->l, &x, &y) != 0)
         goto out;
     ts[1] = now();
-    zs_tensor *logits = zs_module_forward(t->m, x);
-    ts[2] = now();
-    zs_tensor *loss = zs_cross_entropy(logits, y, -100);
-    ts[3] = now();
-    if (!loss || zs_backward(loss, NULL, false) != ZS_OK)
+    bool eager = !t->graph_mode;
+    zs_tensor *loss = NULL;
+    if (t->graph_mode && !(loss = graph_loss(t, x, y, &eager)) && !eager)
         goto out;
+    if (eager) {
+        zs_tensor *logits = zs_module_forward(t->m, x);
+        ts[2] = now();
+        loss = zs_cross_entropy(logits, y, -100);
+        ts[3] = now();
+        if (!loss || zs_backward(loss, NULL, false) != ZS_OK)
+            goto out;
+    } else {
+        ts[2] = ts[3] = now();
+    }
     ts[4] = now();
     if (zs_optim_step(t->o, 1e-3) != ZS_OK)
         goto out;
@@ -194,17 +263,23 @@ out:
  * consecutive steps (a figure less disturbed by other load on the machine). */
 typedef struct run_result {
     double seconds, best_block_step, loss; /* seconds, seconds per step, last loss */
+    double step_bytes; /* the timed steps' allocator peak above their start
+                        * (zhisuan; graph mode: plus the arena) */
+    double arena_bytes; /* graph mode: the memory plan's arena */
 } run_result;
 
 /* Runs warm-up then `steps` timed steps. */
 static zs_status bench_zs(trainer *t, const config *c, int64_t steps,
                           run_result *r)
 {
-    *r = (run_result){0, INFINITY, 0};
+    *r = (run_result){0, INFINITY, 0, 0, 0};
     for (int i = 0; i < c->warmup; i++)
         if (train_step(t, &r->loss) != ZS_OK)
             return ZS_ERR_ARG;
     memset(t->phase, 0, sizeof t->phase);
+    zs_alloc_stats a0, a1;
+    zs_alloc_get_stats(&a0);
+    zs_alloc_reset_peak();
     int64_t block = steps < BLOCK ? steps : BLOCK;
     double t0 = now(), tb = t0;
     for (int64_t i = 0; i < steps; i++) {
@@ -218,6 +293,12 @@ static zs_status bench_zs(trainer *t, const config *c, int64_t steps,
         }
     }
     r->seconds = now() - t0;
+    zs_alloc_get_stats(&a1);
+    zs_graph_stats gs;
+    zs_graph_get_stats(t->g, &gs);
+    r->arena_bytes = (double)gs.planned_bytes;
+    r->step_bytes = (double)a1.peak_bytes - (double)a0.current_bytes +
+                    (double)gs.planned_bytes;
     return ZS_OK;
 }
 
@@ -281,8 +362,11 @@ static void print_row(const char *name, const run_result *r, int64_t steps,
                       int64_t nb)
 {
     double step = r->seconds / (double)steps;
-    printf("%-10s %9.3f %9.2f %9.0f %14.2f %10.4f\n", name, 1e3 * step,
+    printf("%-10s %9.3f %9.2f %9.0f %14.2f %10.4f", name, 1e3 * step,
            step * (double)nb, BATCH / step, r->best_block_step * (double)nb, r->loss);
+    if (r->step_bytes > 0)
+        printf(" %9.2f", r->step_bytes / 1048576.0);
+    printf("\n");
 }
 
 int main(int argc, char **argv)
@@ -317,11 +401,30 @@ int main(int argc, char **argv)
     if (c.profile)
         print_profile(&t, steps, c.profile);
     trainer_free(&t);
+    run_result gr = {0};
+    if (c.graph) {
+        zs_status st = trainer_init(&t, c.data);
+        t.graph_mode = true;
+        if (st == ZS_OK)
+            st = bench_zs(&t, &c, steps, &gr);
+        if (st != ZS_OK)
+            fprintf(stderr, "lenet --graph: %s\n", zs_last_error());
+        trainer_free(&t);
+        if (st != ZS_OK)
+            return 1;
+    }
     bool have_torch = bench_torch(&c, threads, steps, &pr);
-    printf("\n%-10s %9s %9s %9s %14s %10s\n", "", "ms/step", "s/epoch", "images/s",
-           "s/epoch best", "last loss");
+    printf("\n%-10s %9s %9s %9s %14s %10s %9s\n", "", "ms/step", "s/epoch", "images/s",
+           "s/epoch best", "last loss", "step MiB");
     printf("%-10s %9s %9s %9s %14s %10s\n", "", "", "(mean)", "", "block", "");
     print_row("zhisuan", &zr, steps, nb);
+    if (c.graph) {
+        print_row("zs-graph", &gr, steps, nb);
+        printf("(graph step memory: arena %.2f MiB + replay peak %.2f MiB)\n",
+               gr.arena_bytes / 1048576.0, (gr.step_bytes - gr.arena_bytes) / 1048576.0);
+        printf("lenet graph/eager step time = %.3f\n", gr.seconds / zr.seconds);
+        printf("lenet graph/eager step memory = %.3f\n", gr.step_bytes / zr.step_bytes);
+    }
     if (!have_torch) {
         printf("pytorch: not available\n");
         return 0;

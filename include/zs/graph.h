@@ -88,13 +88,29 @@ void zs_graph_get_stats(const zs_graph *g, zs_graph_stats *s);
  * + error. */
 int zs_graph_dce(zs_graph *g, int nkeep, zs_tensor *const *keep);
 
+/* Pointwise fusion (graph/fuse.c): groups of pointwise nodes (ZSI_POINTWISE
+ * descriptors, same element count and dtype, contiguous; scalar operands
+ * in attributes; broadcast operands are not fused) where each member
+ * after the first reads another member's result, and whose results are
+ * read outside the group only after it, become one node that runs the
+ * members' own kernels tile by tile (values passed inside the group stay
+ * in per-thread scratch of a few KiB). Results read after the group or
+ * named in keep[0..nkeep) are still written to their buffers; the other
+ * intermediates lose their memory (their storages keep no data: read
+ * them only through keep). Same bits as the unfused nodes. Run before the
+ * memory plan. Returns the number of nodes removed (members folded into
+ * another), or < 0 + error. */
+int zs_graph_fuse(zs_graph *g, int nkeep, zs_tensor *const *keep);
+
 /* Memory planning by liveness: every storage the nodes make lives from
  * the node that makes it to the last node that uses it (to the end for
  * keep[0..nkeep)); each gets an offset in one arena (64-byte aligned,
  * first fit by decreasing size) so that no two storages alive at once
  * share a byte, the plan is checked by zs_graph_plan_verify, and the
- * storages are moved into the arena (their old blocks freed), allocated
- * once. Returns ZS_OK or an error (the graph is unchanged then). */
+ * storages are moved into the arena, allocated once: the old blocks of
+ * values dead at the end are freed before the arena is allocated (so the
+ * arena reuses them and planning never holds both), the kept values are
+ * copied in. Returns ZS_OK or an error (the graph is unchanged then). */
 zs_status zs_graph_plan_memory(zs_graph *g, int nkeep, zs_tensor *const *keep);
 /* Checks the plan: every pair of planned storages alive at a common node
  * occupies disjoint bytes of the arena, and each lies inside it. ZS_OK or

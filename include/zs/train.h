@@ -248,6 +248,13 @@ typedef struct zs_train_profile {
 } zs_train_profile;
 void zs_trainer_profile(const zs_trainer *t, zs_train_profile *p);
 void zs_trainer_profile_reset(zs_trainer *t);
+/* Graph mode: the last capture's step peak (the allocator's high-water
+ * mark during the captured step, which runs eagerly, above what was live
+ * when it began; the capture resets the allocator's peak) and the memory
+ * plan's arena that replaces the step's intermediates. ZS_OK, or an
+ * error when no graph is held. */
+zs_status zs_trainer_graph_memory(const zs_trainer *t, size_t *step_peak,
+                                  size_t *arena);
 
 /* ---- ready-made data --------------------------------------------------- */
 

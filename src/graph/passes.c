@@ -227,20 +227,47 @@ zs_status zs_graph_plan_verify(const zs_graph *g)
     return ZS_OK;
 }
 
-/* Moves the planned storages into the arena: the values of those alive at
- * the end (read after a replay) are copied; the old blocks are freed. */
-static void apply(zs_graph *g, int end)
+/* Moves the planned storages into the arena without holding both at once:
+ * first the old blocks of the storages whose values are dead at the end
+ * (everything but what keep names) are freed, so the arena can reuse
+ * their bytes (the caching allocator hands them back); then the arena is
+ * allocated, the values alive at the end (read after a replay) copied in
+ * and their old blocks freed. The peak of planning is thus at most
+ * max(what the capture held, arena + the kept values), never their sum.
+ * On allocation failure the dead blocks are allocated again (their values
+ * do not matter) and the graph is unchanged (or, when even that fails,
+ * marked failed: it refuses replay). */
+static zs_status apply(zs_graph *g, int end)
 {
-    char *base = g->arena;
+    for (int i = 0; i < g->nplan; i++) {
+        zsi_gplan *e = &g->plan[i];
+        if (e->last != end) {
+            zsi_device_free(e->s->device, e->s->data);
+            e->s->data = NULL;
+        }
+    }
+    char *base = g->arena_bytes ? zs_alloc(g->arena_bytes) : NULL;
+    if (g->arena_bytes && !base) {
+        for (int i = 0; i < g->nplan; i++)
+            if (!g->plan[i].s->data &&
+                !(g->plan[i].s->data = zsi_device_alloc(g->plan[i].s->device,
+                                                        g->plan[i].s->nbytes)))
+                g->failed = true; /* a storage without memory: no replay */
+        return zs_set_error_code(ZS_ERR_NOMEM, "graph plan: no memory for the "
+                                 "%zu-byte arena", g->arena_bytes);
+    }
+    g->arena = base;
     for (int i = 0; i < g->nplan; i++) {
         zsi_gplan *e = &g->plan[i];
         void *old = e->s->data;
-        if (e->last == end)
+        if (old) {
             memcpy(base + e->offset, old, e->s->nbytes);
-        zsi_device_free(e->s->device, old);
+            zsi_device_free(e->s->device, old);
+        }
         e->s->data = base + e->offset;
         e->s->external = true; /* the graph's arena frees it */
     }
+    return ZS_OK;
 }
 
 zs_status zs_graph_plan_memory(zs_graph *g, int nkeep, zs_tensor *const *keep)
@@ -259,16 +286,13 @@ zs_status zs_graph_plan_memory(zs_graph *g, int nkeep, zs_tensor *const *keep)
     g->nplan = n;
     g->arena_bytes = place(p, n);
     zs_status st = zs_graph_plan_verify(g);
-    if (st == ZS_OK && g->arena_bytes &&
-        !(g->arena = zs_alloc(g->arena_bytes)))
-        st = ZS_ERR_NOMEM;
+    if (st == ZS_OK)
+        st = apply(g, g->n);
     if (st != ZS_OK) {
         free(g->plan);
         g->plan = NULL;
         g->nplan = 0;
         g->arena_bytes = 0;
-        return st;
     }
-    apply(g, g->n);
-    return ZS_OK;
+    return st;
 }

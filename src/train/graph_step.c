@@ -17,8 +17,8 @@
  * step, so the update stays out of the graph (graph/graph.c says why).
  *
  * Passes after a capture: dead-code elimination keeping the loss and the
- * norm, then the memory plan (every intermediate in one arena). With
- * dump_graph the graph is written before and after them.
+ * norm, pointwise fusion, then the memory plan (every intermediate in one
+ * arena). With dump_graph the graph is written before and after them.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -122,18 +122,27 @@ static zs_status optimise(zs_trainer *t)
     int removed = st == ZS_OK ? zs_graph_dce(t->graph, nkeep, keep) : -1;
     if (removed < 0)
         return ZS_ERR_STATE;
+    int fused = zs_graph_fuse(t->graph, nkeep, keep);
+    if (fused < 0)
+        return ZS_ERR_STATE;
     if ((st = zs_graph_plan_memory(t->graph, nkeep, keep)) != ZS_OK)
         return st;
-    if (t->c.dump_graph && (st = dump(t, "a", "after dce and the memory plan")) != ZS_OK)
+    if (t->c.dump_graph && (st = dump(t, "a", "after dce, fusion and the memory plan")) != ZS_OK)
         return st;
+    zs_graph_stats s;
+    zs_graph_get_stats(t->graph, &s);
+    t->garena = s.planned_bytes;
     if (t->c.log && t->rank == 0) {
-        zs_graph_stats s;
-        zs_graph_get_stats(t->graph, &s);
-        fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed), "
-                "%.1f MFLOP; intermediates %.2f MiB, planned arena %.2f MiB\n",
-                (long long)t->step, s.nodes, removed, s.flops / 1e6,
+        fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed) and "
+                "fusion (%d folded), %.1f MFLOP; intermediates %.2f MiB, planned "
+                "arena %.2f MiB\n", (long long)t->step, s.nodes, removed, fused,
+                s.flops / 1e6,
                 (double)s.intermediate_bytes / 1048576,
                 (double)s.planned_bytes / 1048576);
+        fprintf(t->c.log, "graph: memory: eager (capture) step peak %.2f MiB above "
+                "its start, plan peak (arena) %.2f MiB = %.2fx\n",
+                (double)t->gpeak / 1048576, (double)t->garena / 1048576,
+                t->gpeak ? (double)t->garena / (double)t->gpeak : 0.0);
     }
     return ZS_OK;
 }
@@ -157,6 +166,9 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
     zsi_train_graph_free(t);
     if (!(t->gx = buffer_like(x)) || !(t->gy = buffer_like(y)))
         return ZS_ERR_NOMEM;
+    zs_alloc_stats a0, a1;
+    zs_alloc_get_stats(&a0);
+    zs_alloc_reset_peak(); /* the capture step's own peak, for the log */
     if (!(t->graph = zs_graph_capture_begin()))
         return ZS_ERR_STATE;
     zs_tensor *l = t->c.loss ? t->c.loss(t->c.loss_ctx, t->m, t->gx, t->gy)
@@ -166,6 +178,8 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
     if (st == ZS_OK && t->c.clip > 0 && !(sq = zs_sum_squares(t->fg, NULL)))
         st = ZS_ERR_STATE;
     zs_status end = zs_graph_capture_end(t->graph);
+    zs_alloc_get_stats(&a1);
+    t->gpeak = a1.peak_bytes > a0.current_bytes ? a1.peak_bytes - a0.current_bytes : 0;
     if (st == ZS_OK)
         st = end;
     t->gloss = own_alias(l);
@@ -229,4 +243,15 @@ zs_status zsi_train_graph_step(zs_trainer *t, int64_t step, double *loss,
     st = zs_optim_step_scaled(t->o, zs_lr_at(&t->c.schedule, step), scale);
     t->prof.update_s += zsi_train_now() - t0;
     return st;
+}
+
+zs_status zs_trainer_graph_memory(const zs_trainer *t, size_t *step_peak,
+                                  size_t *arena)
+{
+    if (!t || !t->graph)
+        return zs_set_error("trainer graph memory: %s", t ? "no graph captured "
+                            "(graph mode off, or no step run yet)" : "no trainer");
+    *step_peak = t->gpeak;
+    *arena = t->garena;
+    return ZS_OK;
 }

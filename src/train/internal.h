@@ -52,6 +52,8 @@ struct zs_trainer {
                               * gradients (owned; gsq NULL without clip) */
     uint64_t gsig;           /* the captured step's signature */
     int64_t captures;        /* graphs captured so far */
+    size_t gpeak, garena;    /* the last capture: the allocator's peak
+                              * during it above its start; the plan's arena */
 };
 /* Autocast for the trainer's precision (nothing for f32); flat: with the
  * step's one conversion pass of the flat weights. amp_end pops it. */

@@ -225,7 +225,15 @@ static void test_memory_plan(void)
     ZT_CHECK(zs_graph_capture_end(g) == ZS_OK, "capture");
     zs_graph_stats s0, s1;
     zs_graph_get_stats(g, &s0);
+    zs_alloc_stats a0, a1;
+    zs_alloc_get_stats(&a0);
+    zs_alloc_reset_peak();
     ZT_CHECK(zs_graph_plan_memory(g, 1, &h) == ZS_OK, "plan: %s", zs_last_error());
+    zs_alloc_get_stats(&a1);
+    /* the dead blocks go before the arena comes: planning adds no peak */
+    ZT_CHECK(a1.peak_bytes <= a0.current_bytes && a1.current_bytes < a0.current_bytes,
+             "planning raised the allocator's peak from %zu to %zu bytes (now %zu)",
+             a0.current_bytes, a1.peak_bytes, a1.current_bytes);
     zs_graph_get_stats(g, &s1);
     ZT_CHECK(s1.planned_bytes > 0 && s1.planned_bytes <= s0.intermediate_bytes / 4,
              "the arena (%zu bytes) is at most a quarter of the intermediates (%zu)",
