@@ -46,4 +46,55 @@ typedef struct adam_update_attrs {
 } adam_update_attrs;
 ZSI_ATTRS(adam_update_attrs);
 
+/* copy and to_dtype (views.c): the dtype of the copy */
+typedef struct copy_attrs {
+    int64_t dtype; /* zs_dtype */
+} copy_attrs;
+ZSI_ATTRS(copy_attrs);
+
+/* slice_backward (views.c) */
+typedef struct slice_bw_attrs {
+    int64_t ndim, shape[ZS_MAX_DIMS]; /* the sliced input's */
+    int64_t dim, start, step;         /* normalised dim, clamped start */
+} slice_bw_attrs;
+ZSI_ATTRS(slice_bw_attrs);
+
+/* every unary descriptor and unary_deriv (unary.c) */
+typedef struct unary_attrs {
+    double p0, p1;  /* pow: p0 = exponent; clamp: p0 = lo, p1 = hi */
+    int64_t kernel; /* zsk_unop */
+    int64_t deriv;  /* zsk_unop of the derivative, for mask_bw */
+} unary_attrs;
+ZSI_ATTRS(unary_attrs);
+
+/* sum and mean (reduce.c) */
+typedef struct reduce_attrs {
+    int64_t mask; /* bit d: axis d is reduced */
+    bool keepdim;
+} reduce_attrs;
+ZSI_ATTRS(reduce_attrs);
+
+/* linear, linear_gelu, linear_residual (linear.c) */
+typedef enum lin_kind { LIN_PLAIN, LIN_GELU, LIN_RESIDUAL } lin_kind;
+typedef struct linear_attrs {
+    int64_t kind; /* lin_kind */
+    int64_t bias; /* the input index of b; -1: none */
+    int64_t res;  /* the input index of r; -1: none */
+} linear_attrs;
+ZSI_ATTRS(linear_attrs);
+
+/* matmul (matmul.c) */
+typedef struct matmul_attrs {
+    bool trans_a, trans_b;
+} matmul_attrs;
+ZSI_ATTRS(matmul_attrs);
+
+/* attention and attention_backward (attention.c) */
+typedef struct attention_attrs {
+    double scale;     /* 0: 1/sqrt(D) */
+    int64_t q_offset; /* absolute position of query row 0 */
+    bool causal, alibi;
+} attention_attrs;
+ZSI_ATTRS(attention_attrs);
+
 #endif

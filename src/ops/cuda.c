@@ -26,6 +26,7 @@
 #include "kernels/cpu/iter.h"
 #include "kernels/cuda/cuda.h"
 #include "ops/attrs.h"
+#include "ops/cuda_internal.h"
 
 static zs_status need_contig(const char *op, const zs_tensor *t)
 {
@@ -128,6 +129,10 @@ static zs_status install(void)
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (zsi_op_set_kernel(k[i].def, ZS_CUDA, k[i].dt, k[i].fn) != ZS_OK)
+            return ZS_ERR_ARG;
+    zs_status (*more[])(void) = {zsi_cuda_install_copy};
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++)
+        if (more[i]() != ZS_OK)
             return ZS_ERR_ARG;
     return ZS_OK;
 }

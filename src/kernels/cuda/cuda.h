@@ -87,6 +87,31 @@ zs_status zsk_cuda_sgd(const zsk_sgd_args *a, float *p, float *buf,
 zs_status zsk_cuda_sum_squares(const float *x, int64_t n, const double *acc,
                                double *out);
 
+/* ---- data movement and one-input pointwise (elementwise.cu) ----------- */
+
+/* An n-d strided operand: element (i0, .., in) is at p[sum ik stride[k]]
+ * (elements; p already includes the tensor's offset). */
+typedef struct zsk_cuda_view {
+    zs_dtype dt;
+    void *p;
+    int ndim;
+    int64_t shape[ZS_MAX_DIMS];
+    int64_t stride[ZS_MAX_DIMS];
+} zsk_cuda_view;
+
+/* Element i of dst (row-major over dst's shape) = element i of src
+ * (row-major over src's shape); equal numel. Equal dtypes copy raw
+ * bytes; conversions round to nearest even. dst must not overlap src. */
+zs_status zsk_cuda_copy(const zsk_cuda_view *dst, const zsk_cuda_view *src);
+/* out (contiguous, a's shape and dtype: f32 or bf16) = a op (float)s. */
+zs_status zsk_cuda_scalar(zsk_cuda_binop op, const zsk_cuda_view *a, double s,
+                          void *out);
+/* out (contiguous, a's shape and dtype: f32 or bf16) = f(a) for f the
+ * zsk_unop op (kernels/cpu/unary.h) with parameters p0, p1, evaluated in
+ * double and rounded once. */
+zs_status zsk_cuda_unary(int op, const zsk_cuda_view *a, double p0, double p1,
+                         void *out);
+
 #ifdef __cplusplus
 }
 #endif
