@@ -112,6 +112,36 @@ zs_status zsk_cuda_scalar(zsk_cuda_binop op, const zsk_cuda_view *a, double s,
 zs_status zsk_cuda_unary(int op, const zsk_cuda_view *a, double p0, double p1,
                          void *out);
 
+/* ---- matrix products (gemm.c, cuBLASLt) ------------------------------- */
+
+/* C = op(A) op(B) for each of `batch` matrices, row-major: op(A) [M, K]
+ * (A stored [M, K] with row stride lda, or [K, M] when ta), op(B) [K, N]
+ * (B stored [K, N], or [N, K] when tb), C [M, N] with row stride ldc;
+ * matrix i at A + i sa, B + i sb, C + i sc (elements). in_dt f32 or bf16
+ * (f32 accumulation, no TF32); out_dt f32 or bf16. bias: NULL or N f32
+ * added to every row (f32 C only). K >= 1. */
+typedef struct zsk_cuda_gemm_args {
+    zs_dtype in_dt, out_dt;
+    bool ta, tb;
+    int64_t M, N, K;
+    const void *A, *B;
+    void *C;
+    int64_t lda, ldb, ldc;
+    int64_t batch, sa, sb, sc;
+    const float *bias;
+} zsk_cuda_gemm_args;
+zs_status zsk_cuda_gemm(const zsk_cuda_gemm_args *g);
+
+/* The epilogue of linear (pointwise.cu), on [M, N] row-major: v = acc +
+ * bias (bias: NULL or N elements of bias_dt); h (f32, may be NULL) = v;
+ * out (out_dt, f32 or bf16) = gelu_tanh(v) when gelu, else v + r (r:
+ * NULL or [M, N] of out_dt), rounded once. acc may alias out when out_dt
+ * is f32. */
+zs_status zsk_cuda_linear_epilogue(int64_t M, int64_t N, const float *acc,
+                                   zs_dtype bias_dt, const void *bias, bool gelu,
+                                   float *h, const void *r, zs_dtype out_dt,
+                                   void *out);
+
 #ifdef __cplusplus
 }
 #endif
