@@ -97,4 +97,30 @@ typedef struct attention_attrs {
 } attention_attrs;
 ZSI_ATTRS(attention_attrs);
 
+/* layer_norm and layer_norm_backward (norm.c). Bits of `want` (also
+ * batch_norm_backward's): the results the backward descriptors are asked
+ * for. */
+enum { WANT_GX = 1, WANT_GW = 2, WANT_GB = 4 };
+typedef struct layer_norm_attrs {
+    double eps;
+    int64_t weight, bias; /* input slots of the forward, -1 when absent */
+    int64_t want;         /* layer_norm_backward: WANT_* bits */
+    /* layer_norm_backward: the dtype of gw and gb (the forward's weight
+     * and bias) + 1; 0: x's dtype */
+    int64_t pdt1;
+} layer_norm_attrs;
+ZSI_ATTRS(layer_norm_attrs);
+
+/* cross_entropy and cross_entropy_backward (loss.c) */
+typedef struct cross_entropy_attrs {
+    int64_t ignore_index; /* rows with this target count for nothing */
+} cross_entropy_attrs;
+ZSI_ATTRS(cross_entropy_attrs);
+
+/* embedding_backward (embedding.c): V, the weight's rows */
+typedef struct embedding_backward_attrs {
+    int64_t V; /* rows of the weight, the gradient's first dim */
+} embedding_backward_attrs;
+ZSI_ATTRS(embedding_backward_attrs);
+
 #endif

@@ -142,6 +142,58 @@ zs_status zsk_cuda_linear_epilogue(int64_t M, int64_t N, const float *acc,
                                    float *h, const void *r, zs_dtype out_dt,
                                    void *out);
 
+/* ---- row kernels (rows.cu); all contiguous, no atomics ---------------- */
+
+/* y = (x - mean) rstd w + b over rows of x [R, C] (dt f32 or bf16; w, b of
+ * pdt: dt, or f32 for a bf16 x; either may be NULL); mean, rstd: NULL or
+ * R f32 values written. */
+zs_status zsk_cuda_layer_norm(zs_dtype dt, zs_dtype pdt, const void *x,
+                              const void *w, const void *b, int64_t R, int64_t C,
+                              double eps, void *y, float *mean, float *rstd);
+/* Rows of partial sums the backward's scratch holds: part has
+ * 2 * zsk_cuda_layer_norm_parts(R) * C doubles. */
+int64_t zsk_cuda_layer_norm_parts(int64_t R);
+/* gx (NULL: not wanted), gw, gb ([C] of pdt, each may be NULL) from x, w
+ * (may be NULL), the saved mean and rstd, and g [R, C]. */
+zs_status zsk_cuda_layer_norm_backward(zs_dtype dt, zs_dtype pdt, const void *x,
+                                       const void *w, const float *mean,
+                                       const float *rstd, const void *g, int64_t R,
+                                       int64_t C, void *gx, void *gw, void *gb,
+                                       double *part);
+/* One-block check of n indices (i32, or i64 when i64): res (3 device
+ * int64) = first position outside [0, hi) that is not ignore (-1: none),
+ * its value, the count of indices != ignore. */
+zs_status zsk_cuda_index_check(const void *idx, bool i64, int64_t n, int64_t hi,
+                               int64_t ignore, int64_t *res);
+/* Mean cross entropy of logits x [N, C] (f32, bf16) against targets t:
+ * lse[N], loss[N] (double scratch) written, out (one value of dt) = sum of
+ * loss in a fixed order / *count (0 when *count is 0). */
+zs_status zsk_cuda_cross_entropy(zs_dtype dt, const void *x, const void *t, bool t64,
+                                 int64_t ignore, int64_t N, int64_t C,
+                                 const int64_t *count, double *lse, double *loss,
+                                 void *out);
+/* gx [N, C] = g / count (softmax(x) - onehot(t)), 0 on ignored rows and
+ * everywhere when *count is 0; g one value of gdt (f32 or dt). */
+zs_status zsk_cuda_cross_entropy_backward(zs_dtype dt, const void *x, const void *t,
+                                          bool t64, int64_t ignore, const double *lse,
+                                          const int64_t *count, zs_dtype gdt,
+                                          const void *g, int64_t N, int64_t C,
+                                          void *gx);
+/* out [n, D] = rows idx[i] of w (row stride ws0, element stride ws1);
+ * indices already checked. */
+zs_status zsk_cuda_embedding(zs_dtype dt, const void *w, int64_t ws0, int64_t ws1,
+                             const void *idx, bool i64, int64_t n, int64_t D,
+                             void *out);
+/* out [V, D] (dt f32 or bf16) = sum of g's rows per index, in index order
+ * in f32 in acc ([V, D] f32 scratch; may be out itself for f32), rounded
+ * once for bf16. Indices outside [0, V) add nothing. */
+zs_status zsk_cuda_embedding_backward(zs_dtype dt, const void *idx, bool i64,
+                                      int64_t n, const void *g, int64_t V, int64_t D,
+                                      float *acc, void *out);
+/* out[o, k] = sum over r of x [O, R, K] (times 1/R when mean), in double. */
+zs_status zsk_cuda_sum(zs_dtype dt, const void *x, int64_t O, int64_t R, int64_t K,
+                       bool mean, void *out);
+
 #ifdef __cplusplus
 }
 #endif
