@@ -131,7 +131,7 @@ static zs_status install(void)
         if (zsi_op_set_kernel(k[i].def, ZS_CUDA, k[i].dt, k[i].fn) != ZS_OK)
             return ZS_ERR_ARG;
     zs_status (*more[])(void) = {zsi_cuda_install_copy, zsi_cuda_install_gemm,
-                                  zsi_cuda_install_rows};
+                                  zsi_cuda_install_rows, zsi_cuda_install_attention};
     for (size_t i = 0; i < sizeof more / sizeof *more; i++)
         if (more[i]() != ZS_OK)
             return ZS_ERR_ARG;

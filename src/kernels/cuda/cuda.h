@@ -194,6 +194,30 @@ zs_status zsk_cuda_embedding_backward(zs_dtype dt, const void *idx, bool i64,
 zs_status zsk_cuda_sum(zs_dtype dt, const void *x, int64_t O, int64_t R, int64_t K,
                        bool mean, void *out);
 
+/* ---- attention (attention.cu) ------------------------------------------ */
+
+/* kernels/cpu/attention.h's zsk_attn on the GPU: q [B, H, Tq, D], k and v
+ * [B, H, Tk, D] read through strides of (b, h, t) with unit stride in d;
+ * slopes: NULL or H ALiBi slopes in device memory. dt f32 or bf16;
+ * D <= 256. */
+typedef struct zsk_cuda_attn {
+    zs_dtype dt;
+    int64_t B, H, Tq, Tk, D;
+    const void *q, *k, *v;
+    int64_t sq[3], sk[3], sv[3];
+    float scale;
+    bool causal;
+    int64_t q_offset;
+    const double *slopes;
+} zsk_cuda_attn;
+/* o [B, H, Tq, D] contiguous of dt, lse [B, H, Tq] f32 (may be NULL). */
+zs_status zsk_cuda_attention_forward(const zsk_cuda_attn *a, void *o, float *lse);
+/* dq, dk, dv (contiguous, like q, k, v) from o, lse and dout (contiguous
+ * like o); delta: [B, H, Tq] f32 scratch. */
+zs_status zsk_cuda_attention_backward(const zsk_cuda_attn *a, const void *o,
+                                      const float *lse, const void *dout,
+                                      float *delta, void *dq, void *dk, void *dv);
+
 #ifdef __cplusplus
 }
 #endif
