@@ -35,8 +35,22 @@ static zs_status check_idx(const char *op, const zs_tensor *idx, int64_t hi,
     *count = r[2];
     if (r[0] < 0)
         return ZS_OK;
-    return zs_set_error("%s: index %lld at flat position %lld is out of range "
-                        "[0, %lld)", op, (long long)r[1], (long long)r[0],
+    if (!strcmp(op, "cross_entropy")) /* the CPU's messages (loss.c, embedding.c) */
+        return zs_set_error("cross_entropy: target %lld at index %lld is out of range "
+                            "[0, %lld) (ignore_index %lld)", (long long)r[1],
+                            (long long)r[0], (long long)hi, (long long)ignore);
+    char pos[160] = "[", *p = pos + 1;
+    int64_t rem = r[0], coord[ZS_MAX_DIMS];
+    for (int d = idx->ndim - 1; d >= 0; d--) {
+        coord[d] = idx->shape[d] ? rem % idx->shape[d] : 0;
+        rem = idx->shape[d] ? rem / idx->shape[d] : 0;
+    }
+    for (int d = 0; d < idx->ndim; d++)
+        p += snprintf(p, sizeof pos - (size_t)(p - pos), "%s%lld", d ? ", " : "",
+                      (long long)coord[d]);
+    snprintf(p, sizeof pos - (size_t)(p - pos), "]");
+    return zs_set_error("%s: index %lld at position %s (flat %lld) is out of range "
+                        "[0, %lld)", op, (long long)r[1], pos, (long long)r[0],
                         (long long)hi);
 }
 
