@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/optim.h"
 #include "ops/op.h"
+#include "zs/ops.h"
 
 /* Every binary descriptor (binary.c): the kernel's operation and, for the
  * scalar forms, the scalar (the tensor forms leave it 0). */
@@ -122,5 +123,31 @@ typedef struct embedding_backward_attrs {
     int64_t V; /* rows of the weight, the gradient's first dim */
 } embedding_backward_attrs;
 ZSI_ATTRS(embedding_backward_attrs);
+
+/* conv2d (conv.c): the params by value (zeros: defaults) */
+typedef struct conv_attrs {
+    zs_conv2d_params p;
+} conv_attrs;
+ZSI_ATTRS(conv_attrs);
+
+/* conv2d_backward (conv.c): the forward's params and the gradients wanted */
+typedef struct conv_bw_attrs {
+    zs_conv2d_params p;
+    bool gx, gw, gb;
+} conv_bw_attrs;
+ZSI_ATTRS(conv_bw_attrs);
+
+/* max_pool2d, avg_pool2d (pool.c): the params by value */
+typedef struct pool_attrs {
+    zs_pool2d_params p;
+} pool_attrs;
+ZSI_ATTRS(pool_attrs);
+
+/* their backward descriptors (pool.c): + the input's H and W */
+typedef struct pool_bw_attrs {
+    zs_pool2d_params p;
+    int64_t H, W;
+} pool_bw_attrs;
+ZSI_ATTRS(pool_bw_attrs);
 
 #endif

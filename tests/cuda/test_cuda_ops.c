@@ -1,7 +1,7 @@
 /*
  * test_cuda_ops.c - every CUDA kernel a GPT (gpt2, bloom) training step
- * runs (src/ops/cuda_*.c), forward and backward, against the CPU in
- * float64, and the step itself.
+ * or a LeNet step runs (src/ops/cuda_*.c), forward and backward, against
+ * the CPU in float64, and the steps themselves.
  *
  * Each case runs an operator (and, through autograd, its backward rule on
  * loss = sum(out * R), R random) twice: on the CPU in f64 from the inputs
@@ -373,6 +373,40 @@ static void test_attention(void)
     zt_section("attention (+ backward): causal, full, ALiBi, q_offset; deterministic");
 }
 
+static zs_tensor *f_conv(zs_tensor **in, const void *ctx)
+{
+    return zs_conv2d(in[0], in[1], in[2], ctx);
+}
+
+static zs_tensor *f_max_pool(zs_tensor **in, const void *ctx)
+{
+    return zs_max_pool2d(in[0], ctx);
+}
+
+static void test_conv(void)
+{
+    const bool g3[3] = {true, true, true}, g1[1] = {true};
+    zs_conv2d_params ps[] = {{.stride = {1, 1}},
+                             {.stride = {2, 1}, .padding = {1, 2}, .dilation = {1, 2}},
+                             {.padding = {1, 1}, .groups = 3}};
+    for (int i = 0; i < 3; i++) {
+        zs_tensor *in[3] = {zt_rand_strided(ZS_F32, 4, (int64_t[]){3, 6, 13, 11}, 80 + i),
+                            zt_rand(ZS_F32, 4, (int64_t[]){9, i == 2 ? 2 : 6, 5, 3}, 90 + i),
+                            zt_rand(ZS_F32, 1, (int64_t[]){9}, 100 + i)};
+        check("conv2d (+ backward: gx, gw, gb)", f_conv, &ps[i], 3, in, g3, ZS_F32, 80 + i);
+        release_all(in, 3);
+    }
+    zs_pool2d_params pp[] = {{.kernel = {2, 2}}, {.kernel = {3, 3}, .stride = {2, 2},
+                                                  .padding = {1, 1}}};
+    for (int i = 0; i < 2; i++) {
+        zs_tensor *x = zt_rand_strided(ZS_F32, 4, (int64_t[]){3, 5, 13, 11}, 110 + i);
+        check("max_pool2d (+ backward, overlapping windows)", f_max_pool, &pp[i], 1, &x,
+              g1, ZS_F32, 110 + i);
+        zs_release(x);
+    }
+    zt_section("conv2d (stride, padding, dilation, groups), max_pool2d (+ backward), f32");
+}
+
 /* ---- a GPT step --------------------------------------------------------- */
 
 #define STEPS 6
@@ -391,6 +425,20 @@ static zs_status tok_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **
     return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
 }
 
+/* Images: 4 random 1x28x28 inputs per batch and fixed labels; batches 0
+ * and 1 alternate. */
+static zs_status img_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
+{
+    (void)ctx;
+    index %= 2;
+    *x = zs_normal(ZS_F32, 4, (int64_t[]){4, 1, 28, 28}, 0, 1, 100 + (uint64_t)index);
+    int64_t lab[4];
+    for (int i = 0; i < 4; i++)
+        lab[i] = (index * 3 + i * 7) % 10;
+    *y = zs_from_data(ZS_I64, 1, (int64_t[]){4}, lab);
+    return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
+}
+
 typedef struct run {
     int n;
     double loss[STEPS];
@@ -404,11 +452,12 @@ static int record(void *ctx, const zs_train_event *e)
     return 0;
 }
 
-static run train(zs_gpt_arch arch, int dev, zs_dtype precision)
+/* arch < 0: LeNet with SGD */
+static run train(int arch, int dev, zs_dtype precision)
 {
     run r = {0};
-    zs_gpt_config g = {arch, 61, 16, 2, 2, 24};
-    zs_module *m = zs_gpt_new(&g, 7);
+    zs_gpt_config g = {arch < 0 ? ZS_GPT2 : (zs_gpt_arch)arch, 61, 16, 2, 2, 24};
+    zs_module *m = arch < 0 ? zs_cnn_new("lenet", 7) : zs_gpt_new(&g, 7);
     zs_trainer_config c = zs_trainer_defaults();
     c.steps = c.schedule.total_steps = STEPS;
     c.optim.lr = c.schedule.base_lr = 1e-2;
@@ -416,6 +465,12 @@ static run train(zs_gpt_arch arch, int dev, zs_dtype precision)
     c.clip = 0.5;
     c.accum = 2;
     c.batch = tok_batch;
+    if (arch < 0) {
+        c.accum = 1;
+        c.batch = img_batch;
+        c.loss = zs_classifier_loss;
+        c.optim = (zs_optim_config){ZS_SGD, 1e-2, 0.9, true, 1e-4, 0, 0, 0};
+    }
     c.on_step = record, c.on_step_ctx = &r;
     c.comm = NULL;
     c.device = dev;
@@ -429,7 +484,7 @@ static run train(zs_gpt_arch arch, int dev, zs_dtype precision)
     return r;
 }
 
-static void test_train(zs_gpt_arch arch, const char *name, zs_dtype precision)
+static void test_train(int arch, const char *name, zs_dtype precision)
 {
     zs_scope_push();
     run cpu = train(arch, ZS_CPU, precision), g1 = train(arch, GPU_DEV, precision);
@@ -461,9 +516,11 @@ int main(void)
     test_gemm();
     test_rows();
     test_attention();
+    test_conv();
     test_train(ZS_GPT2, "gpt2", ZS_F32);
     test_train(ZS_BLOOM, "bloom", ZS_F32);
     test_train(ZS_GPT2, "gpt2", ZS_BF16);
-    zt_section("GPT steps on cuda track the cpu; two cuda runs are identical");
+    test_train(-1, "lenet", ZS_F32);
+    zt_section("GPT and LeNet steps on cuda track the cpu; two cuda runs are identical");
     return zt_done();
 }

@@ -218,6 +218,39 @@ zs_status zsk_cuda_attention_backward(const zsk_cuda_attn *a, const void *o,
                                       const float *lse, const void *dout,
                                       float *delta, void *dq, void *dk, void *dv);
 
+/* ---- convolution and pooling (conv.cu), f32 --------------------------- */
+
+/* kernels/cpu/conv.h's zsk_conv2d_shape and pool.h's zsk_pool2d_shape. */
+typedef struct zsk_cuda_conv {
+    int64_t N, C, H, W, O, KH, KW, G, OH, OW;
+    int64_t sh, sw, ph, pw, dh, dw;
+} zsk_cuda_conv;
+typedef struct zsk_cuda_pool {
+    int64_t N, C, H, W, OH, OW;
+    int64_t kh, kw, sh, sw, ph, pw;
+} zsk_cuda_pool;
+/* Element strides of an [N, C, H, W] input. */
+typedef struct zsk_cuda_strides4 {
+    int64_t s[4];
+} zsk_cuda_strides4;
+/* y [N, O, OH, OW] = conv(x (strides xs), w [O, C/G, KH, KW]) + b (NULL:
+ * none); w, b, y contiguous. */
+zs_status zsk_cuda_conv2d(const zsk_cuda_conv *s, const float *x,
+                          const zsk_cuda_strides4 *xs, const float *w, const float *b,
+                          float *y);
+/* gx (contiguous like x), gw (like w), gb [O] from g (contiguous), each
+ * NULL when not wanted. */
+zs_status zsk_cuda_conv2d_backward(const zsk_cuda_conv *s, const float *x,
+                                   const zsk_cuda_strides4 *xs, const float *w,
+                                   const float *g, float *gx, float *gw, float *gb);
+/* y [N, C, OH, OW] = window maxima of x; idx (NULL: not wanted) = flat
+ * argmax ih W + iw in its plane (first on ties, a NaN wins). */
+zs_status zsk_cuda_max_pool2d(const zsk_cuda_pool *s, const float *x,
+                              const zsk_cuda_strides4 *xs, float *y, int64_t *idx);
+/* gx [N, C, H, W] = the gradients g of the windows whose argmax it is. */
+zs_status zsk_cuda_max_pool2d_backward(const zsk_cuda_pool *s, const float *g,
+                                       const int64_t *idx, float *gx);
+
 #ifdef __cplusplus
 }
 #endif
