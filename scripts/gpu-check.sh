@@ -6,7 +6,7 @@
 #       here, on the Debian 12 development machine (network): downloads
 #       the .debs the GPU machine lacks (cJSON, libmicrohttpd, pkgconf)
 #       into build-gpu-debs/, which build*/ keeps out of git.
-#   scripts/gpu-check.sh [--jobs N] [--robust-runs N] [--skip-suite]
+#   scripts/gpu-check.sh [--jobs N] [--robust-runs N] [--skip-suite] [--cuda-only]
 #       there (Ubuntu 24.04, 16 cores, no cJSON, libmicrohttpd or MPI
 #       headers), from the repository root, with build-gpu-debs carried:
 #         run(command="bash scripts/gpu-check.sh", carry=["build-gpu-debs"])
@@ -19,7 +19,8 @@
 #          whole ctest suite with the default thread count (ZS_NUM_THREADS
 #          unset: one per core), N tests at a time (--jobs, default 4);
 #       3. runs test_serve_robust 10 times in a row (--robust-runs);
-#       4. the CUDA part (marked below; the CUDA issue adds it);
+#       4. the CUDA tests, memcheck, sysinfo and a short GPT run on cuda
+#          (step 4 below; --cuda-only skips steps 2 and 3);
 #       and prints a summary. Logs go to $OUT when it is set (the device
 #       tool brings back what is there), else to build-gpu-cpu/logs.
 # Exit status 0 when everything passed.
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
     --jobs) jobs=$2; shift ;;
     --robust-runs) runs=$2; shift ;;
     --skip-suite) suite=0 ;;
+    --cuda-only) suite=0 runs=0 ;;
     *) echo "gpu-check: unknown argument $1 (see the head of this script)" >&2; exit 2 ;;
   esac
   shift
@@ -128,10 +130,68 @@ say "test_serve_robust: $pass of $runs runs passed"
 [ "$pass" = "$runs" ] || status=1
 
 # ---- 4. CUDA ------------------------------------------------------------------
-# ==== CUDA PART: to be written by the CUDA issue (build with CUDA, run the
-# ==== device tests and benchmarks here; add its result to the summary and
-# ==== to $status). Nothing below this line runs CUDA yet.
-say "cuda: not checked here yet (the CUDA issue adds it to scripts/gpu-check.sh)"
+# The build above compiles the CUDA backend whenever nvcc is found (ZS_CUDA
+# AUTO); here, with the GPU present, its tests run instead of skipping:
+#   a. test_cuda (device, allocator, pointwise, optimizer) and test_cuda_ops
+#      (every kernel of a GPT step against the f64 CPU reference, bad
+#      indices, determinism, GPT f32/bf16 steps against the CPU) - both are
+#      also in the suite of step 2, run again here for their own logs;
+#   b. compute-sanitizer memcheck on test_cuda_ops (bounded by a timeout:
+#      the GPT steps are slow under it; a timeout is reported, not failed);
+#   c. zs sysinfo (the GPU line);
+#   d. zs train gpt --preset tiny, 30 steps on cuda and on the cpu from a
+#      corpus made of the repository's docs (the Bible need not be there),
+#      the losses of both printed side by side.
+# --cuda-only skips steps 2 and 3 (the suite and the robust runs) to save
+# device time. Budget: about 2 min of tests, 2 min of memcheck, 1 min of
+# training beside the build.
+if ! grep -q '^ZS_HAVE_CUDA:INTERNAL=ON' "$bin/CMakeCache.txt" 2>/dev/null &&
+   ! grep -q 'CUDA backend: on' "$logs/build.log"; then
+  say "cuda: the build has no CUDA backend (no nvcc?): not checked"
+  status=1
+else
+  cuda_row() { printf '  %-34s %s\n' "$1" "$2" | tee -a "$summary"; }
+  say "cuda:"
+  for t in test_cuda test_cuda_ops; do
+    t0=$(date +%s)
+    (cd "$bin" && timeout 600 "./$t") >"$logs/$t.log" 2>&1
+    rc=$?
+    res=$(tail -1 "$logs/$t.log")
+    if [ "$rc" = 77 ]; then cuda_row "$t" "SKIPPED ($res)"; status=1; continue; fi
+    [ "$rc" = 0 ] && cuda_row "$t" "ok ($res, $(( $(date +%s) - t0 )) s)" ||
+      { cuda_row "$t" "FAILED (exit $rc: $res)"; grep -m8 '^FAIL' "$logs/$t.log" |
+          cut -c1-300 | sed 's/^/    /' | tee -a "$summary"; status=1; }
+  done
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ -x "$san" ]; then
+    t0=$(date +%s)
+    (cd "$bin" && timeout 240 "$san" --tool memcheck --error-exitcode 9 ./test_cuda_ops) \
+      >"$logs/memcheck.log" 2>&1
+    rc=$?
+    errs=$(grep -m1 'ERROR SUMMARY' "$logs/memcheck.log")
+    case $rc in
+      0) cuda_row "memcheck test_cuda_ops" "clean ($errs, $(( $(date +%s) - t0 )) s)" ;;
+      124) cuda_row "memcheck test_cuda_ops" "timed out after 240 s (${errs:-no summary}; see memcheck.log)" ;;
+      *) cuda_row "memcheck test_cuda_ops" "FAILED (exit $rc: $errs)"; status=1 ;;
+    esac
+  else
+    cuda_row "memcheck test_cuda_ops" "no compute-sanitizer"
+  fi
+  "$bin/zs" sysinfo >"$logs/sysinfo.log" 2>&1
+  cuda_row "zs sysinfo" "$(grep -m1 '^gpu' "$logs/sysinfo.log" | cut -c16-)"
+  cat README.md docs/*.md >"$logs/corpus.txt" 2>/dev/null
+  for dev in cuda cpu; do
+    t0=$(date +%s)
+    timeout 300 "$bin/zs" train gpt --device "$dev" --preset tiny --vocab 512 --steps 30 \
+      --warmup 5 --eval-every 1000 --data "$logs/corpus.txt" --out "$bin/runs-gpt-$dev" \
+      >"$logs/train-gpt-$dev.log" 2>&1
+    rc=$?
+    last=$(grep -iE 'loss' "$logs/train-gpt-$dev.log" | tail -1 | cut -c1-120)
+    [ "$rc" = 0 ] && cuda_row "zs train gpt tiny, 30 steps, $dev" "ok ($(( $(date +%s) - t0 )) s; $last)" ||
+      { cuda_row "zs train gpt tiny, 30 steps, $dev" "FAILED (exit $rc; $(tail -1 "$logs/train-gpt-$dev.log" | cut -c1-200))";
+        [ "$dev" = cuda ] && status=1; }
+  done
+fi
 
 say "gpu-check: $([ "$status" = 0 ] && echo "everything passed" || echo "FAILURES (above)")"
 exit "$status"

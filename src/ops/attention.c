@@ -34,16 +34,11 @@
 #include "kernels/cpu/attention.h"
 #include "ops/internal.h"
 #include "zs/attention.h"
+#include "ops/attrs.h"
 
 static zs_status attention_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 /* The attributes of attention and attention_backward. */
-typedef struct attention_attrs {
-    double scale;     /* 0: 1/sqrt(D) */
-    int64_t q_offset; /* absolute position of query row 0 */
-    bool causal, alibi;
-} attention_attrs;
-ZSI_ATTRS(attention_attrs);
 
 void zs_alibi_slopes(int64_t H, double *slopes)
 {

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/optim.h"
 #include "ops/op.h"
+#include "zs/ops.h"
 
 /* Every binary descriptor (binary.c): the kernel's operation and, for the
  * scalar forms, the scalar (the tensor forms leave it 0). */
@@ -45,5 +46,108 @@ typedef struct adam_update_attrs {
     zsk_adam_args a; /* AdamW: a.decoupled, a.decay = 1 - lr * wd */
 } adam_update_attrs;
 ZSI_ATTRS(adam_update_attrs);
+
+/* copy and to_dtype (views.c): the dtype of the copy */
+typedef struct copy_attrs {
+    int64_t dtype; /* zs_dtype */
+} copy_attrs;
+ZSI_ATTRS(copy_attrs);
+
+/* slice_backward (views.c) */
+typedef struct slice_bw_attrs {
+    int64_t ndim, shape[ZS_MAX_DIMS]; /* the sliced input's */
+    int64_t dim, start, step;         /* normalised dim, clamped start */
+} slice_bw_attrs;
+ZSI_ATTRS(slice_bw_attrs);
+
+/* every unary descriptor and unary_deriv (unary.c) */
+typedef struct unary_attrs {
+    double p0, p1;  /* pow: p0 = exponent; clamp: p0 = lo, p1 = hi */
+    int64_t kernel; /* zsk_unop */
+    int64_t deriv;  /* zsk_unop of the derivative, for mask_bw */
+} unary_attrs;
+ZSI_ATTRS(unary_attrs);
+
+/* sum and mean (reduce.c) */
+typedef struct reduce_attrs {
+    int64_t mask; /* bit d: axis d is reduced */
+    bool keepdim;
+} reduce_attrs;
+ZSI_ATTRS(reduce_attrs);
+
+/* linear, linear_gelu, linear_residual (linear.c) */
+typedef enum lin_kind { LIN_PLAIN, LIN_GELU, LIN_RESIDUAL } lin_kind;
+typedef struct linear_attrs {
+    int64_t kind; /* lin_kind */
+    int64_t bias; /* the input index of b; -1: none */
+    int64_t res;  /* the input index of r; -1: none */
+} linear_attrs;
+ZSI_ATTRS(linear_attrs);
+
+/* matmul (matmul.c) */
+typedef struct matmul_attrs {
+    bool trans_a, trans_b;
+} matmul_attrs;
+ZSI_ATTRS(matmul_attrs);
+
+/* attention and attention_backward (attention.c) */
+typedef struct attention_attrs {
+    double scale;     /* 0: 1/sqrt(D) */
+    int64_t q_offset; /* absolute position of query row 0 */
+    bool causal, alibi;
+} attention_attrs;
+ZSI_ATTRS(attention_attrs);
+
+/* layer_norm and layer_norm_backward (norm.c). Bits of `want` (also
+ * batch_norm_backward's): the results the backward descriptors are asked
+ * for. */
+enum { WANT_GX = 1, WANT_GW = 2, WANT_GB = 4 };
+typedef struct layer_norm_attrs {
+    double eps;
+    int64_t weight, bias; /* input slots of the forward, -1 when absent */
+    int64_t want;         /* layer_norm_backward: WANT_* bits */
+    /* layer_norm_backward: the dtype of gw and gb (the forward's weight
+     * and bias) + 1; 0: x's dtype */
+    int64_t pdt1;
+} layer_norm_attrs;
+ZSI_ATTRS(layer_norm_attrs);
+
+/* cross_entropy and cross_entropy_backward (loss.c) */
+typedef struct cross_entropy_attrs {
+    int64_t ignore_index; /* rows with this target count for nothing */
+} cross_entropy_attrs;
+ZSI_ATTRS(cross_entropy_attrs);
+
+/* embedding_backward (embedding.c): V, the weight's rows */
+typedef struct embedding_backward_attrs {
+    int64_t V; /* rows of the weight, the gradient's first dim */
+} embedding_backward_attrs;
+ZSI_ATTRS(embedding_backward_attrs);
+
+/* conv2d (conv.c): the params by value (zeros: defaults) */
+typedef struct conv_attrs {
+    zs_conv2d_params p;
+} conv_attrs;
+ZSI_ATTRS(conv_attrs);
+
+/* conv2d_backward (conv.c): the forward's params and the gradients wanted */
+typedef struct conv_bw_attrs {
+    zs_conv2d_params p;
+    bool gx, gw, gb;
+} conv_bw_attrs;
+ZSI_ATTRS(conv_bw_attrs);
+
+/* max_pool2d, avg_pool2d (pool.c): the params by value */
+typedef struct pool_attrs {
+    zs_pool2d_params p;
+} pool_attrs;
+ZSI_ATTRS(pool_attrs);
+
+/* their backward descriptors (pool.c): + the input's H and W */
+typedef struct pool_bw_attrs {
+    zs_pool2d_params p;
+    int64_t H, W;
+} pool_bw_attrs;
+ZSI_ATTRS(pool_bw_attrs);
 
 #endif

@@ -25,15 +25,12 @@
 
 #include "kernels/cpu/conv.h"
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
 static zs_status conv2d_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 /* The attributes: the params by value (zeros: the defaults, stride 1, no
  * padding, dilation 1, one group). */
-typedef struct conv_attrs {
-    zs_conv2d_params p;
-} conv_attrs;
-ZSI_ATTRS(conv_attrs);
 
 /* Reads p into s's stride/padding/dilation/groups (0 means 1 for stride,
  * dilation and groups); fails with a message naming op. */
@@ -205,11 +202,6 @@ zs_tensor *zs_conv2d(zs_tensor *x, zs_tensor *w, zs_tensor *bias,
  * 1 to 3 results, zsi_run_n). Attributes: the forward's params and which
  * gradients are wanted. x is read only for gw, w only for gx. Not
  * differentiable. */
-typedef struct conv_bw_attrs {
-    zs_conv2d_params p;
-    bool gx, gw, gb;
-} conv_bw_attrs;
-ZSI_ATTRS(conv_bw_attrs);
 
 static zs_status infer_conv_bw(zsi_call *c)
 {

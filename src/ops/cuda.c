@@ -4,10 +4,17 @@
  * so the operators users call are the same on both devices (device
  * dispatch, not a second API).
  *
- * Kernels installed so far (each a thin adapter from a zsi_call to a
- * kernels/cuda launch): add, sub, mul, div (f32, bf16; broadcasting
+ * Kernels installed (each a thin adapter from a zsi_call to a
+ * kernels/cuda launch): here add, sub, mul, div (f32, bf16; broadcasting
  * strides), fill_ (f32, bf16, f16), scale_ (f32, bf16), axpy_,
- * sgd_update, adam_update and sum_squares (f32). An operator without a
+ * sgd_update, adam_update and sum_squares (f32); in cuda_copy.c copy,
+ * to_dtype, copy_, slice_backward (every dtype, converting), add_scalar,
+ * mul_scalar, neg and the unary operators with unary_deriv (f32, bf16);
+ * in cuda_gemm.c matmul and the linears (cuBLASLt); in cuda_rows.c
+ * layer_norm, cross_entropy, embedding (+ backward), sum, mean; in
+ * cuda_attention.c attention (+ backward); in cuda_conv.c conv2d and
+ * max_pool2d (+ backward, f32): every operator a GPT (gpt2, bloom) or
+ * LeNet training step runs (tests/cuda/test_cuda_ops.c). An operator without a
  * CUDA kernel is refused by the driver with a message naming the
  * operator, the device and the dtype. The in-place kernels need
  * contiguous tensors (the flat buffers of the trainer are).
@@ -26,6 +33,7 @@
 #include "kernels/cpu/iter.h"
 #include "kernels/cuda/cuda.h"
 #include "ops/attrs.h"
+#include "ops/cuda_internal.h"
 
 static zs_status need_contig(const char *op, const zs_tensor *t)
 {
@@ -128,6 +136,12 @@ static zs_status install(void)
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (zsi_op_set_kernel(k[i].def, ZS_CUDA, k[i].dt, k[i].fn) != ZS_OK)
+            return ZS_ERR_ARG;
+    zs_status (*more[])(void) = {zsi_cuda_install_copy, zsi_cuda_install_gemm,
+                                  zsi_cuda_install_rows, zsi_cuda_install_attention,
+                                  zsi_cuda_install_conv};
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++)
+        if (more[i]() != ZS_OK)
             return ZS_ERR_ARG;
     return ZS_OK;
 }

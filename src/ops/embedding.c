@@ -25,15 +25,12 @@
 
 #include "kernels/cpu/lowp.h"
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
 static zs_status embedding_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 /* The attributes of embedding_backward (the forward has none: V is the
  * weight's first dim). */
-typedef struct embedding_backward_attrs {
-    int64_t V; /* rows of the weight, the gradient's first dim */
-} embedding_backward_attrs;
-ZSI_ATTRS(embedding_backward_attrs);
 
 /* ---- kernels ----------------------------------------------------------- */
 

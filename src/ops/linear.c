@@ -27,8 +27,8 @@
 #include "kernels/cpu/gemm_lowp.h"
 #include "kernels/cpu/unary.h"
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
-typedef enum lin_kind { LIN_PLAIN, LIN_GELU, LIN_RESIDUAL } lin_kind;
 
 static zs_status linear_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
@@ -236,12 +236,6 @@ static zs_status run_f64(lin_kind kind, zs_tensor *x, zs_tensor *w,
 /* Inputs x, w, then b and r when given. Saved: 0 x, 1 w, 2 h (GeLU's
  * pre-activation: the kernel's aux 0, made only when a node is recorded;
  * f32 for bf16). */
-typedef struct linear_attrs {
-    int64_t kind; /* lin_kind */
-    int64_t bias; /* the input index of b; -1: none */
-    int64_t res;  /* the input index of r; -1: none */
-} linear_attrs;
-ZSI_ATTRS(linear_attrs);
 
 static lin_kind kind_of(const zsi_call *c)
 {

@@ -33,15 +33,12 @@
 #include "kernels/cpu/reduce_ext.h"
 #include "kernels/cpu/softmax.h"
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
 static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status mse_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 /* The attributes of cross_entropy and cross_entropy_backward. */
-typedef struct cross_entropy_attrs {
-    int64_t ignore_index; /* rows with this target count for nothing */
-} cross_entropy_attrs;
-ZSI_ATTRS(cross_entropy_attrs);
 
 /* ---- cross entropy ----------------------------------------------------- */
 

@@ -23,6 +23,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_lowp.h"
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
 static zs_status matmul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
@@ -197,10 +198,6 @@ static zs_status check_shapes(const zs_tensor *a, const zs_tensor *b, bool ta,
 }
 
 /* Attributes: op(a) = a^T when trans_a, op(b) = b^T when trans_b. */
-typedef struct matmul_attrs {
-    bool trans_a, trans_b;
-} matmul_attrs;
-ZSI_ATTRS(matmul_attrs);
 
 static zs_status infer_matmul(zsi_call *c)
 {

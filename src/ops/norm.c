@@ -42,23 +42,13 @@
 #include "kernels/cpu/lowp.h"
 #include "kernels/cpu/norm.h"
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
 static zs_status layer_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status batch_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
-/* Bits of `want`: the results the backward descriptors are asked for. */
-enum { WANT_GX = 1, WANT_GW = 2, WANT_GB = 4 };
 
 /* The attributes of layer_norm and layer_norm_backward. */
-typedef struct layer_norm_attrs {
-    double eps;
-    int64_t weight, bias; /* input slots of the forward, -1 when absent */
-    int64_t want;         /* layer_norm_backward: WANT_* bits */
-    /* layer_norm_backward: the dtype of gw and gb (the forward's weight
-     * and bias) + 1; 0: x's dtype */
-    int64_t pdt1;
-} layer_norm_attrs;
-ZSI_ATTRS(layer_norm_attrs);
 
 /* The attributes of batch_norm and batch_norm_backward. */
 typedef struct batch_norm_attrs {

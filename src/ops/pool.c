@@ -20,24 +20,16 @@
 
 #include "kernels/cpu/pool.h"
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
 static zs_status max_pool_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status avg_pool_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
 /* Attributes of both operators: the params by value. Saved: 0 the argmax
  * indices (max_pool2d). */
-typedef struct pool_attrs {
-    zs_pool2d_params p;
-} pool_attrs;
-ZSI_ATTRS(pool_attrs);
 
 /* Attributes of the backward descriptors: the forward's, and the input's
  * height and width (the gradient's shape, [N, C, H, W]). */
-typedef struct pool_bw_attrs {
-    zs_pool2d_params p;
-    int64_t H, W;
-} pool_bw_attrs;
-ZSI_ATTRS(pool_bw_attrs);
 
 /* The geometry of a pooling of [N, C, H, W] with params p (s's N, C, H, W
  * are set by the caller); fails with a message naming op. */

@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/lowp.h"
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
 static zs_status sum_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 
@@ -123,11 +124,6 @@ zs_status zsi_reduce_plan_make(zs_tensor *a, int64_t mask, zsi_reduce_plan *p)
 
 /* ---- sum, mean --------------------------------------------------------- */
 
-typedef struct reduce_attrs {
-    int64_t mask; /* bit d: axis d is reduced */
-    bool keepdim;
-} reduce_attrs;
-ZSI_ATTRS(reduce_attrs);
 
 static zs_status infer_sum(zsi_call *c)
 {

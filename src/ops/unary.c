@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/unary.h"
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
 static zs_status neg_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status exp_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -44,12 +45,6 @@ static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
  * kernel and its parameters, and the derivative kernel mask_bw multiplies
  * by (relu, gelu, silu, abs, clamp; unary_deriv's own call runs it as its
  * kernel). */
-typedef struct unary_attrs {
-    double p0, p1;  /* pow: p0 = exponent; clamp: p0 = lo, p1 = hi */
-    int64_t kernel; /* zsk_unop */
-    int64_t deriv;  /* zsk_unop of the derivative, for mask_bw */
-} unary_attrs;
-ZSI_ATTRS(unary_attrs);
 
 /* ---- forward ----------------------------------------------------------- */
 

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "ops/internal.h"
+#include "ops/attrs.h"
 
 static zs_status reshape_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 static zs_status permute_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -318,11 +319,6 @@ zs_tensor *zs_slice(zs_tensor *t, int dim, int64_t start, int64_t end,
 /* slice_backward: g (the gradient of a slice, any layout) -> gx of the
  * sliced input's shape, zeros except g at the slice's positions. Not
  * differentiable. Cost: g read, gx written (zeros, then g's block). */
-typedef struct slice_bw_attrs {
-    int64_t ndim, shape[ZS_MAX_DIMS]; /* the sliced input's */
-    int64_t dim, start, step;         /* normalised dim, clamped start */
-} slice_bw_attrs;
-ZSI_ATTRS(slice_bw_attrs);
 
 static zs_status infer_slice_bw(zsi_call *c)
 {
@@ -571,10 +567,6 @@ zs_tensor *zs_flatten(zs_tensor *t, int start_dim, int end_dim)
 
 /* copy and to_dtype: the dtype of the copy (to_dtype; copy has no
  * parameter and is called with none, zeros, which it does not read). */
-typedef struct copy_attrs {
-    int64_t dtype; /* zs_dtype */
-} copy_attrs;
-ZSI_ATTRS(copy_attrs);
 
 static zs_status infer_copy(zsi_call *c)
 {

@@ -161,6 +161,32 @@ __global__ void sumsq_final(const double *acc, double *out)
         *out = (acc ? *acc : 0.0) + s;
 }
 
+
+/* linear's epilogue: one thread per element of [M, N] */
+template <typename TB, typename TO>
+__global__ void linear_epilogue_kernel(int64_t M, int64_t N, const float *acc,
+                                       const TB *bias, bool gelu, float *h,
+                                       const TO *r, TO *out)
+{
+    int64_t n = M * N;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = acc[i];
+        if (bias)
+            v += load(bias, i % N);
+        if (h)
+            h[i] = v;
+        if (gelu) { /* kernels/cpu/unary.c's tanh form, in double */
+            double x = v, u = 1.5957691216057308 * (x + 0.044715 * x * x * x);
+            double s = u >= 0 ? 1.0 / (1.0 + exp(-u)) : exp(u) / (1.0 + exp(u));
+            v = (float)(x * s);
+        } else if (r) {
+            v += load(r, i);
+        }
+        store(out, i, v);
+    }
+}
+
 zs_status launched(const char *what) { return zsk_cuda_check(what); }
 
 cudaStream_t stream() { return (cudaStream_t)zsk_cuda_stream(); }
@@ -249,4 +275,35 @@ extern "C" zs_status zsk_cuda_sum_squares(const float *x, int64_t n,
     sumsq_partial<<<kSumBlocks, kThreads, 0, stream()>>>(x, n);
     sumsq_final<<<1, kThreads, 0, stream()>>>(acc, out);
     return launched("sum_squares");
+}
+
+extern "C" zs_status zsk_cuda_linear_epilogue(int64_t M, int64_t N, const float *acc,
+                                              zs_dtype bias_dt, const void *bias,
+                                              bool gelu, float *h, const void *r,
+                                              zs_dtype out_dt, void *out)
+{
+    if (M * N == 0)
+        return ZS_OK;
+    if ((out_dt != ZS_F32 && out_dt != ZS_BF16) ||
+        (bias && bias_dt != ZS_F32 && bias_dt != ZS_BF16))
+        return zs_set_error("cuda linear epilogue: dtypes %s / %s have no kernel",
+                            zs_dtype_name(out_dt), zs_dtype_name(bias_dt));
+    int g = blocks_for(M * N);
+    bool bb = bias && bias_dt == ZS_BF16;
+    if (out_dt == ZS_F32 && !bb)
+        linear_epilogue_kernel<<<g, kThreads, 0, stream()>>>(
+            M, N, acc, (const float *)bias, gelu, h, (const float *)r, (float *)out);
+    else if (out_dt == ZS_F32)
+        linear_epilogue_kernel<<<g, kThreads, 0, stream()>>>(
+            M, N, acc, (const __nv_bfloat16 *)bias, gelu, h, (const float *)r,
+            (float *)out);
+    else if (!bb)
+        linear_epilogue_kernel<<<g, kThreads, 0, stream()>>>(
+            M, N, acc, (const float *)bias, gelu, h, (const __nv_bfloat16 *)r,
+            (__nv_bfloat16 *)out);
+    else
+        linear_epilogue_kernel<<<g, kThreads, 0, stream()>>>(
+            M, N, acc, (const __nv_bfloat16 *)bias, gelu, h,
+            (const __nv_bfloat16 *)r, (__nv_bfloat16 *)out);
+    return launched("linear epilogue");
 }
