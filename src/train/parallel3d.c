@@ -136,11 +136,24 @@ zs_status zsi_par_setup(zs_trainer *t)
     return ZS_OK;
 }
 
+/* Whether a group of the grid failed (a timeout or a transport error). */
+static bool grid_broken(const zsi_par *p)
+{
+    const zs_grid *g = p->grid;
+    return g && (zs_comm_is_broken(g->tp) || zs_comm_is_broken(g->pp) ||
+                 zs_comm_is_broken(g->dp) || zs_comm_is_broken(p->emb));
+}
+
 void zsi_par_free(zs_trainer *t)
 {
     zsi_par *p = t->par;
     if (!p)
         return;
+    /* A group that timed out leaves transfers with a dead or hung rank
+     * pending, on which MPI_Finalize would hang: the job ends here, the
+     * message (naming the rank, zsi_par_gradients) printed. */
+    if (grid_broken(p))
+        zs_dist_abort(1);
     zs_pipe_free(p->pipe);
     zs_comm_free(p->emb);
     zsi_pgpt_free(p->pg);
@@ -339,6 +352,27 @@ static zs_status complete_grads(zs_trainer *t)
     return st;
 }
 
+/* The error in hand, with this rank's place and its groups' world ranks
+ * (a communicator's messages give ranks within the group). */
+static void name_groups(const zsi_par *p)
+{
+    char grp[3][160], err[512];
+    const zs_grid_axis ax[3] = {ZS_GRID_DP, ZS_GRID_TP, ZS_GRID_PP};
+    const zs_grid_dims d = p->grid->dims;
+    int *ranks = malloc((size_t)(d.dp * d.tp * d.pp) * sizeof *ranks);
+    snprintf(err, sizeof err, "%s", zs_last_error());
+    for (int a = 0; a < 3; a++) {
+        int n = ranks ? zs_grid_group(d, ax[a], p->grid->rank, ranks) : 0, k = 0;
+        grp[a][0] = '\0';
+        for (int i = 0; i < n && i < 16; i++)
+            k += snprintf(grp[a] + k, sizeof grp[a] - (size_t)k, i ? " %d" : "%d", ranks[i]);
+    }
+    free(ranks);
+    zs_set_error_code(ZS_ERR_IO, "%s (world rank %d: its dp group is world ranks [%s], "
+                      "tp [%s], pp [%s], in group-rank order)", err, p->grid->rank,
+                      grp[0], grp[1], grp[2]);
+}
+
 zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
 {
     zsi_par *p = t->par;
@@ -366,6 +400,8 @@ zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
     if (l && st == ZS_OK && t->size > 1)
         st = zs_comm_allreduce(t->comm, l, true, ZS_ALLREDUCE_MPI);
     t->prof.comm_s += zsi_train_now() - t0;
+    if (st != ZS_OK && grid_broken(p))
+        name_groups(p);
     *loss = l && st == ZS_OK ? zs_item(l) : NAN;
     zs_release(l);
     return l ? st : st != ZS_OK ? st : ZS_ERR_NOMEM;

@@ -120,4 +120,30 @@ refused 2 "expected 2 counts" --pp 2 --pp-layers 1,x
 refused 1 "need tp or pp > 1" --sequence-parallel
 refused 2 "ZeRO 0 or 1" --tp 2 --zero 2
 refused 2 "divisible by the 1 data-parallel ranks times --micro-batches" --pp 2 --micro-batches 3
+
+# A hung rank (kill -STOP) in a tp 2 x pp 2 job: the others' transfers time
+# out (--comm-timeout 2), the job ends well within 60 s, and the message
+# names the waiting rank's groups in world ranks.
+run="$tmp/hung"
+"${mpi[@]}" -np 4 "$zs" train gpt "${common[@]}" --steps 1000000 --eval-every 50 \
+    --comm-timeout 2 --tp 2 --pp 2 --micro-batches 2 --out "$run" >"$run.log" 2>&1 &
+job=$!
+for _ in $(seq 1 300); do [ -s "$run/metrics.jsonl" ] && break; sleep 0.2; done
+victim=$(pgrep -f "train gpt.*$run" | grep -v "^$job$" | tail -1)
+if [ -n "$victim" ]; then
+  start=$(date +%s)
+  kill -STOP "$victim"
+  for _ in $(seq 1 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+  kill -9 $job 2>/dev/null
+  wait $job; rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ $rc -ne 0 ] && [ $took -le 60 ] && grep -q "timed out.*its dp group is world ranks" "$run.log"; then
+    echo "ok hung rank: job ended in ${took} s, exit $rc: $(grep -m1 "timed out" "$run.log")"
+  else
+    echo "FAIL hung rank: exit $rc after ${took} s"; tail -5 "$run.log"; fail=1
+  fi
+  for pid in $(pgrep -f "train gpt.*$run"); do kill -9 "$pid" 2>/dev/null; done
+else
+  echo "FAIL hung rank: no rank process found"; cat "$run.log"; fail=1
+fi
 exit $fail
