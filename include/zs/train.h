@@ -267,6 +267,12 @@ typedef struct zs_train_profile {
     int buckets;                  /* data parallel: gradient buckets, and */
     double buckets_early;         /* the fraction started during backward
                                    * (last step) */
+    /* model parallelism, summed over the steps: this rank's pipeline
+     * compute (forward and backward of its stage) and the wall time of the
+     * schedule (compute + waiting: the bubble is wall / busy - 1); bytes
+     * its pipe sent (activations and their gradients) in the last step */
+    double pp_busy_s, pp_wall_s;
+    int64_t pp_bytes;
 } zs_train_profile;
 void zs_trainer_profile(const zs_trainer *t, zs_train_profile *p);
 void zs_trainer_profile_reset(zs_trainer *t);

@@ -164,6 +164,19 @@ void zsi_par_free(zs_trainer *t)
 }
 
 zs_module *zsi_par_full(zs_trainer *t) { return t->par->full; }
+
+void zsi_par_profile(const zs_trainer *t, zs_train_profile *pr)
+{
+    const zsi_par *p = t->par;
+    pr->pp_busy_s = p->busy_s;
+    pr->pp_wall_s = p->wall_s;
+    pr->pp_bytes = p->pipe_bytes;
+}
+
+void zsi_par_profile_reset(zs_trainer *t)
+{
+    t->par->busy_s = t->par->wall_s = 0;
+}
 zs_tensor *zsi_par_full_flat(zs_trainer *t) { return t->par->full_fp; }
 
 void zsi_par_log_setup(const zs_trainer *t)

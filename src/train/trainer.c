@@ -268,11 +268,18 @@ void zs_trainer_profile(const zs_trainer *t, zs_train_profile *p)
         p->buckets = ds.buckets;
         p->buckets_early = ds.buckets ? (double)ds.started_in_backward / ds.buckets : 0;
     }
+    if (t->par)
+        zsi_par_profile(t, p);
     p->norm_bytes = t->c.clip > 0 ? 4 * n : 0;
     p->update_bytes = t->o ? 4 * n * (3 + 2 * states) : 0;
 }
 
-void zs_trainer_profile_reset(zs_trainer *t) { memset(&t->prof, 0, sizeof t->prof); }
+void zs_trainer_profile_reset(zs_trainer *t)
+{
+    memset(&t->prof, 0, sizeof t->prof);
+    if (t->par)
+        zsi_par_profile_reset(t);
+}
 
 void zsi_train_my_rows(zs_tensor **x, zs_tensor **y, int part, int parts)
 {
