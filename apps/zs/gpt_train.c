@@ -25,12 +25,15 @@
 typedef struct gpt_cfg {
     zs_trainer_config t;
     const char *preset, *data, *out, *device;
-    int64_t vocab, batch, seq, warmup;
+    int64_t vocab, batch, seq, warmup, layers;
     double minutes, bucket_mb, comm_timeout;
     uint64_t seed;
     int threads, dp, sync, arch, algo, optim, precision;
     bool resume;
     int recompute, attention;           /* none|full|selective, dense|sparse */
+    int pp_schedule;                    /* gpipe|1f1b */
+    const char *pp_layers;              /* "a,b,..." */
+    int64_t pp_split[256];
     int64_t recompute_layers;
     zs_sparse_params sparse;            /* --sparse-block, --local, ... */
 } gpt_cfg;
@@ -49,6 +52,7 @@ static void usage(FILE *f)
             "usage: zs train gpt [flags]\n"
             "  --preset NAME     tiny | small | gpt2 (default small)\n"
             "  --arch NAME       gpt2 | bloom (default gpt2)\n"
+            "  --layers N        blocks (default: the preset's)\n"
             "  --data FILE       text corpus (default: the King James Bible)\n"
             "  --vocab N         BPE vocabulary size to train (default 4096)\n"
             "  --batch N         sequences per micro-batch (default 8)\n"
@@ -96,6 +100,14 @@ static void usage(FILE *f)
             "  --staleness N     ssp: most gradients a worker may run ahead (default 2)\n"
             "  --device NAME     cpu (default), or test: the test device (host memory\n"
             "                    the host may not touch, running the CPU kernels)\n"
+            "Model parallelism under mpirun (-np = dp x tp x pp; tp fastest):\n"
+            "  --tp N            tensor parallel: attention by heads, MLP column then\n"
+            "                    row, vocabulary-parallel embedding and loss (default 1)\n"
+            "  --pp N            pipeline stages (default 1)\n"
+            "  --pp-layers LIST  blocks per stage, e.g. 1,3 (default: even)\n"
+            "  --micro-batches M micro-batches per step and dp rank (default 1)\n"
+            "  --pp-schedule S   gpipe (default) | 1f1b\n"
+            "  --sequence-parallel  norms on sequence shards (tp > 1)\n"
             "Memory and compute:\n"
             "  --recompute MODE  none (default) | full: recompute each block in backward,\n"
             "                    keeping its input only | selective: recompute the\n"
@@ -107,6 +119,29 @@ static void usage(FILE *f)
             "  --global G        sparse: first blocks seen by and seeing all (default 1)\n"
             "  --random R        sparse: random key blocks per query block (default 1,\n"
             "                    drawn from --seed)\n");
+}
+
+/* --pp-layers "a,b,...": one count per stage into c->pp_split; false
+ * (printed) when malformed or not --pp entries. */
+static bool pp_list(gpt_cfg *c)
+{
+    int n = 0, pp = c->t.pp > 1 ? c->t.pp : 1;
+    const char *s = c->pp_layers;
+    while (*s && n < 256) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v < 0 || (*end && *end != ','))
+            break;
+        c->pp_split[n++] = v;
+        s = *end ? end + 1 : end;
+    }
+    if (*s || n != pp) {
+        fprintf(stderr, "zs train gpt: --pp-layers %s: expected %d counts >= 0 "
+                "separated by commas (one per --pp stage)\n", c->pp_layers, pp);
+        return false;
+    }
+    c->t.pp_layers = c->pp_split;
+    return true;
 }
 
 /* Parses argv (argv[0] = "gpt") into c: FLAGS_OK, FLAGS_HELP or
@@ -124,6 +159,7 @@ static int parse(int argc, char **argv, gpt_cfg *c)
     flag f[] = {
         FLAG_STR("--preset", &c->preset),
         FLAG_CHOICE("--arch", &c->arch, "gpt2|bloom"),
+        FLAG_NUM("--layers", &c->layers, 1, 1 << 16),
         FLAG_STR("--data", &c->data),
         FLAG_NUM("--vocab", &c->vocab, 257, 65536),
         FLAG_NUM("--batch", &c->batch, 1, 4096),
@@ -162,6 +198,12 @@ static int parse(int argc, char **argv, gpt_cfg *c)
         FLAG_NUM("--random", &c->sparse.random, 0, 1 << 20),
         FLAG_SWITCH("--graph", &t->graph),
         FLAG_STR("--dump-graph", &t->dump_graph),
+        FLAG_NUM("--tp", &t->tp, 1, 1 << 16),
+        FLAG_NUM("--pp", &t->pp, 1, 256),
+        FLAG_STR("--pp-layers", &c->pp_layers),
+        FLAG_NUM("--micro-batches", &t->micro_batches, 1, 16384),
+        FLAG_CHOICE("--pp-schedule", &c->pp_schedule, "gpipe|1f1b"),
+        FLAG_SWITCH("--sequence-parallel", &t->sequence_parallel),
     };
     int p = flags_parse("zs train gpt", f, NFLAGS(f), usage, argc, argv);
     if (p == FLAGS_OK && (t->device = app_device("zs train gpt", c->device)) < 0)
@@ -180,6 +222,10 @@ static int parse(int argc, char **argv, gpt_cfg *c)
             t->freeze_step = t->steps / 5 > 0 ? t->steps / 5 : 1;
     }
     c->sparse.seed = c->seed;
+    t->pp_schedule = c->pp_schedule ? ZS_PP_1F1B : ZS_PP_GPIPE;
+    t->dp = c->dp;
+    if (p == FLAGS_OK && c->pp_layers && !pp_list(c))
+        p = FLAGS_BAD;
     return p;
 }
 
@@ -187,7 +233,9 @@ static int parse(int argc, char **argv, gpt_cfg *c)
 static bool flags_ok(const gpt_cfg *c, int ranks)
 {
     char why[256] = "";
-    int parts = c->sync >= ZS_SYNC_ASYNC ? ranks - 1 : ranks;
+    int mp = (c->t.tp > 1 ? c->t.tp : 1) * (c->t.pp > 1 ? c->t.pp : 1);
+    int parts = c->sync >= ZS_SYNC_ASYNC ? ranks - 1 : ranks / mp;
+    int64_t mb = c->t.micro_batches > 1 ? c->t.micro_batches : 1;
     if (c->attention && c->arch)
         snprintf(why, sizeof why, "--attention sparse needs --arch gpt2 (BLOOM's ALiBi "
                  "bias has no sparse kernel)");
@@ -208,13 +256,16 @@ static bool flags_ok(const gpt_cfg *c, int ranks)
     else if (c->sync >= ZS_SYNC_ASYNC && ranks < 2)
         snprintf(why, sizeof why, "--sync async and ssp need at least 2 ranks (rank 0 "
                  "serves, the others compute): start it with mpirun -np 3");
-    else if (c->dp > 0 && c->dp != ranks)
-        snprintf(why, sizeof why, "--dp %d but the job has %d rank%s (start it with "
-                 "mpirun -np %d)", c->dp, ranks, ranks == 1 ? "" : "s", c->dp);
-    else if (parts > 0 && c->batch % parts != 0)
-        snprintf(why, sizeof why, "--batch %lld is not divisible by the %d %s",
+    else if ((c->dp > 0 ? c->dp : 1) * mp != ranks && (c->dp > 0 || ranks % mp))
+        snprintf(why, sizeof why, "--dp %d x --tp %d x --pp %d but the job has %d "
+                 "rank%s (start it with mpirun -np %d)", c->dp > 0 ? c->dp : 1,
+                 c->t.tp > 1 ? c->t.tp : 1, c->t.pp > 1 ? c->t.pp : 1, ranks,
+                 ranks == 1 ? "" : "s", (c->dp > 0 ? c->dp : 1) * mp);
+    else if (parts > 0 && c->batch % (parts * mb) != 0)
+        snprintf(why, sizeof why, "--batch %lld is not divisible by the %d %s%s",
                  (long long)c->batch, parts, c->sync >= ZS_SYNC_ASYNC
-                 ? "workers (ranks other than the server)" : "data-parallel ranks");
+                 ? "workers (ranks other than the server)" : "data-parallel ranks",
+                 mb > 1 ? " times --micro-batches" : "");
     if (why[0])
         fprintf(stderr, "zs train gpt: %s\n", why);
     return !why[0];
@@ -228,6 +279,7 @@ static zs_status check_setup(gpt_cfg *c, zs_gpt_config *g)
     char path[4200];
     if (zs_gpt_preset(c->preset, g) != 0)
         return ZS_ERR_ARG;
+    g->layers = c->layers ? c->layers : g->layers;
     c->seq = c->seq ? c->seq : g->ctx;
     if (c->seq > g->ctx)
         return zs_set_error("--seq %lld is longer than the %s model's context of %lld",

@@ -41,6 +41,7 @@
 #include "nn.h"
 #include "optim.h"
 #include "text.h"
+#include "tp.h"
 #include "zero.h"
 
 #ifdef __cplusplus
@@ -180,6 +181,28 @@ typedef struct zs_trainer_config {
     const char *dump_graph;   /* graph mode: the graph before and after the
                                * passes as text here and as Graphviz in
                                * dump_graph.dot; NULL: none */
+    /* Model parallelism (issue 28, src/train/parallel3d.c): with tp or pp
+     * > 1 the trainer cuts comm into a dp x tp x pp grid (zs/tp.h: tp
+     * fastest, pp slowest), prints the rank layout, and trains the GPT it
+     * is given (a zs_gpt_new model, the same on every rank; it stays the
+     * one-process copy that validation and checkpoints use) split
+     * Megatron-style: blocks over pp stages (embeddings on the first,
+     * ln_f, the tied head and the loss on the last), each block over tp
+     * (attention by heads, MLP column then row, vocabulary-parallel
+     * embedding and cross-entropy). Each dp rank's rows of the global
+     * batch go through the pipeline as micro_batches micro-batches under
+     * pp_schedule, with activations and their gradients sent point to
+     * point (zs_pipe). Gradients are averaged over dp (ZeRO-1 over dp
+     * only), clipped by the norm of the whole model, and checkpoints are
+     * written and read in the one-process layout (any layout resumes any
+     * other). f32, cpu, all-reduce sync, accum 1 (micro_batches instead),
+     * the default GPT loss. */
+    int tp, pp;               /* 0 or 1: no split */
+    int dp;                   /* 0: comm's size / (tp pp) */
+    zs_pp_schedule pp_schedule;
+    int64_t micro_batches;    /* per step and dp rank; 0: 1 */
+    bool sequence_parallel;   /* norms on sequence shards (tp > 1) */
+    const int64_t *pp_layers; /* blocks of each of the pp stages; NULL: even */
 } zs_trainer_config;
 
 /* "fp32", "bf16", "fp16", "fp8" for ZS_F32, ZS_BF16, ZS_F16, ZS_F8E4M3
@@ -245,6 +268,12 @@ typedef struct zs_train_profile {
     int buckets;                  /* data parallel: gradient buckets, and */
     double buckets_early;         /* the fraction started during backward
                                    * (last step) */
+    /* model parallelism, summed over the steps: this rank's pipeline
+     * compute (forward and backward of its stage) and the wall time of the
+     * schedule (compute + waiting: the bubble is wall / busy - 1); bytes
+     * its pipe sent (activations and their gradients) in the last step */
+    double pp_busy_s, pp_wall_s;
+    int64_t pp_bytes;
 } zs_train_profile;
 void zs_trainer_profile(const zs_trainer *t, zs_train_profile *p);
 void zs_trainer_profile_reset(zs_trainer *t);

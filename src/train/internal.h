@@ -54,7 +54,40 @@ struct zs_trainer {
     int64_t captures;        /* graphs captured so far */
     size_t gpeak, garena;    /* the last capture: the allocator's peak
                               * during it above its start; the plan's arena */
+    /* model parallelism (parallel3d.c); NULL: none. comm, rank and size
+     * are then the dp group's, except rank: the world rank (rank 0 logs),
+     * and m the part of the model this rank trains */
+    struct zsi_par *par;
 };
+/* Model parallelism (parallel3d.c). Whether the config asks for it; its
+ * config mistakes; setup (t->comm the world; on success t->m, t->comm
+ * and t->size become this rank's part and dp group); free. */
+bool zsi_par_wanted(const zs_trainer_config *c);
+zs_status zsi_par_check(const zs_trainer_config *c);
+zs_status zsi_par_setup(zs_trainer *t);
+void zsi_par_free(zs_trainer *t);
+void zsi_par_log_setup(const zs_trainer *t);
+void zsi_par_log_end(const zs_trainer *t);
+/* The averaged gradients and the mean loss of step `step` (global batch). */
+zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss);
+/* The norm of the whole model's gradient (over tp and pp, each
+ * parameter once). Collective. */
+double zsi_par_grad_norm(zs_trainer *t);
+/* Validation of the whole model (gathered), the same on every rank. */
+double zsi_par_validate(zs_trainer *t);
+/* The one-process model and, with full (over its flat parameters) and
+ * local (over t->fp), the optimizer state: gathered from every rank's
+ * part (collective; every rank ends with the whole), or copied back into
+ * this rank's part (local). */
+zs_status zsi_par_to_full(zs_trainer *t, zs_optim *local, zs_optim *full);
+zs_status zsi_par_from_full(zs_trainer *t, zs_optim *full, zs_optim *local);
+/* The one-process model (borrowed) and its flat parameters. */
+zs_module *zsi_par_full(zs_trainer *t);
+zs_tensor *zsi_par_full_flat(zs_trainer *t);
+/* The pipeline's fields of the profile; their reset. */
+void zsi_par_profile(const zs_trainer *t, zs_train_profile *p);
+void zsi_par_profile_reset(zs_trainer *t);
+
 /* Autocast for the trainer's precision (nothing for f32); flat: with the
  * step's one conversion pass of the flat weights. amp_end pops it. */
 zs_status zsi_train_amp_begin(zs_trainer *t, bool flat);

@@ -8,6 +8,7 @@
  * again for reading, so a run may resume on any number of ranks, with or
  * without ZeRO.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,8 +76,46 @@ static char *metadata(const zs_trainer *t, double val_loss)
     return out;
 }
 
+/* Model parallelism: the one-process model and optimizer state gathered
+ * on every rank, written by world rank 0 (to_full), or read on every rank
+ * and cut into this rank's part. Collective. */
+static zs_status par_state(zs_trainer *t, const char *path, double val_loss,
+                           bool save, char **meta_out)
+{
+    zs_tensor *ffp = zsi_par_full_flat(t);
+    zs_optim *local = t->z ? zs_optim_new(&t->c.optim, 1, &t->fp) : t->o;
+    zs_optim *full = zs_optim_new(&t->c.optim, 1, &ffp);
+    zs_status st = local && full ? ZS_OK : zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
+    if (save) {
+        if (st == ZS_OK && t->z)
+            st = zero_state(t, local, true);
+        if (st == ZS_OK)
+            st = zsi_par_to_full(t, local, full);
+        char *meta = st == ZS_OK && t->rank == 0 ? metadata(t, val_loss) : NULL;
+        if (st == ZS_OK && t->rank == 0) {
+            zs_optim_set_steps(full, zs_optim_steps(t->o));
+            st = meta ? zs_module_save(path, zsi_par_full(t), full, meta)
+                      : zs_set_error_code(ZS_ERR_NOMEM, "checkpoint: out of memory");
+        }
+        free(meta);
+    } else {
+        if (st == ZS_OK)
+            st = zs_module_load(path, zsi_par_full(t), full, meta_out);
+        if (st == ZS_OK)
+            st = zsi_par_from_full(t, full, local);
+        if (st == ZS_OK && t->z)
+            st = zero_state(t, local, false);
+    }
+    if (t->z)
+        zs_optim_free(local);
+    zs_optim_free(full);
+    return st;
+}
+
 zs_status zs_trainer_save(zs_trainer *t, const char *path, double val_loss)
 {
+    if (t->par)
+        return par_state(t, path, val_loss, true, NULL);
     bool lead = t->rank == 0;
     if (!lead && !t->z) /* ZeRO: every rank takes part in the gather */
         return ZS_OK;
@@ -175,9 +214,11 @@ zs_status zs_trainer_resume(zs_trainer *t, const char *path, char **meta_out)
      * parameter-server workers read the weights only */
     zs_optim *o = t->z ? zs_optim_new(&t->c.optim, 1, &t->fp) : t->o;
     zs_status st = o || !t->z ? ZS_OK : ZS_ERR_NOMEM;
-    if (st == ZS_OK)
+    if (st == ZS_OK && t->par)
+        st = par_state(t, path, NAN, false, &meta);
+    else if (st == ZS_OK)
         st = zs_module_load(path, t->m, o, &meta);
-    if (st == ZS_OK && t->z)
+    if (st == ZS_OK && t->z && !t->par)
         st = zero_state(t, o, false);
     if (t->z)
         zs_optim_free(o);

@@ -93,6 +93,8 @@ static zs_status check_config(const zs_trainer_config *c, int size)
         return zs_set_error("trainer: asynchronous and stale-synchronous training "
                             "need at least 2 ranks (rank 0 serves, the others "
                             "compute)");
+    if (zsi_par_check(c) != ZS_OK)
+        return ZS_ERR_ARG;
     return zsi_train_onebit_check(c);
 }
 
@@ -128,6 +130,8 @@ static void log_setup(const zs_trainer *t)
     if (!t->c.log || t->rank != 0)
         return;
     zsi_train_log_precision(t);
+    if (t->par)
+        zsi_par_log_setup(t);
     if (t->z)
         log_zero(t);
     if (t->dp) {
@@ -220,7 +224,8 @@ zs_trainer *zs_trainer_new(zs_module *m, const zs_trainer_config *cfg)
     t->last_val = NAN;
     t->targets = -1;
     t->step_scale = 1;
-    if (build(t) != ZS_OK) {
+    /* model parallelism: t->m becomes this rank's part, comm its dp group */
+    if ((zsi_par_wanted(cfg) && zsi_par_setup(t) != ZS_OK) || build(t) != ZS_OK) {
         zs_trainer_free(t);
         return NULL;
     }
@@ -244,6 +249,7 @@ void zs_trainer_free(zs_trainer *t)
     zs_grad_scaler_free(t->scaler);
     zs_release(t->fp_low);
     zsi_train_graph_free(t);
+    zsi_par_free(t);
     free(t);
 }
 
@@ -269,11 +275,18 @@ void zs_trainer_profile(const zs_trainer *t, zs_train_profile *p)
         p->buckets = ds.buckets;
         p->buckets_early = ds.buckets ? (double)ds.started_in_backward / ds.buckets : 0;
     }
+    if (t->par)
+        zsi_par_profile(t, p);
     p->norm_bytes = t->c.clip > 0 ? 4 * n : 0;
     p->update_bytes = t->o ? 4 * n * (3 + 2 * states) : 0;
 }
 
-void zs_trainer_profile_reset(zs_trainer *t) { memset(&t->prof, 0, sizeof t->prof); }
+void zs_trainer_profile_reset(zs_trainer *t)
+{
+    memset(&t->prof, 0, sizeof t->prof);
+    if (t->par)
+        zsi_par_profile_reset(t);
+}
 
 void zsi_train_my_rows(zs_tensor **x, zs_tensor **y, int part, int parts)
 {
@@ -295,7 +308,8 @@ zs_status zsi_train_update(zs_trainer *t, int64_t step, double *gnorm)
         return st != ZS_OK ? st : su;
     }
     if (t->c.clip > 0) {
-        *gnorm = t->z ? zs_zero_grad_norm(t->z) : zs_grad_norm(1, &t->fp);
+        *gnorm = t->par ? zsi_par_grad_norm(t)
+                 : t->z ? zs_zero_grad_norm(t->z) : zs_grad_norm(1, &t->fp);
         if (isnan(*gnorm))
             return zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is "
                                      "NaN%s", (long long)step, t->z ? " (or its "
@@ -446,7 +460,7 @@ static zs_status sync_step(zs_trainer *t, int64_t step, double *loss, double *gn
         t->prof.steps++;
         return st;
     }
-    zs_status st = gradients(t, step, loss);
+    zs_status st = t->par ? zsi_par_gradients(t, step, loss) : gradients(t, step, loss);
     if (st == ZS_OK && t->ob && zsi_train_grads_local(t)) { /* counted by the update */
         st = zsi_train_update(t, step, gnorm);
         t->comm_bytes = zsi_train_step_bytes(t, true);
@@ -501,6 +515,12 @@ double zs_trainer_validate(zs_trainer *t)
 {
     if (!t->c.eval)
         return NAN;
+    if (t->par) { /* the whole model, gathered */
+        zs_no_grad_push();
+        double v = zsi_par_validate(t);
+        zs_no_grad_pop();
+        return v;
+    }
     /* ZeRO-3: the whole model, gathered, for validation */
     if (t->c.zero == 3 && zs_zero_gather(t->z) != ZS_OK)
         return NAN;
@@ -547,6 +567,8 @@ int zsi_train_after_step(zs_trainer *t, int64_t step, double loss, double gnorm,
 /* ZeRO-3: what rank 0 held at most. */
 static void log_end(const zs_trainer *t)
 {
+    if (t->c.log && t->rank == 0 && t->par)
+        zsi_par_log_end(t);
     if (!t->c.log || t->rank != 0 || t->c.zero != 3)
         return;
     zs_zero_memory zm;

@@ -1,0 +1,192 @@
+/*
+ * parallel.c - bench/parallel: model-parallel GPT training (issue 28)
+ * measured beside zs analyze's formulas for the same layout.
+ *
+ * Run under mpirun (-np 4 or 8; `parallel` alone prints how). For each
+ * layout of the world (pp 4 with GPipe and 1F1B at m = 4, 8, 16, tp 2 x
+ * pp 2, and with 8 ranks tp 2 x pp 2 x dp 2) a GPT ("small": 6 blocks,
+ * width 384, 6 heads; random tokens) trains a few steps through the
+ * library's trainer (SGD, lr 0) and the program prints:
+ *   step      median seconds of a step (max over ranks)
+ *   bubble    measured: the schedule's wall time over its compute, minus
+ *             1, averaged over the ranks; beside the formula (p-1)/m
+ *   peak MiB  the allocator's high-water mark, max over ranks, beside
+ *             zs_memory_analyze's per-device state (fp32) + activations
+ *             (its activations are 16-bit, Korthikanti's count: ours are
+ *             f32, so it is a lower bound here)
+ *   pipe KiB  bytes a middle stage's pipe sent per step (max over ranks)
+ *             beside zs_comm_analyze's pp_p2p (fp32 elements); the dp
+ *             all-reduce beside dp_allreduce (the tp collectives are not
+ *             counted by the trainer)
+ * These machines have 2 cores: ranks share them, so the step times and
+ * bubbles measure contention as much as the schedule; agreement of the
+ * bytes with the model is the target, not throughput. The last line reads
+ * `parallel bubble measured/formula 1f1b pp4 m8 = R`.
+ *
+ * Usage: mpirun -np 4|8 parallel [--batch B] [--seq T] [--steps N]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs/zs.h"
+
+typedef struct source {
+    int64_t rows, seq, vocab;
+} source;
+
+static zs_status random_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
+{
+    const source *s = ctx;
+    uint64_t r = 0x9E3779B97F4A7C15ull * (uint64_t)(index + 1);
+    *x = zs_empty(ZS_I64, 2, (int64_t[]){s->rows, s->seq});
+    *y = zs_empty(ZS_I64, 2, (int64_t[]){s->rows, s->seq});
+    if (!*x || !*y)
+        return ZS_ERR_NOMEM;
+    for (int64_t i = 0; i < 2 * s->rows * s->seq; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        int64_t *d = zs_data(i < s->rows * s->seq ? *x : *y);
+        d[i % (s->rows * s->seq)] = (int64_t)(r % (uint64_t)s->vocab);
+    }
+    return ZS_OK;
+}
+
+/* max (or sum) of v over the world. */
+static double over_ranks(double v, bool max)
+{
+    zs_comm *w = zs_comm_world();
+    int P = zs_comm_size(w);
+    zs_tensor *all = zs_empty(ZS_F64, 1, (int64_t[]){P});
+    zs_tensor *one = zs_from_data(ZS_F64, 1, (int64_t[]){1}, &v);
+    double r = max ? -1e300 : 0;
+    if (all && one && zs_comm_allgather(w, one, all) == ZS_OK)
+        for (int i = 0; i < P; i++) {
+            double x = ((double *)zs_data(all))[i];
+            r = max ? (x > r ? x : r) : r + x;
+        }
+    zs_release(one);
+    zs_release(all);
+    return r;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct layout {
+    int dp, tp, pp;
+    zs_pp_schedule sched;
+    int m;
+} layout;
+
+/* One layout: prints its line; returns the measured bubble (or -1). */
+static double run(const layout *l, int64_t batch, int64_t seq, int steps)
+{
+    zs_comm *w = zs_comm_world();
+    bool lead = zs_comm_rank(w) == 0;
+    zs_gpt_config gc = {.arch = ZS_GPT2, .vocab = 4096};
+    zs_gpt_preset("small", &gc);
+    zs_module *m = zs_gpt_new(&gc, 1);
+    source src = {batch, seq, gc.vocab};
+    zs_trainer_config tc = zs_trainer_defaults();
+    tc.optim = (zs_optim_config){ZS_SGD, 0, 0, false, 0, 0, 0, 0};
+    tc.schedule = (zs_lr_schedule){ZS_LR_CONSTANT, 0, 0, 0, 0, 0, 0};
+    tc.steps = 1 << 30, tc.clip = 0, tc.bucket_bytes = 0;
+    tc.batch = random_batch, tc.batch_ctx = &src;
+    tc.tp = l->tp, tc.pp = l->pp, tc.dp = l->dp;
+    tc.pp_schedule = l->sched, tc.micro_batches = l->m;
+    zs_alloc_reset_peak();
+    zs_trainer *t = m ? zs_trainer_new(m, &tc) : NULL;
+    if (!t) {
+        fprintf(stderr, "parallel: %s\n", zs_last_error());
+        zs_module_free(m);
+        return -1;
+    }
+    double *dt = calloc((size_t)steps, sizeof *dt);
+    zs_train_event e;
+    zs_status st = zs_trainer_step(t, &e); /* warm-up */
+    zs_trainer_profile_reset(t);
+    for (int i = 0; st == ZS_OK && i < steps; i++) {
+        zs_comm_barrier(w);
+        st = zs_trainer_step(t, &e);
+        dt[i] = over_ranks(e.step_s, true);
+    }
+    zs_train_profile pr;
+    zs_trainer_profile(t, &pr);
+    zs_alloc_stats as;
+    zs_alloc_get_stats(&as);
+    double bub = pr.pp_busy_s > 0 ? pr.pp_wall_s / pr.pp_busy_s - 1 : 0;
+    bub = over_ranks(bub, false) / zs_comm_size(w);
+    double peak = over_ranks((double)as.peak_bytes, true);
+    double pipe = over_ranks((double)pr.pp_bytes, true);
+    double dpb = over_ranks((double)(e.comm_bytes - pr.pp_bytes), true);
+    zs_model_config mc = {"small", gc.layers, gc.width, gc.heads, gc.heads,
+                          gc.width / gc.heads, 4 * gc.width, gc.vocab, gc.ctx,
+                          ZS_MLP_GELU, ZS_NORM_LAYER, true, true, true, false};
+    zs_parallel par = {batch, batch / (l->dp * l->m), seq, l->dp, l->tp, l->pp, 0,
+                       false, ZS_RECOMPUTE_NONE, ZS_PREC_FP32};
+    zs_memory_report mr;
+    zs_comm_report cr;
+    bool an = zs_memory_analyze(&mc, &par, &mr) == ZS_OK &&
+              zs_comm_analyze(&mc, &par, &cr) == ZS_OK;
+    qsort(dt, (size_t)steps, sizeof *dt, cmp_double);
+    if (lead && st == ZS_OK)
+        printf("dp %d tp %d pp %d %-5s m %2d  %7.3f  %6.3f  %6.3f  %8.1f  %8.1f  "
+               "%9.1f  %9.1f  %9.1f  %9.1f\n", l->dp, l->tp, l->pp,
+               zs_pp_schedule_name(l->sched), l->m, dt[steps / 2], bub,
+               zs_pp_bubble(l->pp, l->m), peak / 1048576,
+               an ? (mr.device.total + mr.act_device) / 1048576 : -1, pipe / 1024,
+               an ? cr.pp_p2p / 1024 : -1, dpb / 1024, an ? cr.dp_allreduce / 1024 : -1);
+    if (st != ZS_OK && lead)
+        fprintf(stderr, "parallel: %s\n", zs_last_error());
+    free(dt);
+    zs_trainer_free(t);
+    zs_module_free(m);
+    return st == ZS_OK ? bub : -1;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t batch = 32, seq = 64;
+    int steps = 3;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--batch")) batch = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seq")) seq = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+    }
+    zs_dist_init(&argc, &argv);
+    zs_comm *w = zs_comm_world();
+    int P = zs_comm_size(w);
+    if ((P != 4 && P != 8) || batch < 32 || batch % 32 || seq < 1 || steps < 1) {
+        if (zs_comm_rank(w) == 0)
+            fprintf(stderr, "usage: mpirun -np 4|8 parallel [--batch B (a multiple "
+                    "of 32, default 32)] [--seq T (default 64)] [--steps N (default "
+                    "3)]\n");
+        zs_dist_finalize();
+        return 2;
+    }
+    zs_set_num_threads(1);
+    int dp = P / 4;
+    layout ls[] = {
+        {dp, 1, 4, ZS_PP_GPIPE, 4}, {dp, 1, 4, ZS_PP_GPIPE, 8}, {dp, 1, 4, ZS_PP_GPIPE, 16},
+        {dp, 1, 4, ZS_PP_1F1B, 4},  {dp, 1, 4, ZS_PP_1F1B, 8},  {dp, 1, 4, ZS_PP_1F1B, 16},
+        {dp, 2, 2, ZS_PP_1F1B, 8},
+    };
+    if (zs_comm_rank(w) == 0)
+        printf("GPT small (6 blocks, width 384), batch %lld x seq %lld, %d ranks on %s\n"
+               "layout               step s  bubble  (p-1)/m  peak MiB  analyze  "
+               "pipe KiB   analyze   dp KiB    analyze\n", (long long)batch,
+               (long long)seq, P, "this machine");
+    double r = -1;
+    for (size_t i = 0; i < sizeof ls / sizeof *ls; i++) {
+        double b = run(&ls[i], batch, seq, steps);
+        if (ls[i].sched == ZS_PP_1F1B && ls[i].pp == 4 && ls[i].m == 8 && b >= 0)
+            r = b / zs_pp_bubble(4, 8);
+    }
+    if (zs_comm_rank(w) == 0)
+        printf("parallel bubble measured/formula 1f1b pp4 m8 = %.3f\n", r);
+    zs_dist_finalize();
+    return 0;
+}

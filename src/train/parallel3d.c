@@ -1,0 +1,594 @@
+/*
+ * parallel3d.c - the trainer's model parallelism (issue 28; contract in
+ * zs/train.h, zs_trainer_config.tp): a dp x tp x pp grid (zs/tp.h), this
+ * rank's part of the GPT (gpt_par.c), and the pipelined step.
+ *
+ * A step: the global batch's rows for this dp rank are cut into m
+ * micro-batches; stage s runs zs_pp_schedule_make's actions: a forward
+ * takes the micro-batch's ids (first stage) or the activation received
+ * from s - 1, runs the stage's blocks and sends the result on (or, on the
+ * last stage, computes the loss / m); a backward seeds the stage's output
+ * with the gradient received from s + 1 (the last stage: the loss) and
+ * sends its input's gradient back. Then the gradients are completed:
+ * averaged over dp (zs_dp, or ZeRO-1 over dp), summed over tp for the
+ * replicated parameters under sequence parallelism, and the tied
+ * embedding's summed between the first and the last stage. Every dp
+ * replica of a (tp, pp) position holds the same parameters, so the losses
+ * equal one process's on the same global batch up to the order of the
+ * additions.
+ *
+ * The one-process copy of the model (the trainer's caller's GPT) is kept
+ * on every rank: it is the layout of checkpoints (gathered there with
+ * zs_tp_unshard within tp and a broadcast from the owning stage) and what
+ * validation runs (on world rank 0, its loss broadcast). So a run resumes
+ * on any layout. Memory: that copy costs the whole model per rank; a
+ * model too large for one rank needs sharded checkpoints (not done).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/internal.h"
+#include "train/par.h"
+
+typedef struct zsi_par {
+    zs_grid *grid;
+    zsi_pgpt *pg;
+    zs_module *full;     /* borrowed: the caller's GPT */
+    zs_tensor *full_fp;  /* its flat parameters (borrowed from it) */
+    zs_comm *emb;        /* the first and last stage (tied wte); NULL if pp 1 */
+    zs_pipe *pipe;
+    int64_t *bounds;     /* pp + 1 layer bounds */
+    int stage, stages, m;
+    bool first, last;
+    /* pipeline timing, summed over steps: busy (compute) and wall */
+    double busy_s, wall_s;
+    int64_t pipe_bytes;  /* activations and gradients sent in the last step */
+} zsi_par;
+
+bool zsi_par_wanted(const zs_trainer_config *c) { return c->tp > 1 || c->pp > 1; }
+
+zs_status zsi_par_check(const zs_trainer_config *c)
+{
+    if (c->tp < 0 || c->pp < 0 || c->dp < 0 || c->micro_batches < 0)
+        return zs_set_error("trainer: tp %d, pp %d, dp %d, micro-batches %lld: "
+                            "expected >= 0", c->tp, c->pp, c->dp,
+                            (long long)c->micro_batches);
+    if (!zsi_par_wanted(c)) {
+        if (c->sequence_parallel || c->pp_layers || c->micro_batches > 1)
+            return zs_set_error("trainer: sequence parallelism, pp_layers and "
+                                "micro-batches need tp or pp > 1");
+        return ZS_OK;
+    }
+    if (c->sync != ZS_SYNC_ALLREDUCE || c->zero > 1 || c->accum != 1 || c->graph ||
+        c->precision != ZS_F32 || c->device != ZS_CPU || c->loss ||
+        c->optim.kind == ZS_ONEBIT_ADAM)
+        return zs_set_error("trainer: model parallelism (tp %d, pp %d) runs all-reduce "
+                            "data parallelism with ZeRO 0 or 1, accum 1 (micro-batches "
+                            "instead), eager f32 on the cpu, AdamW or SGD and the GPT "
+                            "loss (here: ZeRO %d, accum %lld%s%s)", c->tp, c->pp,
+                            c->zero, (long long)c->accum, c->graph ? ", graph" : "",
+                            c->precision != ZS_F32 ? ", mixed precision" : "");
+    if (c->sequence_parallel && c->tp < 2)
+        return zs_set_error("trainer: sequence parallelism needs tp > 1");
+    if ((unsigned)c->pp_schedule > ZS_PP_1F1B)
+        return zs_set_error("trainer: pipeline schedule %d (expected gpipe or 1f1b)",
+                            (int)c->pp_schedule);
+    return ZS_OK;
+}
+
+/* Layer bounds of the stages: pp_layers, or an even split. */
+static zs_status stage_bounds(zsi_par *p, const zs_trainer_config *c, int64_t L)
+{
+    int P = p->stages;
+    if (!(p->bounds = calloc((size_t)P + 1, sizeof *p->bounds)))
+        return zs_set_error_code(ZS_ERR_NOMEM, "trainer: out of memory");
+    for (int s = 0; s < P; s++) {
+        int64_t n = c->pp_layers ? c->pp_layers[s] : L / P + (s < L % P);
+        if (n < 0)
+            return zs_set_error("pipeline: stage %d of %lld blocks", s, (long long)n);
+        p->bounds[s + 1] = p->bounds[s] + n;
+    }
+    if (p->bounds[P] != L)
+        return zs_set_error("pipeline: the %d stages' blocks sum to %lld, the model "
+                            "has %lld", P, (long long)p->bounds[P], (long long)L);
+    return ZS_OK;
+}
+
+zs_status zsi_par_setup(zs_trainer *t)
+{
+    const zs_trainer_config *c = &t->c;
+    const zs_gpt_config *g = zs_gpt_config_of(t->m);
+    if (!g)
+        return zs_set_error("trainer: model parallelism splits a GPT (zs_gpt_new)");
+    zsi_par *p = calloc(1, sizeof *p);
+    if (!p)
+        return zs_set_error_code(ZS_ERR_NOMEM, "trainer: out of memory");
+    t->par = p;
+    p->full = t->m;
+    p->grid = zs_grid_new(t->comm, c->dp, c->tp > 1 ? c->tp : 1, c->pp > 1 ? c->pp : 1);
+    if (!p->grid)
+        return ZS_ERR_ARG;
+    p->stages = p->grid->dims.pp;
+    p->stage = p->grid->me.pp;
+    p->first = p->stage == 0;
+    p->last = p->stage == p->stages - 1;
+    p->m = c->micro_batches > 0 ? (int)c->micro_batches : 1;
+    zs_status st = stage_bounds(p, c, g->layers);
+    if (st != ZS_OK)
+        return st;
+    if (zs_module_flatten(p->full, &p->full_fp, NULL) != ZS_OK)
+        return ZS_ERR_STATE;
+    p->pg = zsi_pgpt_new(p->full, p->grid->tp, c->sequence_parallel,
+                         p->bounds[p->stage], p->bounds[p->stage + 1], p->first, p->last);
+    if (!p->pg)
+        return ZS_ERR_ARG;
+    if (p->stages > 1) {
+        p->emb = zs_comm_split(p->grid->pp, p->first || p->last ? 0 : 1, p->stage);
+        p->pipe = zs_pipe_new(p->grid->pp);
+        if (!p->emb || !p->pipe)
+            return ZS_ERR_STATE;
+    }
+    t->m = zsi_pgpt_module(p->pg);
+    t->comm = p->grid->dp;
+    t->size = zs_comm_size(t->comm);
+    return ZS_OK;
+}
+
+/* Whether a group of the grid failed (a timeout or a transport error). */
+static bool grid_broken(const zsi_par *p)
+{
+    const zs_grid *g = p->grid;
+    return g && (zs_comm_is_broken(g->tp) || zs_comm_is_broken(g->pp) ||
+                 zs_comm_is_broken(g->dp) || zs_comm_is_broken(p->emb));
+}
+
+void zsi_par_free(zs_trainer *t)
+{
+    zsi_par *p = t->par;
+    if (!p)
+        return;
+    /* A group that timed out leaves transfers with a dead or hung rank
+     * pending, on which MPI_Finalize would hang: the job ends here, the
+     * message (naming the rank, zsi_par_gradients) printed. */
+    if (grid_broken(p))
+        zs_dist_abort(1);
+    zs_pipe_free(p->pipe);
+    zs_comm_free(p->emb);
+    zsi_pgpt_free(p->pg);
+    zs_grid_free(p->grid);
+    free(p->bounds);
+    free(p);
+    t->par = NULL;
+}
+
+zs_module *zsi_par_full(zs_trainer *t) { return t->par->full; }
+
+void zsi_par_profile(const zs_trainer *t, zs_train_profile *pr)
+{
+    const zsi_par *p = t->par;
+    pr->pp_busy_s = p->busy_s;
+    pr->pp_wall_s = p->wall_s;
+    pr->pp_bytes = p->pipe_bytes;
+}
+
+void zsi_par_profile_reset(zs_trainer *t)
+{
+    t->par->busy_s = t->par->wall_s = 0;
+}
+zs_tensor *zsi_par_full_flat(zs_trainer *t) { return t->par->full_fp; }
+
+void zsi_par_log_setup(const zs_trainer *t)
+{
+    const zsi_par *p = t->par;
+    char *lay = zs_grid_layout(p->grid->dims);
+    fprintf(t->c.log, "model parallel: %s", lay ? lay : "?\n");
+    free(lay);
+    fprintf(t->c.log, "  pipeline: %d stage%s, blocks", p->stages, p->stages == 1 ? "" : "s");
+    for (int s = 0; s < p->stages; s++)
+        fprintf(t->c.log, " %s[%lld, %lld)", s ? "" : "", (long long)p->bounds[s],
+                (long long)p->bounds[s + 1]);
+    fprintf(t->c.log, ", %d micro-batch%s per step, %s schedule; tensor parallel %d%s\n",
+            p->m, p->m == 1 ? "" : "es", zs_pp_schedule_name(t->c.pp_schedule),
+            p->grid->dims.tp, t->c.sequence_parallel ? " with sequence parallelism" : "");
+}
+
+void zsi_par_log_end(const zs_trainer *t)
+{
+    const zsi_par *p = t->par;
+    if (p->stages < 2 || p->busy_s <= 0)
+        return;
+    fprintf(t->c.log, "pipeline %s pp %d m %d: measured bubble %.3f (stage 0: idle / "
+            "compute), formula (p-1)/m = %.3f\n", zs_pp_schedule_name(t->c.pp_schedule),
+            p->stages, p->m, (p->wall_s - p->busy_s) / p->busy_s,
+            zs_pp_bubble(p->stages, p->m));
+}
+
+/* ---- the pipelined step ------------------------------------------------ */
+
+typedef struct mb_state {
+    zs_tensor *in;   /* the received activation (leaf; NULL on the first stage) */
+    zs_tensor *out;  /* the stage's output, or the loss / m on the last */
+} mb_state;
+
+/* Forward of micro-batch i: *loss_sum gets the loss on the last stage. */
+static zs_status forward(zs_trainer *t, mb_state *s, zs_tensor *x, zs_tensor *y,
+                         int i, double *loss_sum, double *busy)
+{
+    zsi_par *p = t->par;
+    zs_status st = ZS_OK;
+    zs_tensor *h = NULL;
+    if (p->first) {
+        double t0 = zsi_train_now();
+        h = zsi_pgpt_embed(p->pg, x);
+        *busy += zsi_train_now() - t0;
+    } else {
+        int64_t T = x->shape[1], P = p->grid->dims.tp;
+        int64_t n = t->c.sequence_parallel ? T / P : T;
+        int64_t C = zs_gpt_config_of(p->full)->width;
+        s->in = zs_empty(ZS_F32, 3, (int64_t[]){x->shape[0], n, C});
+        st = s->in ? zs_pipe_recv(p->pipe, ZS_PIPE_ACT, i, s->in) : ZS_ERR_NOMEM;
+        if (st == ZS_OK)
+            st = zs_set_requires_grad(s->in, true);
+        h = st == ZS_OK ? zs_retain(s->in) : NULL;
+    }
+    double t0 = zsi_train_now();
+    zs_tensor *o = h ? zsi_pgpt_blocks(p->pg, h) : NULL;
+    zs_release(h);
+    if (o && p->last) {
+        zs_tensor *l = zsi_pgpt_loss(p->pg, o, y);
+        zs_release(o);
+        *loss_sum += l ? zs_item(l) : NAN;
+        o = l ? zs_mul_scalar(l, 1.0 / p->m) : NULL;
+        zs_release(l);
+    }
+    *busy += zsi_train_now() - t0;
+    s->out = o;
+    if (!o)
+        return st != ZS_OK ? st : ZS_ERR_STATE;
+    return p->last ? ZS_OK : zs_pipe_send(p->pipe, ZS_PIPE_ACT, i, o);
+}
+
+/* Backward of micro-batch i; last_one: the step's final backward (data
+ * parallelism's buckets reduce during it). */
+static zs_status backward(zs_trainer *t, mb_state *s, int i, bool last_one, double *busy)
+{
+    zsi_par *p = t->par;
+    zs_status st = ZS_OK;
+    zs_tensor *g = NULL;
+    if (!p->last) {
+        g = zs_empty_like(s->out);
+        st = g ? zs_pipe_recv(p->pipe, ZS_PIPE_GRAD, i, g) : ZS_ERR_NOMEM;
+    }
+    if (st == ZS_OK && t->dp && last_one)
+        st = zs_dp_begin(t->dp);
+    double t0 = zsi_train_now();
+    if (st == ZS_OK)
+        st = zs_backward(s->out, g, false);
+    *busy += zsi_train_now() - t0;
+    zs_release(g);
+    if (st == ZS_OK && s->in) {
+        zs_tensor *gi = zs_grad(s->in);
+        zs_tensor *gc = gi ? zs_contiguous(gi) : NULL;
+        st = gc ? zs_pipe_send(p->pipe, ZS_PIPE_GRAD, i, gc) : ZS_ERR_STATE;
+        zs_release(gc);
+    }
+    zs_release(s->out);
+    zs_release(s->in);
+    s->out = s->in = NULL;
+    return st;
+}
+
+/* This dp rank's rows of the global batch `index`, as m micro-batches. */
+static zs_status micro_batches(zs_trainer *t, int64_t index, zs_tensor **xs, zs_tensor **ys)
+{
+    zsi_par *p = t->par;
+    zs_tensor *x, *y;
+    zs_status st = t->c.batch(t->c.batch_ctx, index, &x, &y);
+    if (st != ZS_OK)
+        return st;
+    int64_t parts = (int64_t)t->size * p->m;
+    if (!x || !y || x->ndim != 2 || y->ndim != 2 || x->shape[0] != y->shape[0] ||
+        x->shape[0] % parts != 0)
+        return zs_set_error("trainer: batch %lld has %lld rows; model parallelism needs "
+                            "[B, T] ids and targets with B divisible by dp %d x "
+                            "micro-batches %d", (long long)index,
+                            (long long)(x && x->ndim ? x->shape[0] : -1), t->size, p->m);
+    if ((st = zsi_pgpt_check_seq(p->pg, x->shape[1])) != ZS_OK)
+        return st;
+    t->targets += zs_numel(y);
+    zsi_train_my_rows(&x, &y, zs_comm_rank(t->comm), t->size);
+    int64_t b = x->shape[0] / p->m;
+    for (int i = 0; i < p->m; i++) {
+        xs[i] = zs_contiguous(zs_narrow(x, 0, i * b, b));
+        ys[i] = zs_contiguous(zs_narrow(y, 0, i * b, b));
+        if (!xs[i] || !ys[i])
+            return ZS_ERR_STATE;
+    }
+    return ZS_OK;
+}
+
+/* The actions of this stage's schedule for one step. */
+static zs_status run_schedule(zs_trainer *t, zs_tensor **xs, zs_tensor **ys,
+                              double *loss_sum)
+{
+    zsi_par *p = t->par;
+    zs_pp_action *acts = malloc(2 * (size_t)p->m * sizeof *acts);
+    mb_state *ms = calloc((size_t)p->m, sizeof *ms);
+    zs_status st = acts && ms ? zs_pp_schedule_make(t->c.pp_schedule, p->stage,
+                                                    p->stages, p->m, acts)
+                              : zs_set_error_code(ZS_ERR_NOMEM, "trainer: out of memory");
+    double busy = 0, t0 = zsi_train_now();
+    int64_t sent0 = p->pipe ? zs_pipe_bytes_sent(p->pipe) : 0;
+    for (int a = 0; st == ZS_OK && a < 2 * p->m; a++) {
+        int i = acts[a].mb;
+        st = acts[a].backward ? backward(t, &ms[i], i, a == 2 * p->m - 1, &busy)
+                              : forward(t, &ms[i], xs[i], ys[i], i, loss_sum, &busy);
+    }
+    if (st == ZS_OK && p->pipe)
+        st = zs_pipe_flush(p->pipe);
+    p->busy_s += busy;
+    p->wall_s += zsi_train_now() - t0;
+    p->pipe_bytes = p->pipe ? zs_pipe_bytes_sent(p->pipe) - sent0 : 0;
+    for (int i = 0; ms && i < p->m; i++) {
+        zs_release(ms[i].in);
+        zs_release(ms[i].out);
+    }
+    free(ms);
+    free(acts);
+    return st;
+}
+
+/* After backward: the replicated parameters' gradients summed over tp
+ * (sequence parallelism: each rank has its shard's part), the tied
+ * embedding's over the first and last stage. */
+static zs_status complete_grads(zs_trainer *t)
+{
+    zsi_par *p = t->par;
+    zs_status st = ZS_OK;
+    zs_module *m = t->m;
+    if (t->c.sequence_parallel) {
+        zs_tensor **rep = malloc((size_t)(m->nparams + 1) * sizeof *rep);
+        if (!rep)
+            return zs_set_error_code(ZS_ERR_NOMEM, "trainer: out of memory");
+        int n = zsi_pgpt_replicated(p->pg, rep);
+        st = zs_tp_allreduce_grads(p->grid->tp, n, rep);
+        free(rep);
+    }
+    if (st == ZS_OK && p->emb && (p->first || p->last)) {
+        for (int i = 0; i < m->nparams; i++)
+            if (!strcmp(m->param_names[i], "wte.weight"))
+                st = zs_comm_allreduce(p->emb, zs_grad(m->params[i]), false,
+                                       ZS_ALLREDUCE_MPI);
+    }
+    return st;
+}
+
+/* The error in hand, with this rank's place and its groups' world ranks
+ * (a communicator's messages give ranks within the group). */
+static void name_groups(const zsi_par *p)
+{
+    char grp[3][160], err[512];
+    const zs_grid_axis ax[3] = {ZS_GRID_DP, ZS_GRID_TP, ZS_GRID_PP};
+    const zs_grid_dims d = p->grid->dims;
+    int *ranks = malloc((size_t)(d.dp * d.tp * d.pp) * sizeof *ranks);
+    snprintf(err, sizeof err, "%s", zs_last_error());
+    for (int a = 0; a < 3; a++) {
+        int n = ranks ? zs_grid_group(d, ax[a], p->grid->rank, ranks) : 0, k = 0;
+        grp[a][0] = '\0';
+        for (int i = 0; i < n && i < 16; i++)
+            k += snprintf(grp[a] + k, sizeof grp[a] - (size_t)k, i ? " %d" : "%d", ranks[i]);
+    }
+    free(ranks);
+    zs_set_error_code(ZS_ERR_IO, "%s (world rank %d: its dp group is world ranks [%s], "
+                      "tp [%s], pp [%s], in group-rank order)", err, p->grid->rank,
+                      grp[0], grp[1], grp[2]);
+}
+
+zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
+{
+    zsi_par *p = t->par;
+    zs_tensor **xs = calloc(2 * (size_t)p->m, sizeof *xs);
+    if (!xs)
+        return zs_set_error_code(ZS_ERR_NOMEM, "trainer: out of memory");
+    double sum = 0;
+    zs_scope_push();
+    zs_status st = micro_batches(t, step, xs, xs + p->m);
+    if (st == ZS_OK)
+        st = run_schedule(t, xs, xs + p->m, &sum);
+    zs_scope_pop();
+    free(xs);
+    double t0 = zsi_train_now();
+    if (t->dp && zs_dp_finish(t->dp) != ZS_OK && st == ZS_OK)
+        st = ZS_ERR_STATE;
+    if (st == ZS_OK)
+        st = complete_grads(t);
+    t->comm_bytes = zsi_train_step_bytes(t, false) + p->pipe_bytes;
+    /* the loss: the last stage's mean over micro-batches, to every stage,
+     * then averaged over dp */
+    zs_tensor *l = st == ZS_OK ? zs_scalar(ZS_F64, sum / p->m) : NULL;
+    if (l && p->stages > 1)
+        st = zs_comm_broadcast(p->grid->pp, l, p->stages - 1);
+    if (l && st == ZS_OK && t->size > 1)
+        st = zs_comm_allreduce(t->comm, l, true, ZS_ALLREDUCE_MPI);
+    t->prof.comm_s += zsi_train_now() - t0;
+    if (st != ZS_OK && grid_broken(p))
+        name_groups(p);
+    *loss = l && st == ZS_OK ? zs_item(l) : NAN;
+    zs_release(l);
+    return l ? st : st != ZS_OK ? st : ZS_ERR_NOMEM;
+}
+
+double zsi_par_grad_norm(zs_trainer *t)
+{
+    zsi_par *p = t->par;
+    zs_module *m = t->m;
+    bool tp0 = p->grid->me.tp == 0;
+    double sq = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const char *name = m->param_names[i];
+        int dim, blocks;
+        bool split = zsi_gpt_param_split(name, &dim, &blocks);
+        if ((!split && !tp0) || (!p->first && !strcmp(name, "wte.weight")))
+            continue; /* counted by tp rank 0 / the first stage */
+        zs_tensor *g = zs_grad(m->params[i]);
+        const float *d = g ? zs_data(g) : NULL;
+        for (int64_t k = 0; d && k < zs_numel(g); k++)
+            sq += (double)d[k] * d[k];
+    }
+    zs_tensor *s = zs_scalar(ZS_F64, sq);
+    zs_status st = s ? zs_comm_allreduce(p->grid->tp, s, false, ZS_ALLREDUCE_MPI)
+                     : ZS_ERR_NOMEM;
+    if (st == ZS_OK && p->stages > 1)
+        st = zs_comm_allreduce(p->grid->pp, s, false, ZS_ALLREDUCE_MPI);
+    double n = st == ZS_OK ? sqrt(zs_item(s)) : NAN;
+    zs_release(s);
+    return n;
+}
+
+/* ---- the one-process layout -------------------------------------------- */
+
+/* The stage owning a parameter of the one-process model. */
+static int owner(const zsi_par *p, const char *name)
+{
+    int64_t L = p->bounds[p->stages];
+    int64_t l = zsi_gpt_param_layer(name, L);
+    if (l < 0)
+        return 0;
+    if (l >= L)
+        return p->stages - 1;
+    int s = 0;
+    while (s + 1 < p->stages && l >= p->bounds[s + 1])
+        s++;
+    return s;
+}
+
+/* A view of n elements of flat (f32) at element off, shaped like like. */
+static zs_tensor *flat_view(zs_tensor *flat, int64_t off, const zs_tensor *like)
+{
+    return zs_from_blob(ZS_F32, like->ndim, like->shape, (float *)zs_data(flat) + off);
+}
+
+static int64_t offset_in(const zs_tensor *flat, const zs_tensor *p)
+{
+    return (const float *)zs_data(p) - (const float *)zs_data(flat);
+}
+
+/* Optimizer moments kept per parameter (AdamW: m and v). */
+static int kinds(const zs_trainer *t)
+{
+    return t->c.optim.kind == ZS_SGD ? (t->c.optim.momentum > 0) : 2;
+}
+
+/* dst (full, contiguous) = this tp group's shards of src gathered. */
+static zs_status unshard_into(zsi_par *p, zs_tensor *src, zs_tensor *dst, const char *name)
+{
+    int dim, blocks;
+    zs_tensor *f = zsi_gpt_param_split(name, &dim, &blocks)
+                       ? zs_tp_unshard(p->grid->tp, src, dim, blocks) : zs_retain(src);
+    zs_status st = f && zs_nbytes(f) == zs_nbytes(dst) ? ZS_OK : ZS_ERR_STATE;
+    if (st == ZS_OK)
+        memcpy(zs_data(dst), zs_data(f), zs_nbytes(f));
+    zs_release(f);
+    return st;
+}
+
+zs_status zsi_par_to_full(zs_trainer *t, zs_optim *local, zs_optim *full)
+{
+    zsi_par *p = t->par;
+    zs_tensor **ps;
+    char **names;
+    int n = zs_module_parameters(p->full, &ps, &names);
+    zs_module *lm = t->m;
+    int k = 0, w = full ? kinds(t) : 0;
+    zs_status st = n > 0 ? ZS_OK : ZS_ERR_STATE;
+    zs_no_grad_push();
+    for (int i = 0; st == ZS_OK && i < n; i++) {
+        int own = owner(p, names[i]);
+        int64_t off = offset_in(p->full_fp, ps[i]);
+        if (own == p->stage) {
+            while (k < lm->nparams && strcmp(lm->param_names[k], names[i]))
+                k++;
+            zs_tensor *mine = k < lm->nparams ? lm->params[k] : NULL;
+            st = mine ? unshard_into(p, mine, ps[i], names[i]) : ZS_ERR_STATE;
+            for (int j = 0; st == ZS_OK && j < w; j++) {
+                zs_tensor *src = flat_view(zs_optim_moment(local, j, 0),
+                                           offset_in(t->fp, mine), mine);
+                zs_tensor *dst = flat_view(zs_optim_moment(full, j, 0), off, ps[i]);
+                st = src && dst ? unshard_into(p, src, dst, names[i]) : ZS_ERR_NOMEM;
+                zs_release(src);
+                zs_release(dst);
+            }
+        }
+        if (st == ZS_OK && p->stages > 1)
+            st = zs_comm_broadcast(p->grid->pp, ps[i], own);
+        for (int j = 0; st == ZS_OK && p->stages > 1 && j < w; j++) {
+            zs_tensor *v = flat_view(zs_optim_moment(full, j, 0), off, ps[i]);
+            st = v ? zs_comm_broadcast(p->grid->pp, v, own) : ZS_ERR_NOMEM;
+            zs_release(v);
+        }
+    }
+    zs_no_grad_pop();
+    if (n >= 0)
+        zs_names_free(n, ps, names);
+    return st != ZS_OK && !zs_last_error()[0]
+               ? zs_set_error_code(st, "model parallel: gathering the model failed") : st;
+}
+
+zs_status zsi_par_from_full(zs_trainer *t, zs_optim *full, zs_optim *local)
+{
+    zsi_par *p = t->par;
+    zs_status st = zsi_pgpt_from_full(p->pg, p->full);
+    if (st != ZS_OK || !full)
+        return st;
+    zs_tensor **ps;
+    char **names;
+    int n = zs_module_parameters(p->full, &ps, &names);
+    zs_module *lm = t->m;
+    int k = 0, P = p->grid->dims.tp, r = p->grid->me.tp;
+    for (int i = 0; st == ZS_OK && i < n; i++) {
+        if (!zsi_pgpt_holds(p->pg, names[i]))
+            continue;
+        while (k < lm->nparams && strcmp(lm->param_names[k], names[i]))
+            k++;
+        if (k == lm->nparams)
+            return ZS_ERR_STATE;
+        zs_tensor *mine = lm->params[k];
+        int dim, blocks;
+        bool split = zsi_gpt_param_split(names[i], &dim, &blocks);
+        for (int j = 0; st == ZS_OK && j < kinds(t); j++) {
+            zs_tensor *src = flat_view(zs_optim_moment(full, j, 0),
+                                       offset_in(p->full_fp, ps[i]), ps[i]);
+            zs_tensor *s = src ? zs_tp_shard(src, dim, blocks, split ? r : 0,
+                                             split ? P : 1) : NULL;
+            float *dst = (float *)zs_data(zs_optim_moment(local, j, 0)) +
+                         offset_in(t->fp, mine);
+            st = s && zs_numel(s) == zs_numel(mine) ? ZS_OK : ZS_ERR_STATE;
+            if (st == ZS_OK)
+                memcpy(dst, zs_data(s), zs_nbytes(s));
+            zs_release(src);
+            zs_release(s);
+        }
+    }
+    zs_names_free(n, ps, names);
+    return st;
+}
+
+double zsi_par_validate(zs_trainer *t)
+{
+    zsi_par *p = t->par;
+    if (zsi_par_to_full(t, NULL, NULL) != ZS_OK)
+        return NAN;
+    double v = NAN;
+    if (p->grid->rank == 0) {
+        zs_module_train(p->full, false);
+        v = t->c.eval(t->c.eval_ctx, p->full);
+        zs_module_train(p->full, true);
+    }
+    zs_tensor *s = zs_scalar(ZS_F64, v);
+    zs_status st = s ? zs_comm_broadcast(p->grid->world, s, 0) : ZS_ERR_NOMEM;
+    v = st == ZS_OK ? zs_item(s) : NAN;
+    zs_release(s);
+    return v;
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Model parallelism in the trainer (issue 28, src/train/parallel3d.c and
+# gpt_par.c): `mpirun -np N zs train gpt --tp T --pp P [--dp D]` gives,
+# step by step for 10 steps, the losses and gradient norms of one process
+# on the same global batch within 1e-5 relative (f32): tensor parallel
+# (gpt2 and bloom, with and without sequence parallelism), pipeline
+# parallel (GPipe and 1F1B, pp 2 and pp 4 with 8 micro-batches), and
+# tp 2 x pp 2 x dp 2 with and without ZeRO-1 and sequence parallelism.
+# Checkpoints are written in the one-process layout: a run stopped at
+# tp 2 (and at tp 2 x pp 2 x dp 2 with ZeRO-1) resumes in one process, and
+# one process's in 3D and at pp 4, with the uninterrupted losses. Bad
+# layouts are refused with a message.
+set -uo pipefail
+zs="$ZS_BIN"
+if ! command -v mpirun >/dev/null; then
+  echo "mpirun not installed: model-parallel test not run"; exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for i in $(seq 1 300); do
+  echo "In the beginning was the word $i, and the word was with the light; and the light shone."
+done > "$tmp/corpus.txt"
+# 4 blocks of width 64, 4 heads, vocabulary 300 (divisible by 2 and 4)
+common=(--data "$tmp/corpus.txt" --preset tiny --layers 4 --vocab 300 --batch 8 --seq 32
+        --seed 5 --threads 1 --eval-every 4 --warmup 3 --steps 10)
+mpi=(mpirun --allow-run-as-root --oversubscribe)
+fail=0
+# OpenMPI's plugins keep memory until exit: no leak check for MPI runs.
+export ASAN_OPTIONS=detect_leaks=0
+for arch in gpt2 bloom; do
+  "$zs" train gpt "${common[@]}" --arch $arch --out "$tmp/one-$arch" >/dev/null 2>"$tmp/log" \
+    || { cat "$tmp/log"; exit 1; }
+done
+# col FILE KEY: the values of KEY on the step lines of metrics.jsonl.
+col() { grep '"loss"' "$1" | sed "s/.*\"$2\":\([-0-9.e+]*\).*/\1/"; }
+# same NAME REF DIR: DIR's 10 step losses and gradient norms equal REF's.
+same() {
+  local worst
+  worst=$(paste <(col "$2/metrics.jsonl" loss) <(col "$3/metrics.jsonl" loss) \
+                <(col "$2/metrics.jsonl" grad_norm) <(col "$3/metrics.jsonl" grad_norm) |
+          awk '{for (k = 1; k <= 3; k += 2) {d = ($k - $(k+1)) / $k; if (d < 0) d = -d;
+                if (d > w) w = d}; n++}
+               END {if (n != 10) print "missing"; else printf "%.2e\n", w}')
+  if [ "$worst" != "missing" ] && awk "BEGIN{exit !($worst <= 1e-5)}"; then
+    echo "ok $1: 10 step losses and gradient norms equal one process's within $worst relative"
+  else
+    echo "FAIL $1: worst relative difference $worst"; fail=1
+  fi
+}
+# par ARCH NP NAME FLAGS...: mpirun -np NP zs train gpt FLAGS, compared.
+par() {
+  local arch=$1 np=$2 name=$3; shift 3
+  if "${mpi[@]}" -np "$np" "$zs" train gpt "${common[@]}" --arch $arch "$@" \
+      --out "$tmp/$name" >/dev/null 2>"$tmp/$name.log"; then
+    same "$name ($arch, $np ranks: $*)" "$tmp/one-$arch" "$tmp/$name"
+  else
+    echo "FAIL $name (mpirun -np $np $*):"; cat "$tmp/$name.log"; fail=1
+  fi
+}
+par gpt2 2 tp2 --tp 2
+par bloom 2 tp2-bloom --tp 2
+par gpt2 2 tp2-sp --tp 2 --sequence-parallel
+par bloom 2 tp2-sp-bloom --tp 2 --sequence-parallel
+par gpt2 2 pp2-gpipe --pp 2 --micro-batches 4 --pp-schedule gpipe
+par gpt2 2 pp2-1f1b --pp 2 --micro-batches 4 --pp-schedule 1f1b
+par gpt2 2 pp2-split --pp 2 --micro-batches 2 --pp-layers 1,3
+par gpt2 4 pp4-1f1b --pp 4 --micro-batches 8 --pp-schedule 1f1b
+par gpt2 4 pp4-gpipe --pp 4 --micro-batches 8
+par gpt2 8 3d --tp 2 --pp 2 --dp 2 --micro-batches 2
+par gpt2 8 3d-zero1 --tp 2 --pp 2 --dp 2 --micro-batches 2 --zero 1 --pp-schedule 1f1b
+par gpt2 8 3d-sp --tp 2 --pp 2 --micro-batches 2 --sequence-parallel --pp-schedule 1f1b
+par bloom 8 3d-bloom --tp 2 --pp 2 --dp 2 --micro-batches 2 --zero 1 --sequence-parallel
+# The layout and the bubble are printed at start and end.
+if grep -q "tp groups: \[0 1\] \[2 3\] \[4 5\] \[6 7\]" "$tmp/3d.log" &&
+   grep -q "dp groups: \[0 2\] \[1 3\] \[4 6\] \[5 7\]" "$tmp/3d.log" &&
+   grep -q "pp groups: \[0 4\] \[1 5\] \[2 6\] \[3 7\]" "$tmp/3d.log"; then
+  echo "ok the rank layout of tp 2 x pp 2 x dp 2 is printed"
+else
+  echo "FAIL no rank layout"; cat "$tmp/3d.log"; fail=1
+fi
+bub=$(grep "measured bubble" "$tmp/pp4-1f1b.log")
+echo "$bub" | grep -q "formula (p-1)/m = 0.375" && echo "ok $bub" \
+  || { echo "FAIL no bubble line: '$bub'"; fail=1; }
+
+# Checkpoints in the one-process layout: stopped after 4 steps on one
+# layout, resumed on another; the losses are the uninterrupted run's.
+resume() {
+  local name=$1 np1=$2 f1=$3 np2=$4 f2=$5
+  run() { # NP FLAGS...
+    local np=$1; shift
+    if [ "$np" = 1 ]; then "$zs" train gpt "${common[@]}" "$@"
+    else "${mpi[@]}" -np "$np" "$zs" train gpt "${common[@]}" "$@"; fi
+  }
+  run "$np1" $f1 --stop-after 4 --out "$tmp/$name" >/dev/null 2>"$tmp/$name.log" &&
+  run "$np2" $f2 --resume --out "$tmp/$name" >/dev/null 2>>"$tmp/$name.log" \
+    || { echo "FAIL resume $name:"; cat "$tmp/$name.log"; fail=1; return; }
+  same "resume $name" "$tmp/one-gpt2" "$tmp/$name"
+}
+resume tp2-to-1 2 "--tp 2" 1 ""
+resume 3d-to-1 8 "--tp 2 --pp 2 --dp 2 --micro-batches 2 --zero 1" 1 ""
+resume 1-to-3d 1 "" 8 "--tp 2 --pp 2 --micro-batches 2 --sequence-parallel"
+resume tp2-to-pp4 2 "--tp 2 --sequence-parallel" 4 "--pp 4 --micro-batches 4 --pp-schedule 1f1b"
+
+# Layouts that cannot run are refused, naming why.
+refused() { # NP PATTERN FLAGS...
+  local np=$1 pat=$2; shift 2
+  local out
+  if [ "$np" = 1 ]; then out=$("$zs" train gpt "${common[@]}" "$@" --out "$tmp/bad" 2>&1)
+  else out=$("${mpi[@]}" -np "$np" "$zs" train gpt "${common[@]}" "$@" --out "$tmp/bad" 2>&1); fi
+  if [ $? -ne 0 ] && echo "$out" | grep -q "$pat"; then
+    echo "ok refused ($*): $(echo "$out" | grep -m1 "$pat")"
+  else
+    echo "FAIL not refused ($*): $out"; fail=1
+  fi
+}
+refused 1 "mpirun -np 2" --tp 2
+refused 3 "heads and the vocabulary" --tp 3
+refused 2 "sum to 3" --pp 2 --pp-layers 1,2
+refused 2 "expected 2 counts" --pp 2 --pp-layers 1,x
+refused 1 "need tp or pp > 1" --sequence-parallel
+refused 2 "ZeRO 0 or 1" --tp 2 --zero 2
+refused 2 "divisible by the 1 data-parallel ranks times --micro-batches" --pp 2 --micro-batches 3
+
+# A hung rank (kill -STOP) in a tp 2 x pp 2 job: the others' transfers time
+# out (--comm-timeout 2), the job ends well within 60 s, and the message
+# names the waiting rank's groups in world ranks.
+run="$tmp/hung"
+"${mpi[@]}" -np 4 "$zs" train gpt "${common[@]}" --steps 1000000 --eval-every 50 \
+    --comm-timeout 2 --tp 2 --pp 2 --micro-batches 2 --out "$run" >"$run.log" 2>&1 &
+job=$!
+for _ in $(seq 1 300); do [ -s "$run/metrics.jsonl" ] && break; sleep 0.2; done
+victim=$(pgrep -f "train gpt.*$run" | grep -v "^$job$" | tail -1)
+if [ -n "$victim" ]; then
+  start=$(date +%s)
+  kill -STOP "$victim"
+  for _ in $(seq 1 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+  kill -9 $job 2>/dev/null
+  wait $job; rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ $rc -ne 0 ] && [ $took -le 60 ] && grep -q "timed out.*its dp group is world ranks" "$run.log"; then
+    echo "ok hung rank: job ended in ${took} s, exit $rc: $(grep -m1 "timed out" "$run.log")"
+  else
+    echo "FAIL hung rank: exit $rc after ${took} s"; tail -5 "$run.log"; fail=1
+  fi
+  for pid in $(pgrep -f "train gpt.*$run"); do kill -9 "$pid" 2>/dev/null; done
+else
+  echo "FAIL hung rank: no rank process found"; cat "$run.log"; fail=1
+fi
+exit $fail
