@@ -282,7 +282,9 @@ void zs_profile_print(FILE *f);
  * backward runs with autocast off. Differences from PyTorch: the table's
  * rows are this library's operators (docs/precision.md); an operator with
  * no kernel for the low dtype runs in f32; fp8 (ZS_F8E4M3) runs the
- * products in bf16 until FP8 kernels are wired in
+ * linears (zs_linear, zs_linear_gelu, zs_linear_residual with f32 master
+ * weights) as zs_linear_fp8 with their GeLU or residual applied after in
+ * f32, and the other products (matmul, conv2d, attention) in bf16
  * (zs_autocast_compute_dtype says which).
  *
  * lowp: ZS_BF16, ZS_F16 or ZS_F8E4M3; ZS_F32 pushes "off" (nestable, as
@@ -294,8 +296,10 @@ zs_status zs_autocast_push(zs_dtype lowp);
 zs_status zs_autocast_pop(void);
 /* The innermost scope's dtype; ZS_F32 when autocast is off. */
 zs_dtype zs_autocast_dtype(void);
-/* The dtype matrix products compute in under lowp on device: lowp, bf16
- * for fp8, or f32 where the device has no such GEMM kernel. */
+/* The dtype matrix products (matmul; the weights' low copies) compute in
+ * under lowp on device: lowp, bf16 for fp8 (whose linears quantize the
+ * f32 master weights to e4m3 themselves), or f32 where the device has no
+ * such GEMM kernel. */
 zs_dtype zs_autocast_compute_dtype(zs_dtype lowp, int device);
 /* Converts flat (a contiguous f32 buffer holding parameters, such as
  * zs_module_flatten's) in one pass into low (a contiguous tensor of
@@ -314,6 +318,7 @@ typedef struct zs_autocast_stats {
     int64_t flat_views;        /* leaves first served from a flat pass */
     int64_t cache_hits;        /* later uses of a cached weight cast */
     int64_t casts;             /* casts of other tensors (activations) */
+    int64_t fp8_linears;       /* fp8: linears run as zs_linear_fp8 */
 } zs_autocast_stats;
 void zs_autocast_get_stats(zs_autocast_stats *s);
 void zs_autocast_reset_stats(void);

@@ -164,8 +164,9 @@ typedef struct zs_trainer_config {
      * (one pass over the flat buffer; ZeRO-3: each gathered weight once);
      * the master weights, gradients, optimizer state and checkpoints stay
      * f32. f16 and fp8 scale the loss (zs_grad_scaler with `scaler`;
-     * all-reduce data parallelism only); fp8 runs the products in bf16
-     * until the FP8 linear is wired in (zs_autocast_compute_dtype). */
+     * all-reduce data parallelism only); fp8 runs the linears as
+     * zs_linear_fp8 (e4m3, tile scales, e5m2 gradients) and the other
+     * products in bf16 (zs_autocast_compute_dtype). */
     zs_dtype precision;
     zs_grad_scaler_config scaler; /* all zeros: zs_grad_scaler_defaults() */
     /* Graph mode (zs/graph.h): the first step's forward, backward and

@@ -43,6 +43,7 @@
 #include "zs/ops.h"
 
 _Thread_local zs_dtype zsi_amp_dtype = ZS_F32;
+static _Thread_local zs_autocast_stats stats;
 
 /* ---- the cast table ------------------------------------------------------- */
 
@@ -120,19 +121,64 @@ const char *zsi_amp_class_name(const zsi_opdef *def)
     }
 }
 
+static bool is_linear(const zsi_opdef *def)
+{
+    return def == &zsi_def_linear || def == &zsi_def_linear_gelu ||
+           def == &zsi_def_linear_res;
+}
+
 zs_dtype zsi_autocast_route(const zsi_opdef *def, int device, zs_dtype lowp)
 {
-    /* FP8 (e4m3 weights and activations): the products run through the
-     * BF16 path until an FP8 kernel is wired in here */
+    if (device < 0 || device >= ZS_MAX_DEVICES)
+        return ZS_F32;
+    /* FP8 (e4m3 weights and activations, tile scales): the linears run as
+     * linear_fp8 (zsi_autocast_fp8) where the device has its kernel; the
+     * other products (matmul, conv2d, attention) through the BF16 path */
+    if (lowp == ZS_F8E4M3 && is_linear(def) &&
+        zsi_def_linear_fp8.kernel[device][ZS_F32])
+        return ZS_F8E4M3;
     zs_dtype dt = lowp == ZS_F8E4M3 ? ZS_BF16 : lowp;
-    if (dt == ZS_F32 || device < 0 || device >= ZS_MAX_DEVICES)
+    if (dt == ZS_F32)
         return ZS_F32;
     return def->kernel[device][dt] ? dt : ZS_F32;
 }
 
+/* The weights' compute dtype: matmul's route (bf16 for fp8, whose linears
+ * quantize the f32 master weights themselves and whose other products
+ * read the bf16 copies). */
 zs_dtype zs_autocast_compute_dtype(zs_dtype lowp, int device)
 {
-    return zsi_autocast_route(&zsi_def_linear, device, lowp);
+    return zsi_autocast_route(&zsi_def_matmul, device, lowp);
+}
+
+/* ---- FP8: the linears through linear_fp8 ---------------------------------- */
+
+zs_tensor *zsi_autocast_fp8(zsi_opdef *def, int nin, zs_tensor *const *in,
+                            bool *done)
+{
+    *done = false;
+    if (zsi_amp_dtype != ZS_F8E4M3 || !is_linear(def) || nin < 2 ||
+        zsi_autocast_route(def, in[0]->device, ZS_F8E4M3) != ZS_F8E4M3)
+        return NULL;
+    bool res = def == &zsi_def_linear_res;
+    zs_tensor *x = in[0], *w = in[1];
+    zs_tensor *b = nin > 2 + res ? in[2] : NULL, *r = res ? in[nin - 1] : NULL;
+    /* master weights f32 and an f32 or bf16 input, else the BF16 path */
+    if ((x->dtype != ZS_F32 && x->dtype != ZS_BF16) || w->dtype != ZS_F32 ||
+        (b && b->dtype != ZS_F32) || (res && nin < 3))
+        return NULL;
+    *done = true;
+    stats.fp8_linears++;
+    zsi_tracking_pause();
+    zs_tensor *y = zs_linear_fp8(x, w, b), *o = y;
+    if (y && def == &zsi_def_linear_gelu)
+        o = zs_gelu(y, ZS_GELU_TANH); /* linear_gelu's GeLU, in f32 */
+    else if (y && res)
+        o = zs_add(y, r); /* the residual: f32 (promoted) */
+    if (o != y)
+        zs_release(y);
+    zsi_tracking_resume();
+    return zsi_track(o);
 }
 
 /* ---- the stack and the weight cache ------------------------------------- */
@@ -155,7 +201,6 @@ typedef struct level {
 
 static _Thread_local level stack[AMP_DEPTH];
 static _Thread_local int depth;
-static _Thread_local zs_autocast_stats stats;
 
 zs_status zs_autocast_push(zs_dtype lowp)
 {
@@ -360,6 +405,8 @@ static bool plan(const zsi_opdef *def, int nin, zs_tensor *const *in,
     switch ((zsi_amp_class)def->amp) {
     case ZSI_AMP_LOWP:
         *target = zsi_autocast_route(def, dev, lowp);
+        if (*target == ZS_F8E4M3) /* not taken by zsi_autocast_fp8 */
+            *target = zsi_autocast_route(def, dev, ZS_BF16);
         return any_low || any_f32;
     case ZSI_AMP_F32:
         *target = def->amp_reads_lowp && !mixed_low && def->kernel[dev][low] ? low

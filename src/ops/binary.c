@@ -170,7 +170,8 @@ static double scalar_form_fn(const double *x, const void *attrs)
         .cls = ZSI_POINTWISE, .formula = form, .scalar = binary_scalar_fn,    \
         .flops = 1, .infer = infer_binary,                                    \
         .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_binary, [ZS_F64] = cpu_binary,  \
-                               [ZS_BF16] = cpu_binary_lowp}},                 \
+                               [ZS_BF16] = cpu_binary_lowp,                   \
+                               [ZS_F16] = cpu_binary_lowp}},                  \
         .save = sv, .attr_size = sizeof(binary_attrs),                        \
         .bw_ops = (zsi_opdef *const[]){__VA_ARGS__, NULL}}
 #define SCALAR(var, nm, form, bw, bwops)                                      \
@@ -179,7 +180,8 @@ static double scalar_form_fn(const double *x, const void *attrs)
         .cls = ZSI_POINTWISE, .formula = form, .scalar = scalar_form_fn,      \
         .flops = 1, .infer = zsi_infer_same_float,                            \
         .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_scalar, [ZS_F64] = cpu_scalar,  \
-                               [ZS_BF16] = cpu_scalar_lowp}},                 \
+                               [ZS_BF16] = cpu_scalar_lowp,                   \
+                               [ZS_F16] = cpu_scalar_lowp}},                  \
         .attr_size = sizeof(binary_attrs),                                    \
         .bw_ops = bwops}
 

@@ -237,7 +237,12 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
             return NULL;
     if (zsi_amp_dtype == ZS_F32 || def->inplace || def->view || !nin)
         return run_call(def, nin, in, a);
-    /* autocast (ops/autocast.c): the call runs on its cast inputs */
+    /* autocast (ops/autocast.c): fp8 linears as linear_fp8, else the call
+     * runs on its cast inputs */
+    bool done;
+    zs_tensor *f8 = zsi_autocast_fp8(def, nin, in, &done);
+    if (done)
+        return f8;
     zs_tensor *cast[ZSI_MAX_IN];
     int r = zsi_autocast_inputs(def, nin, in, cast);
     if (r <= 0)

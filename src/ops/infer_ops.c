@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/lowp.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
@@ -58,6 +59,16 @@ static zs_status check_float_dst(zsi_call *c)
     if (dt != ZS_F32 && dt != ZS_F64)
         return zs_set_error("%s: the destination is %s, expected f32 or f64",
                             c->def->op.name, zs_dtype_name(dt));
+    zsi_out_like(c, c->in[0]);
+    return ZS_OK;
+}
+
+/* check_float_dst, also accepting bf16 and f16 destinations. */
+static zs_status check_float16_dst(zsi_call *c)
+{
+    zs_dtype dt = c->in[0]->dtype;
+    if (dt != ZS_BF16 && dt != ZS_F16)
+        return check_float_dst(c);
     zsi_out_like(c, c->in[0]);
     return ZS_OK;
 }
@@ -246,7 +257,7 @@ zsi_opdef zsi_def_packed_linear = {
 static zs_status infer_embed(zsi_call *c)
 {
     const zsi_embed_attrs *a = c->attrs;
-    zs_status st = check_float_dst(c);
+    zs_status st = check_float16_dst(c);
     if (st != ZS_OK)
         return st;
     zs_dtype dt = c->in[0]->dtype;
@@ -289,7 +300,11 @@ static zs_status cpu_embed(const zsi_call *c, zs_tensor *out)
             continue;
         const char *q = wpe + (size_t)((int64_t)meta[a->m.pos + i] * C) * es;
         for (int64_t k = 0; k < C; k++) {
-            if (f64)
+            if (es == 2) /* bf16 / f16: the sum in f32, rounded once */
+                ((uint16_t *)r)[k] = zsk_st16(
+                    out->dtype, zsk_ld16(out->dtype, ((uint16_t *)r)[k]) +
+                                    zsk_ld16(out->dtype, ((const uint16_t *)q)[k]));
+            else if (f64)
                 ((double *)r)[k] += ((const double *)q)[k];
             else
                 ((float *)r)[k] += ((const float *)q)[k];
@@ -310,7 +325,8 @@ static zsi_cost embed_cost(const zsi_call *c, const zs_tensor *out)
 zsi_opdef zsi_def_embedding_rows = {
     .op = {.name = "embedding_rows"}, .arity = 0, .inplace = true,
     .infer = infer_embed, .cost = embed_cost, .attr_size = sizeof(zsi_embed_attrs),
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_embed, [ZS_F64] = cpu_embed}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_embed, [ZS_F64] = cpu_embed,
+                           [ZS_BF16] = cpu_embed, [ZS_F16] = cpu_embed}},
 };
 
 /* ---- kv_store ------------------------------------------------------------ */
@@ -481,7 +497,7 @@ zsi_opdef zsi_def_paged_attention = {
 static zs_status infer_norm_rows(zsi_call *c)
 {
     const zsi_norm_rows_attrs *a = c->attrs;
-    zs_status st = c->nin == 4 ? check_float_dst(c)
+    zs_status st = c->nin == 4 ? check_float16_dst(c)
                                : zs_set_error("%s: %d inputs, expected 4",
                                               c->def->op.name, c->nin);
     zs_dtype dt = c->in[0]->dtype;
@@ -497,6 +513,10 @@ static zs_status infer_norm_rows(zsi_call *c)
 static zs_status cpu_norm_rows(const zsi_call *c, zs_tensor *y)
 {
     const zsi_norm_rows_attrs *a = c->attrs;
+    if (zsk_is_lowp16(y->dtype)) /* computed in f32, y rounded once */
+        return zsk_layer_norm_lp(y->dtype, y->dtype, zs_data(c->in[1]),
+                                 zs_data(c->in[2]), zs_data(c->in[3]), a->n, a->C,
+                                 a->eps, zs_data(y), NULL, NULL);
     zsk_layer_norm(y->dtype, zs_data(c->in[1]), zs_data(c->in[2]), zs_data(c->in[3]),
                    a->n, a->C, a->eps, zs_data(y), NULL, NULL);
     return ZS_OK;
@@ -514,7 +534,8 @@ zsi_opdef zsi_def_layer_norm_rows = {
     .op = {.name = "layer_norm_rows"}, .arity = 4, .inplace = true,
     .infer = infer_norm_rows, .cost = norm_rows_cost,
     .attr_size = sizeof(zsi_norm_rows_attrs),
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_norm_rows, [ZS_F64] = cpu_norm_rows}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_norm_rows, [ZS_F64] = cpu_norm_rows,
+                           [ZS_BF16] = cpu_norm_rows, [ZS_F16] = cpu_norm_rows}},
 };
 
 /* ---- gather_rows --------------------------------------------------------- */

@@ -59,9 +59,10 @@ typedef struct zsi_linear_attrs {
 } zsi_linear_attrs;
 
 /* embedding_rows: x [n, C] = the token rows (+ wpe [pos] rows when wpe).
- * Inputs: x (written; f32 or f64), meta (i32), table: dense [V, C] rows in
- * x's dtype (fmt ZSI_W_F32 or F64) or the head's quantized tiles (u8,
- * ZSI_W_Q*: the rows dequantized), then wpe [ctx, C] when flagged. */
+ * Inputs: x (written; f32, f64, bf16 or f16), meta (i32), table: dense
+ * [V, C] rows in x's dtype (fmt ZSI_W_F32 or F64) or the head's quantized
+ * tiles (u8, ZSI_W_Q*: the rows dequantized; f32 x only), then wpe [ctx,
+ * C] when flagged (bf16 / f16: the sum in f32, rounded once). */
 typedef struct zsi_embed_attrs {
     zsi_step_meta m;
     int64_t C, V;
@@ -91,7 +92,8 @@ typedef struct zsi_paged_attn_attrs {
 } zsi_paged_attn_attrs;
 
 /* layer_norm_rows: y [n, C] = layer_norm(x [n, C]) * w + b (eps), rows
- * normalised independently; y may be x. Inputs: y (written), x, w, b. */
+ * normalised independently; y may be x. Inputs: y (written), x, w, b,
+ * one dtype: f32, f64, or bf16 / f16 (computed in f32, y rounded once). */
 typedef struct zsi_norm_rows_attrs {
     int64_t n, C;
     double eps;

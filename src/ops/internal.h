@@ -73,5 +73,14 @@ static inline double zsi_bytes(const zs_tensor *t)
 zs_status zsi_check_float16_dtype(const char *op, const zs_tensor *t);
 zs_status zsi_check_pair_float16(const char *op, const zs_tensor *a,
                                  const zs_tensor *b);
+/* zsi_via_f32 for kernels with several results or inputs updated in
+ * place (ops/lowp.c): the bf16 / f16 inputs except those whose bit is set
+ * in keep (passed as they are: running statistics the kernel updates) are
+ * converted to f32 host copies, every bf16 / f16 result (out and
+ * c->outs[1..nout)) is computed into an f32 temporary and rounded once
+ * into it; aux results are the f32 kernel's (f32 statistics). CPU kernels
+ * only. */
+zs_status zsi_via_f32_keep(const zsi_call *c, zs_tensor *out,
+                           zsi_kernel_fn f32, uint64_t keep);
 
 #endif

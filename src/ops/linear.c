@@ -47,9 +47,10 @@ static zs_status check_inputs(const char *op, const zs_tensor *x,
         (b && zsi_check_same_float(op, x, b) != ZS_OK) ||
         (r && zsi_check_same_float(op, x, r) != ZS_OK))
         return ZS_ERR_ARG;
-    if (x->dtype != ZS_F32 && x->dtype != ZS_F64 && x->dtype != ZS_BF16)
-        return zs_set_error("%s: dtype %s is not supported, expected f32, f64 "
-                            "or bf16", op, zs_dtype_name(x->dtype));
+    if (x->dtype != ZS_F32 && x->dtype != ZS_F64 && x->dtype != ZS_BF16 &&
+        x->dtype != ZS_F16)
+        return zs_set_error("%s: dtype %s is not supported, expected f32, f64, "
+                            "bf16 or f16", op, zs_dtype_name(x->dtype));
     if (x->ndim < 1)
         return zs_set_error("%s: input %s needs at least 1 dim [..., K]", op,
                             zs_shape_str(x, s1, sizeof s1));
@@ -183,8 +184,9 @@ static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
     if (st == ZS_OK)
         st = mat_init(&m[1], w, N, K, true);
     if (st == ZS_OK)
-        zsk_gemm_bf16(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld,
-                      m[1].p, m[1].ld, 0.0f, zs_data(acc), N);
+        (x->dtype == ZS_F16 ? zsk_gemm_f16 : zsk_gemm_bf16)(
+            m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld, m[1].p,
+            m[1].ld, 0.0f, zs_data(acc), N); /* f16: the same, F16 GEMM */
     zs_no_grad_push();
     zs_tensor *b32 = b ? zs_to_dtype(b, ZS_F32) : NULL;
     zs_tensor *r32 = r ? zs_to_dtype(r, ZS_F32) : NULL;
@@ -333,7 +335,8 @@ static zsi_cost linear_cost(const zsi_call *c, const zs_tensor *out)
     {.op = {.name = NAME, .backward = linear_bw}, .cls = ZSI_GEMM,            \
      .infer = infer_linear,                                                   \
      .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_linear, [ZS_BF16] = cpu_linear,    \
-                            [ZS_F64] = cpu_linear_f64}},                      \
+                            [ZS_F64] = cpu_linear_f64,                        \
+                            [ZS_F16] = cpu_linear}},                          \
      .save = save_linear, .cost = linear_cost,                                \
      .attr_size = sizeof(linear_attrs),                                       \
      .bw_ops = (zsi_opdef *const[]){&zsi_def_deriv, &zsi_def_to_dtype,        \

@@ -81,7 +81,8 @@ static zs_status operand_init(operand *op, zs_tensor *x, bool trans)
 }
 
 /* C = op(A) op(B) for inputs of dtype dt: f32 and f64 write C in their
- * dtype; bf16 accumulates in f32 and writes f32 C (the BF16 GEMM). */
+ * dtype; bf16 and f16 accumulate in f32 and write f32 C (the BF16 and
+ * F16 GEMMs). */
 static void gemm(zs_dtype dt, const operand *a, const operand *b, int64_t M,
                  int64_t N, int64_t K, const void *A, const void *B, void *C)
 {
@@ -91,6 +92,9 @@ static void gemm(zs_dtype dt, const operand *a, const operand *b, int64_t M,
     else if (dt == ZS_F64)
         zsk_dgemm(a->trans, b->trans, M, N, K, 1.0, A, a->ld, B, b->ld, 0.0,
                   C, N);
+    else if (dt == ZS_F16)
+        zsk_gemm_f16(a->trans, b->trans, M, N, K, 1.0f, A, a->ld, B, b->ld,
+                     0.0f, C, N);
     else
         zsk_gemm_bf16(a->trans, b->trans, M, N, K, 1.0f, A, a->ld, B, b->ld,
                       0.0f, C, N);
@@ -269,7 +273,8 @@ zsi_opdef zsi_def_matmul = {
     .op = {.name = "matmul", .backward = matmul_bw}, .arity = 2,
     .cls = ZSI_GEMM, .infer = infer_matmul,
     .kernel = {[ZS_CPU] = {[ZS_F32] = run_matmul, [ZS_F64] = run_matmul,
-                           [ZS_BF16] = run_matmul_bf16}},
+                           [ZS_BF16] = run_matmul_bf16,
+                           [ZS_F16] = run_matmul_bf16}}, /* f16: the same, F16 GEMM */
     .save = save_ab, .cost = matmul_cost, .attr_size = sizeof(matmul_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_matmul, &zsi_def_view, &zsi_def_copy,
                                    &zsi_def_sum, &zsi_def_to_dtype, NULL}};

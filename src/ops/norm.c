@@ -31,6 +31,10 @@
  * rstd f32, weight and bias of x's dtype or both f32 (torch's mixed CPU
  * layer_norm) with gradients of their own dtype.
  *
+ * Batch norm of a bf16 / f16 x: the f32 kernels on f32 copies
+ * (zsi_via_f32_keep), results rounded once, statistics f64; the saved x
+ * is the f32 copy and the backward rule converts g to it.
+ *
  * Cost models count the minimum traffic: inputs and parameters read once,
  * outputs (and saved statistics) written once; FLOPs are about 8 per
  * element forward and 10 per element backward.
@@ -235,8 +239,7 @@ static zs_status infer_norm_backward(zsi_call *c, bool layer, bool has_w,
     if (c->nin != (has_w ? 5 : 4))
         return zs_set_error("%s: %d inputs, expected %d (x, mean, rstd, g%s)",
                             op, c->nin, has_w ? 5 : 4, has_w ? ", weight" : "");
-    zs_status st = layer ? zsi_check_pair_float16(op, x, g)
-                         : zsi_check_pair_dtype(op, x, g);
+    zs_status st = zsi_check_pair_float16(op, x, g);
     if (st == ZS_OK && pdt != x->dtype && (pdt != ZS_F32 || !zsk_is_lowp16(x->dtype)))
         st = zs_set_error("%s: parameters of %s with x of %s, expected x's "
                           "dtype (or f32 for a bf16/f16 x)", op,
@@ -503,7 +506,7 @@ static zs_status infer_batch_norm(zsi_call *c)
     const char *op = "batch_norm";
     bn_args args = bn_args_of(c), *a = &args;
     zs_tensor *x = a->x;
-    zs_status st = zsi_check_float_dtype(op, x);
+    zs_status st = zsi_check_float16_dtype(op, x);
     if (st != ZS_OK)
         return st;
     if (x->ndim < 2) {
@@ -609,6 +612,18 @@ static zs_status cpu_batch_norm(const zsi_call *c, zs_tensor *out)
     return keep_aux(c, st, xc, wc, mean, rstd);
 }
 
+/* bf16 / f16 x (weight and bias of its dtype): the f32 kernel on f32
+ * copies of x, weight and bias, y rounded once; the running statistics
+ * (any float dtype) updated in place as they are; the saved x and weight
+ * are the f32 copies, the statistics f64 (batch_norm_bw converts g). */
+static zs_status cpu_batch_norm_lowp(const zsi_call *c, zs_tensor *out)
+{
+    const batch_norm_attrs *t = c->attrs;
+    uint64_t keep = (t->running_mean >= 0 ? 1ull << t->running_mean : 0) |
+                    (t->running_var >= 0 ? 1ull << t->running_var : 0);
+    return zsi_via_f32_keep(c, out, cpu_batch_norm, keep);
+}
+
 /* 5 FLOPs per element with batch statistics, 2 with running ones; x and
  * the parameters read, y written */
 static zsi_cost batch_norm_cost(const zsi_call *c, const zs_tensor *out)
@@ -696,6 +711,13 @@ static zs_status cpu_batch_norm_backward(const zsi_call *c, zs_tensor *gx)
     return ZS_OK;
 }
 
+/* bf16 / f16 x, g and weight: the f32 kernel on f32 copies, gx, gw and
+ * gb each rounded once into x's dtype. */
+static zs_status cpu_batch_norm_backward_lowp(const zsi_call *c, zs_tensor *gx)
+{
+    return zsi_via_f32_keep(c, gx, cpu_batch_norm_backward, 0);
+}
+
 /* 6 FLOPs per element; x and g read, the gradients written */
 static zsi_cost batch_norm_backward_cost(const zsi_call *c, const zs_tensor *gx)
 {
@@ -706,16 +728,21 @@ zsi_opdef zsi_def_batch_norm_backward = {
     .op = {.name = "batch_norm_backward"}, .cls = ZSI_OTHER,
     .infer = infer_batch_norm_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_batch_norm_backward,
-                           [ZS_F64] = cpu_batch_norm_backward}},
+                           [ZS_F64] = cpu_batch_norm_backward,
+                           [ZS_BF16] = cpu_batch_norm_backward_lowp,
+                           [ZS_F16] = cpu_batch_norm_backward_lowp}},
     .cost = batch_norm_backward_cost, .attr_size = sizeof(batch_norm_attrs)};
 
 zsi_opdef zsi_def_batch_norm = {
     .op = {.name = "batch_norm", .backward = batch_norm_bw},
     .cls = ZSI_OTHER, .infer = infer_batch_norm,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_batch_norm, [ZS_F64] = cpu_batch_norm}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_batch_norm, [ZS_F64] = cpu_batch_norm,
+                           [ZS_BF16] = cpu_batch_norm_lowp,
+                           [ZS_F16] = cpu_batch_norm_lowp}},
     .save = save_norm, .cost = batch_norm_cost,
     .attr_size = sizeof(batch_norm_attrs),
-    .bw_ops = (zsi_opdef *const[]){&zsi_def_batch_norm_backward, NULL}};
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_batch_norm_backward,
+                                   &zsi_def_to_dtype, NULL}};
 
 zs_tensor *zs_batch_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
                          zs_tensor *running_mean, zs_tensor *running_var,
@@ -731,10 +758,27 @@ zs_tensor *zs_batch_norm(zs_tensor *x, zs_tensor *weight, zs_tensor *bias,
     return zsi_run(&zsi_def_batch_norm, n, in, &at);
 }
 
+/* A bf16 / f16 forward saved its f32 copy of x (cpu_batch_norm_lowp): g
+ * is converted to it, and the gradients back to their inputs' dtypes. */
 static zs_status batch_norm_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     batch_norm_attrs at = *(const batch_norm_attrs *)zsi_node_attrs(n);
     at.want = want_of(n, at.weight, at.bias);
-    return run_norm_backward(&zsi_def_batch_norm_backward, n, g, &at, at.want,
-                             at.weight, at.bias, gin);
+    zs_dtype sdt = n->saved[0]->dtype;
+    if (g->dtype == sdt)
+        return run_norm_backward(&zsi_def_batch_norm_backward, n, g, &at, at.want,
+                                 at.weight, at.bias, gin);
+    zs_tensor *gc = zs_to_dtype(g, sdt);
+    zs_status st = gc ? run_norm_backward(&zsi_def_batch_norm_backward, n, gc, &at,
+                                          at.want, at.weight, at.bias, gin)
+                      : ZS_ERR_NOMEM;
+    zs_release(gc);
+    for (int i = 0; st == ZS_OK && i < n->nin; i++) {
+        if (!gin[i] || gin[i]->dtype == n->in_meta[i].dtype)
+            continue;
+        zs_tensor *r = zs_to_dtype(gin[i], n->in_meta[i].dtype);
+        zs_release(gin[i]);
+        st = (gin[i] = r) ? ZS_OK : ZS_ERR_NOMEM;
+    }
+    return st;
 }

@@ -210,10 +210,18 @@ extern _Thread_local zs_dtype zsi_amp_dtype;
 int zsi_autocast_inputs(const zsi_opdef *def, int nin, zs_tensor *const *in,
                         zs_tensor **cast);
 /* The dtype a ZSI_AMP_LOWP operator def computes in on device under
- * autocast dtype lowp: the one place the route is chosen (fp8 runs the
- * BF16 path until an FP8 kernel is wired here), f32 where def has no
- * kernel for it. */
+ * autocast dtype lowp: the one place the route is chosen (fp8: ZS_F8E4M3
+ * for the linears, which zsi_autocast_fp8 runs as linear_fp8, bf16 for
+ * the other products), f32 where def has no kernel for it. */
 zs_dtype zsi_autocast_route(const zsi_opdef *def, int device, zs_dtype lowp);
+/* Under autocast fp8, the linears (linear, linear_gelu, linear_residual)
+ * with f32 master weights and an f32 or bf16 input run as linear_fp8
+ * (zs_linear_fp8: e4m3 tiles, f32 result) followed by their epilogue in
+ * f32 (GeLU, the residual add): returns that result (a new reference, or
+ * NULL with the message set) with *done true; *done false (NULL) when the
+ * call takes the ordinary route. The driver calls it first. */
+zs_tensor *zsi_autocast_fp8(zsi_opdef *def, int nin, zs_tensor *const *in,
+                            bool *done);
 /* The autocast column of `zs ops`: "lowp", "f32", "f32/reads-lowp", ... */
 const char *zsi_amp_class_name(const zsi_opdef *def);
 

@@ -15,6 +15,10 @@
  * element; bytes = input + output (+ indices written); backward: one add
  * per gradient element (max) or kh*kw (avg), g (+ indices) read, the
  * gradient written.
+ *
+ * bf16 / f16 (forward and backward): the f32 kernels on f32 copies of the
+ * float inputs (zsi_via_f32), each result rounded once into the input's
+ * dtype (a max is exact; the indices are i64 either way).
  */
 #include <string.h>
 
@@ -61,7 +65,7 @@ static zs_status pool_shape(const char *op, const zs_tensor *x,
                             const zs_pool2d_params *p, zsk_pool2d_shape *s)
 {
     char sx[96];
-    zs_status st = zsi_check_float_dtype(op, x);
+    zs_status st = zsi_check_float16_dtype(op, x);
     if (st != ZS_OK)
         return st;
     zs_shape_str(x, sx, sizeof sx);
@@ -116,6 +120,16 @@ static zs_status cpu_avg_pool(const zsi_call *c, zs_tensor *out)
     return ZS_OK;
 }
 
+static zs_status cpu_max_pool_lowp(const zsi_call *c, zs_tensor *out)
+{
+    return zsi_via_f32(c, out, cpu_max_pool);
+}
+
+static zs_status cpu_avg_pool_lowp(const zsi_call *c, zs_tensor *out)
+{
+    return zsi_via_f32(c, out, cpu_avg_pool);
+}
+
 static void save_pool(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 {
     zsi_save(n, 0, c->aux[0]); /* max_pool2d's indices */
@@ -135,14 +149,18 @@ static zsi_cost pool_cost(const zsi_call *c, const zs_tensor *out)
 zsi_opdef zsi_def_max_pool = {
     .op = {.name = "max_pool2d", .backward = max_pool_bw}, .arity = 1,
     .infer = infer_pool,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max_pool, [ZS_F64] = cpu_max_pool}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max_pool, [ZS_F64] = cpu_max_pool,
+                           [ZS_BF16] = cpu_max_pool_lowp,
+                           [ZS_F16] = cpu_max_pool_lowp}},
     .save = save_pool, .cost = pool_cost, .attr_size = sizeof(pool_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_max_pool_backward, NULL}};
 
 zsi_opdef zsi_def_avg_pool = {
     .op = {.name = "avg_pool2d", .backward = avg_pool_bw}, .arity = 1,
     .infer = infer_pool,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_avg_pool, [ZS_F64] = cpu_avg_pool}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_avg_pool, [ZS_F64] = cpu_avg_pool,
+                           [ZS_BF16] = cpu_avg_pool_lowp,
+                           [ZS_F16] = cpu_avg_pool_lowp}},
     .save = save_pool, .cost = pool_cost, .attr_size = sizeof(pool_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_avg_pool_backward, NULL}};
 
@@ -180,7 +198,7 @@ static zs_status infer_pool_bw(zsi_call *c)
     const pool_bw_attrs *a = c->attrs;
     const zs_tensor *g = c->in[0];
     char sg[96], si[96];
-    zs_status st = zsi_check_float_dtype(op, g);
+    zs_status st = zsi_check_float16_dtype(op, g);
     if (st != ZS_OK)
         return st;
     zs_shape_str(g, sg, sizeof sg);
@@ -258,6 +276,16 @@ static zs_status cpu_avg_pool_bw(const zsi_call *c, zs_tensor *out)
     return ZS_OK;
 }
 
+static zs_status cpu_max_pool_bw_lowp(const zsi_call *c, zs_tensor *out)
+{
+    return zsi_via_f32(c, out, cpu_max_pool_bw);
+}
+
+static zs_status cpu_avg_pool_bw_lowp(const zsi_call *c, zs_tensor *out)
+{
+    return zsi_via_f32(c, out, cpu_avg_pool_bw);
+}
+
 /* max: one add per output gradient; reads g and the argmax indices */
 static zsi_cost max_pool_bw_cost(const zsi_call *c, const zs_tensor *out)
 {
@@ -275,12 +303,16 @@ static zsi_cost avg_pool_bw_cost(const zsi_call *c, const zs_tensor *out)
 
 zsi_opdef zsi_def_max_pool_backward = {
     .op = {.name = "max_pool2d_backward"}, .arity = 2, .infer = infer_pool_bw,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max_pool_bw, [ZS_F64] = cpu_max_pool_bw}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max_pool_bw, [ZS_F64] = cpu_max_pool_bw,
+                           [ZS_BF16] = cpu_max_pool_bw_lowp,
+                           [ZS_F16] = cpu_max_pool_bw_lowp}},
     .cost = max_pool_bw_cost, .attr_size = sizeof(pool_bw_attrs)};
 
 zsi_opdef zsi_def_avg_pool_backward = {
     .op = {.name = "avg_pool2d_backward"}, .arity = 1, .infer = infer_pool_bw,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_avg_pool_bw, [ZS_F64] = cpu_avg_pool_bw}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_avg_pool_bw, [ZS_F64] = cpu_avg_pool_bw,
+                           [ZS_BF16] = cpu_avg_pool_bw_lowp,
+                           [ZS_F16] = cpu_avg_pool_bw_lowp}},
     .cost = avg_pool_bw_cost, .attr_size = sizeof(pool_bw_attrs)};
 
 /* The backward descriptor's attributes from n's. */

@@ -21,6 +21,12 @@
  * 0 input, 1 the mean in the keepdim shape (an aux result of the forward
  * kernel, made only when a node is recorded).
  *
+ * bf16 / f16 (every operator here): the f32 kernel on an f32 copy of the
+ * input (zsi_via_f32: one conversion, the result rounded once into the
+ * input's dtype; argmax's i64 indices exact). var's saved mean is then
+ * f32 (the statistics stay f32) and its backward computes in f32, the
+ * gradient rounded to x's dtype.
+ *
  * Cost models (zsi_reduce_cost): each element read once; max and argmax
  * 1 FLOP per element, var 3. max_backward: 1 FLOP per input element, x, y
  * and g read, gx written.
@@ -86,6 +92,11 @@ static zs_status cpu_max(const zsi_call *c, zs_tensor *out)
     return ZS_OK;
 }
 
+static zs_status cpu_max_lowp(const zsi_call *c, zs_tensor *out)
+{
+    return zsi_via_f32(c, out, cpu_max);
+}
+
 static void save_in_out(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 {
     zsi_save(n, 0, c->in[0]);
@@ -126,8 +137,8 @@ static zs_status infer_max_backward(zsi_call *c)
     const max_attrs *at = c->attrs;
     const zs_tensor *x = c->in[0], *y = c->in[1], *g = c->in[2];
     if (zsi_infer_reduce(c, at->mask, at->keepdim) != ZS_OK ||
-        zsi_check_pair_dtype("max_backward", x, y) != ZS_OK ||
-        zsi_check_pair_dtype("max_backward", x, g) != ZS_OK)
+        zsi_check_pair_float16("max_backward", x, y) != ZS_OK ||
+        zsi_check_pair_float16("max_backward", x, g) != ZS_OK)
         return ZS_ERR_ARG;
     int64_t m = zsi_shape_numel(c->ndim, c->shape);
     if (zs_numel(y) != m || zs_numel(g) != m) {
@@ -160,6 +171,11 @@ static zs_status cpu_max_backward(const zsi_call *c, zs_tensor *gx)
     return gc ? ZS_OK : ZS_ERR_NOMEM;
 }
 
+static zs_status cpu_max_backward_lowp(const zsi_call *c, zs_tensor *gx)
+{
+    return zsi_via_f32(c, gx, cpu_max_backward);
+}
+
 /* 1 FLOP per input element; x, y and g read, gx written */
 static zsi_cost max_backward_cost(const zsi_call *c, const zs_tensor *gx)
 {
@@ -172,13 +188,16 @@ static zsi_cost max_backward_cost(const zsi_call *c, const zs_tensor *gx)
 zsi_opdef zsi_def_max_backward = {
     .op = {.name = "max_backward"}, .arity = 3, .infer = infer_max_backward,
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max_backward,
-                           [ZS_F64] = cpu_max_backward}},
+                           [ZS_F64] = cpu_max_backward,
+                           [ZS_BF16] = cpu_max_backward_lowp,
+                           [ZS_F16] = cpu_max_backward_lowp}},
     .cost = max_backward_cost, .attr_size = sizeof(max_attrs)};
 
 zsi_opdef zsi_def_max = {
     .op = {.name = "max", .backward = max_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_max,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max, [ZS_F64] = cpu_max}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_max, [ZS_F64] = cpu_max,
+                           [ZS_BF16] = cpu_max_lowp, [ZS_F16] = cpu_max_lowp}},
     .save = save_in_out, .cost = zsi_reduce_cost,
     .attr_size = sizeof(max_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_max_backward, NULL}};
@@ -214,7 +233,7 @@ static zs_status infer_argmax(zsi_call *c)
     const argmax_attrs *at = c->attrs;
     const zs_tensor *a = c->in[0];
     int dim = (int)at->dim;
-    if (zsi_check_float_dtype("argmax", a) != ZS_OK)
+    if (zsi_check_float16_dtype("argmax", a) != ZS_OK)
         return ZS_ERR_ARG;
     c->dtype = ZS_I64;
     c->ndim = 0;
@@ -248,10 +267,30 @@ static zs_status cpu_argmax(const zsi_call *c, zs_tensor *out)
     return ZS_OK;
 }
 
+/* bf16 / f16: argmax of the exact f32 widening (a host copy). */
+static zs_status cpu_argmax_lowp(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *a = c->in[0];
+    zsi_tracking_pause();
+    zs_tensor *a32 = zsi_new_tensor_on(c->device, ZS_F32, a->ndim, a->shape);
+    zs_status st = a32 ? zsi_copy_host(a32, a) : ZS_ERR_NOMEM;
+    if (st == ZS_OK) {
+        zsi_call c32 = *c;
+        c32.in = (zs_tensor *const[]){a32};
+        c32.key = ZS_F32;
+        st = cpu_argmax(&c32, out);
+    }
+    zs_release(a32);
+    zsi_tracking_resume();
+    return st;
+}
+
 zsi_opdef zsi_def_argmax = {
     .op = {.name = "argmax"}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 1, .infer = infer_argmax,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_argmax, [ZS_F64] = cpu_argmax}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_argmax, [ZS_F64] = cpu_argmax,
+                           [ZS_BF16] = cpu_argmax_lowp,
+                           [ZS_F16] = cpu_argmax_lowp}},
     .cost = zsi_reduce_cost, .attr_size = sizeof(argmax_attrs)};
 
 zs_tensor *zs_argmax(zs_tensor *a, int dim, bool keepdim)
@@ -294,6 +333,12 @@ static zs_status cpu_var(const zsi_call *c, zs_tensor *out)
     return mean || !zsi_call_records(c) ? ZS_OK : ZS_ERR_NOMEM;
 }
 
+/* bf16 / f16: the mean (aux 0) is f32 */
+static zs_status cpu_var_lowp(const zsi_call *c, zs_tensor *out)
+{
+    return zsi_via_f32(c, out, cpu_var);
+}
+
 static void save_var(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 {
     zsi_save(n, 0, c->in[0]);
@@ -303,11 +348,13 @@ static void save_var(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 zsi_opdef zsi_def_var = {
     .op = {.name = "var", .backward = var_bw}, .arity = 1,
     .cls = ZSI_REDUCTION, .flops = 3, .infer = infer_var,
-    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_var, [ZS_F64] = cpu_var}},
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_var, [ZS_F64] = cpu_var,
+                           [ZS_BF16] = cpu_var_lowp, [ZS_F16] = cpu_var_lowp}},
     .save = save_var, .cost = zsi_reduce_cost,
     .attr_size = sizeof(var_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_sub, &zsi_def_mul,
-                                   &zsi_def_mul_scalar, NULL}};
+                                   &zsi_def_mul_scalar, &zsi_def_to_dtype,
+                                   NULL}};
 
 zs_tensor *zs_var(zs_tensor *a, int naxes, const int *axes, int correction,
                   bool keepdim)
@@ -317,19 +364,29 @@ zs_tensor *zs_var(zs_tensor *a, int naxes, const int *axes, int correction,
     return mask < 0 ? NULL : zsi_run(&zsi_def_var, 1, &a, &at);
 }
 
+/* A new reference to t in dtype dt (t retained when it has it). */
+static zs_tensor *as_dtype(zs_tensor *t, zs_dtype dt)
+{
+    return !t ? NULL : t->dtype == dt ? zs_retain(t) : zs_to_dtype(t, dt);
+}
+
+/* In the mean's dtype (f32 for a bf16 / f16 x), rounded to x's at the
+ * end. */
 static zs_status var_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const var_attrs *at = zsi_node_attrs(n);
-    zs_tensor *x = n->saved[0], *mean = n->saved[1];
+    zs_tensor *mean = n->saved[1];
+    zs_tensor *x = as_dtype(n->saved[0], mean->dtype), *gc = as_dtype(g, mean->dtype);
     int64_t keep[ZS_MAX_DIMS];
-    double div = (double)zsi_reduce_keep(x->ndim, x->shape, at->mask, keep) -
-                 (double)at->correction;
-    zs_tensor *d = zs_sub(x, mean);
-    zs_tensor *gk = zs_reshape(g, x->ndim, keep);
+    double div = x ? (double)zsi_reduce_keep(x->ndim, x->shape, at->mask, keep) -
+                         (double)at->correction : 0;
+    zs_tensor *d = x ? zs_sub(x, mean) : NULL;
+    zs_tensor *gk = x && gc ? zs_reshape(gc, x->ndim, keep) : NULL;
     zs_tensor *t = d && gk ? zs_mul(d, gk) : NULL;
-    gin[0] = t ? zs_mul_scalar(t, 2.0 / (div > 0 ? div : 0)) : NULL;
-    zs_release(d);
-    zs_release(gk);
-    zs_release(t);
+    zs_tensor *r = t ? zs_mul_scalar(t, 2.0 / (div > 0 ? div : 0)) : NULL;
+    gin[0] = as_dtype(r, n->in_meta[0].dtype);
+    zs_tensor *all[] = {x, gc, d, gk, t, r};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        zs_release(all[i]);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }

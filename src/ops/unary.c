@@ -133,7 +133,7 @@ static zsi_cost pow_cost(const zsi_call *c, const zs_tensor *out)
 }
 
 #define CPU_KERNELS(f, lowp)                                                  \
-    {[ZS_CPU] = {[ZS_F32] = f, [ZS_F64] = f, [ZS_BF16] = lowp}}
+    {[ZS_CPU] = {[ZS_F32] = f, [ZS_F64] = f, [ZS_BF16] = lowp, [ZS_F16] = lowp}}
 
 #define UNARY(var, nm, form, fl, sv, bw, ...)                                 \
     zsi_opdef var = {                                                         \

@@ -108,8 +108,9 @@ void zsi_train_log_precision(const zs_trainer *t)
             "%s%s, norms, softmax, loss and optimizer in f32; f32 master weights, "
             "gradients and optimizer state, weights converted once per step%s\n",
             zs_precision_name(p), zs_dtype_name(dt),
-            p == ZS_F8E4M3 ? " (fp8 runs the low-precision class in bf16 until the "
-                             "FP8 linear is wired in)"
+            p == ZS_F8E4M3 ? "; linears in fp8 (e4m3 weights and activations with "
+                             "1x128 / 128x128 tile scales, e5m2 gradients, f32 "
+                             "accumulation)"
             : dt == ZS_F32 ? " (no kernel for the low dtype here)" : "",
             t->scaler ? "; dynamic loss scaling" : "");
     if (t->scaler) {

@@ -48,7 +48,7 @@ check "fp16: loss scaling in the setup and 65536 in metrics.jsonl" \
       'grep -q "dynamic loss scaling" "$tmp/log16" && grep -q "\"precision\":\"fp16\",\"loss_scale\":65536" "$tmp/h/metrics.jsonl"'
 "$zs" train gpt "${common[@]}" --steps 3 --precision fp8 --out "$tmp/f8" >/dev/null 2>"$tmp/log8" ||
   { cat "$tmp/log8"; exit 1; }
-check "fp8: the log says it runs in bf16 for now" 'grep -q "fp8 runs the low-precision class in bf16" "$tmp/log8"'
+check "fp8: the log says the linears run in fp8" 'grep -q "linears in fp8 (e4m3" "$tmp/log8"'
 
 python3 "$src/tests/apps/make_fake_mnist.py" "$tmp/data" 320 100
 "$zs" train lenet --data "$tmp/data" --batch 32 --epochs 3 --seed 3 --threads 2 --optim adam \

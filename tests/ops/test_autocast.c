@@ -84,9 +84,13 @@ static void test_classes(void)
              "nested ZS_F32 scope: matmul in f32");
     ZT_CHECK(zs_autocast_push(ZS_F8E4M3) == ZS_OK, "push fp8");
     zs_tensor *f8 = zs_matmul(a, b);
-    ZT_CHECK(f8 && f8->dtype == ZS_BF16 && zs_autocast_compute_dtype(ZS_F8E4M3, ZS_CPU) ==
-             zsi_autocast_route(&zsi_def_linear, ZS_CPU, ZS_F8E4M3),
-             "fp8: products through the bf16 path (%s)", f8 ? zs_dtype_name(f8->dtype) : "NULL");
+    ZT_CHECK(f8 && f8->dtype == ZS_BF16 &&
+             zs_autocast_compute_dtype(ZS_F8E4M3, ZS_CPU) == ZS_BF16 &&
+             zsi_autocast_route(&zsi_def_matmul, ZS_CPU, ZS_F8E4M3) == ZS_BF16 &&
+             zsi_autocast_route(&zsi_def_linear, ZS_CPU, ZS_F8E4M3) == ZS_F8E4M3 &&
+             zsi_autocast_route(&zsi_def_attention, ZS_CPU, ZS_F8E4M3) == ZS_BF16,
+             "fp8: matmul and attention through the bf16 path (%s), the linears to "
+             "linear_fp8", f8 ? zs_dtype_name(f8->dtype) : "NULL");
     ZT_CHECK(zs_autocast_push(ZS_F16) == ZS_OK, "push f16");
     zs_tensor *h = zs_matmul(a, b);
     ZT_CHECK(h && h->dtype == lowp_dtype(&zsi_def_matmul, ZS_F16),
@@ -321,6 +325,68 @@ static void test_device(void)
     zt_section("test device: autocast forward and backward give the CPU's bits");
 }
 
+/* max |a - b| over same-sized tensors (1e9 when not). */
+static double max_diff(const zs_tensor *a, const zs_tensor *b)
+{
+    if (!a || !b || zs_numel(a) != zs_numel(b))
+        return 1e9;
+    double *va = zt_values(a), *vb = zt_values(b), m = 0;
+    for (int64_t i = 0; i < zs_numel(a); i++)
+        m = fmax(m, fabs(va[i] - vb[i]));
+    free(va);
+    free(vb);
+    return m;
+}
+
+/* fp8: zs_linear, zs_linear_gelu and zs_linear_residual with f32 master
+ * weights run as zs_linear_fp8 plus their epilogue in f32: bit for bit
+ * the composition outside autocast; w's gradient f32 and the fp8 rule's
+ * (the same backward as the composition); a bf16 weight (not master
+ * weights) takes the bf16 route instead. */
+static void test_fp8(void)
+{
+    zs_scope_push();
+    int64_t M = 6, K = 130, N = 9;
+    zs_tensor *x = zt_rand(ZS_F32, ZS_SHAPE(2, 3, K), 41);
+    zs_tensor *w = zt_rand(ZS_F32, ZS_SHAPE(N, K), 42), *b = zt_rand(ZS_F32, ZS_SHAPE(N), 43);
+    zs_tensor *r = zt_rand(ZS_F32, ZS_SHAPE(2, 3, N), 44);
+    zs_set_requires_grad(w, true);
+    zs_tensor *y8 = zs_linear_fp8(x, w, b);
+    zs_tensor *refs[3] = {y8, zs_gelu(y8, ZS_GELU_TANH), zs_add(y8, r)};
+    zs_tensor *refr = zs_linear_fp8(x, w, NULL);
+    zs_tensor *ref_nobias = zs_add(refr, r);
+    ZT_CHECK(zs_backward(zs_sum(refs[1], 0, NULL, false), NULL, false) == ZS_OK, "ref bw");
+    zs_tensor *gref = zs_clone(w->grad);
+    zs_zero_grad(w, true);
+    zs_autocast_reset_stats();
+    zs_autocast_push(ZS_F8E4M3);
+    zs_tensor *got[3] = {zs_linear(x, w, b), zs_linear_gelu(x, w, b),
+                         zs_linear_residual(x, w, b, r)};
+    zs_tensor *got_nobias = zs_linear_residual(x, w, NULL, r);
+    zs_tensor *w16 = zs_to_dtype(w, ZS_BF16);
+    zs_tensor *other = zs_linear(x, w16, NULL); /* not master weights */
+    zs_autocast_pop();
+    zs_autocast_stats st;
+    zs_autocast_get_stats(&st);
+    const char *names[3] = {"linear", "linear_gelu", "linear_residual"};
+    for (int i = 0; i < 3; i++)
+        ZT_CHECK(got[i] && got[i]->dtype == ZS_F32 && max_diff(got[i], refs[i]) == 0,
+                 "fp8 %s = linear_fp8 + epilogue exactly (diff %g)", names[i],
+                 got[i] ? max_diff(got[i], refs[i]) : 1e9);
+    ZT_CHECK(got_nobias && max_diff(got_nobias, ref_nobias) == 0,
+             "fp8 linear_residual without a bias");
+    ZT_CHECK(st.fp8_linears == 4, "4 linears routed to linear_fp8 (%lld)",
+             (long long)st.fp8_linears);
+    ZT_CHECK(other && other->dtype == ZS_BF16, "a bf16 weight: the bf16 route (%s)",
+             other ? zs_dtype_name(other->dtype) : "NULL");
+    ZT_CHECK(got[1] && zs_backward(zs_sum(got[1], 0, NULL, false), NULL, false) == ZS_OK &&
+             w->grad && w->grad->dtype == ZS_F32 && max_diff(w->grad, gref) == 0,
+             "fp8 linear_gelu backward: w's gradient f32, the fp8 rule's (e5m2)");
+    (void)M;
+    zs_scope_pop();
+    zt_section("fp8 autocast: the linears run as linear_fp8, epilogue in f32");
+}
+
 int main(void)
 {
     int64_t live = zt_live_bytes();
@@ -331,6 +397,7 @@ int main(void)
     test_flat();
     test_errors();
     test_device();
+    test_fp8();
     ZT_CHECK(zt_live_bytes() == live, "no leak: %lld bytes live, %lld at start",
              (long long)zt_live_bytes(), (long long)live);
     return zt_done();

@@ -478,8 +478,9 @@ static void test_bn_backward_descriptor(void)
 {
     zsi_opdef *def = zsi_opdef_find("batch_norm_backward");
     zsi_opdef *fw = zsi_opdef_find("batch_norm");
-    ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def && !fw->bw_ops[1] &&
-                 !def->op.backward, "batch_norm's bw_ops");
+    ZT_CHECK(def && fw && fw->bw_ops && fw->bw_ops[0] == def &&
+                 fw->bw_ops[1] == &zsi_def_to_dtype && !fw->bw_ops[2] &&
+                 !def->op.backward, "batch_norm's bw_ops (to_dtype: bf16/f16 g)");
     if (!def)
         return;
     const int64_t N = 3, C = 4, S = 5, M = N * S;
