@@ -155,7 +155,7 @@ void zs_kernel_paths_print(FILE *f)
         {"convolution", c->avx512f ? "direct avx512 where it fits, else im2col + gemm"
                                    : "im2col + gemm"},
         {"attention", clone_path()},
-        {"softmax, norms, reductions", clone_path()},
+        {"softmax, norms, reductions", zsk_isa_name()},
         {"optimizer", zsk_isa_name()},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

@@ -136,6 +136,9 @@ static void check_sysinfo(void)
     char row[200];
     ZT_CHECK(paths_row("optimizer", row, sizeof row) && !strcmp(row, zsk_isa_name()),
              "optimizer path '%s', want '%s'", row, zsk_isa_name());
+    ZT_CHECK(paths_row("softmax, norms, reductions", row, sizeof row) &&
+                 !strcmp(row, zsk_isa_name()),
+             "softmax/norms path '%s', want '%s'", row, zsk_isa_name());
     ZT_CHECK(paths_row("pointwise", row, sizeof row), "pointwise row");
     const char *want = zsk_isa_level() == 2 ? "avx512" : zsk_isa_level() == 1 ? "avx2" : "portable";
     ZT_CHECK(!strncmp(row, want, strlen(want)), "pointwise path '%s', want '%s...'", row, want);

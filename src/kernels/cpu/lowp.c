@@ -23,16 +23,16 @@
 /* 32-bit views of float arrays (the bit operations of bf16) */
 typedef uint32_t u32_alias __attribute__((may_alias));
 
-ZSK_CLONES static void widen_bf16(const uint16_t *restrict src,
-                                  float *restrict dst, int64_t n)
+static ZSK_ISA_VOID(widen_bf16, (const uint16_t *restrict src,
+    float *restrict dst, int64_t n), (src, dst, n))
 {
     u32_alias *d = (u32_alias *)dst;
     for (int64_t i = 0; i < n; i++)
         d[i] = (uint32_t)src[i] << 16;
 }
 
-ZSK_CLONES static void narrow_bf16(const float *restrict src,
-                                   uint16_t *restrict dst, int64_t n)
+static ZSK_ISA_VOID(narrow_bf16, (const float *restrict src,
+    uint16_t *restrict dst, int64_t n), (src, dst, n))
 {
     const u32_alias *s = (const u32_alias *)src;
     for (int64_t i = 0; i < n; i++) {

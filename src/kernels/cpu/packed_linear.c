@@ -95,8 +95,9 @@ ZSI_VINLINE void gelu16(zsi_v16f *v)
     *v = x / (1.0f + z);
 }
 
-ZSK_CLONES void zsk_linear_epilogue(const float *acc, int64_t n, const float *bias,
-                                    const float *res, zsk_act act, float *y)
+ZSK_ISA_VOID(zsk_linear_epilogue, (const float *acc, int64_t n,
+    const float *bias, const float *res, zsk_act act, float *y),
+    (acc, n, bias, res, act, y))
 {
     for (int64_t j = 0; j < n; j += 16) {
         int64_t c = n - j < 16 ? n - j : 16;
@@ -179,8 +180,8 @@ void zsk_packed_free(zsk_packed_f32 *p)
 
 /* Portable: the same fma chains with fmaf; the accumulators live in acc
  * (L1), which the compiler vectorizes per clone. */
-ZSK_CLONES static void tile_c(int R, const float *x, int64_t ldx, const float *p,
-                              int64_t K, float *restrict acc)
+static ZSK_ISA_VOID(tile_c, (int R, const float *x, int64_t ldx,
+    const float *p, int64_t K, float *restrict acc), (R, x, ldx, p, K, acc))
 {
     for (int i = 0; i < R * ZSK_PANEL; i++)
         acc[i] = 0.0f;

@@ -336,7 +336,8 @@ static int32_t dot16_nib(const uint8_t *q, int shift, int off, const int8_t *x)
     return s;
 }
 
-ZSK_CLONES static float dot_q8_0_c(const void *w, const zsk_block_q8x *x, int64_t nb)
+static ZSK_ISA_FN(float, dot_q8_0_c, (const void *w, const zsk_block_q8x *x,
+    int64_t nb), (w, x, nb))
 {
     const zsk_block_q8_0 *wb = w;
     float acc = 0;
@@ -345,7 +346,8 @@ ZSK_CLONES static float dot_q8_0_c(const void *w, const zsk_block_q8x *x, int64_
     return acc;
 }
 
-ZSK_CLONES static float dot_q4_0_c(const void *w, const zsk_block_q8x *x, int64_t nb)
+static ZSK_ISA_FN(float, dot_q4_0_c, (const void *w, const zsk_block_q8x *x,
+    int64_t nb), (w, x, nb))
 {
     const zsk_block_q4_0 *wb = w;
     float acc = 0;
@@ -358,7 +360,8 @@ ZSK_CLONES static float dot_q4_0_c(const void *w, const zsk_block_q8x *x, int64_
     return acc;
 }
 
-ZSK_CLONES static float dot_q4_1_c(const void *w, const zsk_block_q8x *x, int64_t nb)
+static ZSK_ISA_FN(float, dot_q4_1_c, (const void *w, const zsk_block_q8x *x,
+    int64_t nb), (w, x, nb))
 {
     const zsk_block_q4_1 *wb = w;
     float acc = 0;
