@@ -94,23 +94,6 @@ void zs_ops_print(FILE *f)
     }
 }
 
-/* The clones' choice in the files still on ZSK_CLONES (kernels.h): GCC's
- * resolver picks by the hardware at load time (x86-64-v4 needs AVX-512
- * F/BW/CD/DQ/VL, v3 AVX2+FMA+F16C+BMI). The families on ZSK_ISA_FN follow
- * the cap (zsk_isa_name). */
-static const char *clone_path(void)
-{
-#if defined(__x86_64__) && !defined(ZSI_NO_CLONES)
-    const zs_cpu_features *h = zs_cpu_hw();
-    return h->avx512f && h->avx512bw && h->avx512vl
-               ? "x86-64-v4 clone (hardware, not capped)"
-           : h->avx2 && h->fma ? "x86-64-v3 clone (hardware, not capped)"
-                               : "default clone";
-#else
-    return "portable (no clones in this build)";
-#endif
-}
-
 /* unary.c's AVX-512 vector math, else its compiled loops (ZSK_ISA_VOID)
  * with libm; binary.c's loops follow the same cap. */
 static const char *pointwise_path(void)
@@ -121,6 +104,15 @@ static const char *pointwise_path(void)
     if (zsk_unary_has_vector(ZSK_EXP))
         return "avx512 (vector math and loops)";
     return loops[zsk_isa_level()];
+}
+
+/* attention.c's f32 tiles: 16 lanes x 64 keys (AVX-512, and the portable
+ * build of the same body), 8 lanes x 32 keys under AVX2. */
+static const char *attention_path(void)
+{
+    static const char *const names[] = {"portable", "avx2 (8-lane tiles)",
+                                        "avx512 (16-lane tiles)"};
+    return names[zsk_isa_level()];
 }
 
 void zs_kernel_paths_print(FILE *f)
@@ -154,7 +146,7 @@ void zs_kernel_paths_print(FILE *f)
         {"pointwise", pointwise_path()},
         {"convolution", c->avx512f ? "direct avx512 where it fits, else im2col + gemm"
                                    : "im2col + gemm"},
-        {"attention", clone_path()},
+        {"attention", attention_path()},
         {"softmax, norms, reductions", zsk_isa_name()},
         {"optimizer", zsk_isa_name()},
     };

@@ -34,7 +34,7 @@
  *
  * f32 uses zsi_exp_f32_clamped (vmath.h), a Cephes-style polynomial
  * (about 2 ulp) that vectorises; f64 uses libm's exp. This file is
- * compiled with fp-contract=fast so the clones use FMA.
+ * compiled with fp-contract=fast so the ISA variants use FMA.
  */
 #pragma GCC optimize("fp-contract=fast")
 
@@ -47,11 +47,11 @@
 #include "kernels/cpu/lowp.h"
 #include "kernels/cpu/vmath.h"
 
-/* Helpers are inlined into the per-ISA clones of their callers. */
+/* Helpers are inlined into the per-ISA variants of their callers. */
 #define INL static inline __attribute__((always_inline))
 
 /* 64-byte vectors (GCC vector extensions): one AVX-512 register, two AVX2
- * or four SSE registers in the other clones; VL lanes. may_alias and
+ * or four SSE registers in the other variants; VL lanes. may_alias and
  * element alignment make VLD/VST plain unaligned loads and stores on T
  * arrays. */
 typedef float vf32 __attribute__((vector_size(64), aligned(4), may_alias));
@@ -89,7 +89,7 @@ static void set_failed(int *flag)
     __atomic_store_n(flag, 1, __ATOMIC_RELAXED);
 }
 
-#define DEFINE_ATTN(T, SUF, V, VL, BK, EXP)                                   \
+#define DEFINE_ATTN(T, SUF, V, VL, BK, EXP, KDEF)                             \
     /* xt[d, j] = x[j, d] for j < n (rows st apart), 0 for n <= j < BK. */    \
     INL void pack_##SUF(const T *restrict x, int64_t st, int64_t n, int64_t D, \
                         T *restrict xt)                                       \
@@ -217,7 +217,8 @@ static void set_failed(int *flag)
         accum_##SUF(acc, s, v, sv, n, D);                                     \
     }                                                                         \
     /* Forward of task t = (b, h, query block) with scratch w. */             \
-    ZSK_CLONES static void fw_block_##SUF(const fw_ctx *c, int64_t t, T *w)   \
+    static KDEF(fw_block_##SUF, (const fw_ctx *c, int64_t t, T *w),           \
+        (c, t, w))                                                            \
     {                                                                         \
         const zsk_attn *a = c->a;                                             \
         int64_t D = a->D, bh = t / c->nqb, b = bh / a->H, h = bh % a->H;      \
@@ -264,20 +265,6 @@ static void set_failed(int *flag)
                     l[i] > 0 ? m[i] + (T)log((double)l[i]) : -INFINITY;       \
         }                                                                     \
     }                                                                         \
-    static void fw_task_##SUF(void *p, int64_t t0, int64_t t1)                \
-    {                                                                         \
-        fw_ctx *c = p;                                                        \
-        int64_t D = c->a->D;                                                  \
-        size_t nw = (size_t)(D * BK + BQ * D + 2 * BK + 2 * BQ);              \
-        T *w = malloc(nw * sizeof(T));                                        \
-        if (!w) {                                                             \
-            set_failed(&c->failed);                                           \
-            return;                                                           \
-        }                                                                     \
-        for (int64_t t = t0; t < t1; t++)                                     \
-            fw_block_##SUF(c, t, w);                                          \
-        free(w);                                                              \
-    }                                                                         \
     /* Query rows i and i1 (i1 == i for a lone last row) of one (b, h) against \
      * the packed tile at j0 (kt, vt; nk keys): dv and dk of the tile         \
      * accumulate in dkb, dvb [BK, D], dq rows in place. */                   \
@@ -323,7 +310,8 @@ static void set_failed(int *flag)
         }                                                                     \
     }                                                                         \
     /* Backward of one (b, h) with scratch w (tiles, rows, delta [Tq]). */    \
-    ZSK_CLONES static void bw_head_##SUF(const bw_ctx *c, int64_t bh, T *w)   \
+    static KDEF(bw_head_##SUF, (const bw_ctx *c, int64_t bh, T *w),           \
+        (c, bh, w))                                                           \
     {                                                                         \
         const zsk_attn *a = c->a;                                             \
         int64_t D = a->D, Tq = a->Tq, b = bh / a->H, h = bh % a->H;           \
@@ -354,6 +342,24 @@ static void set_failed(int *flag)
             memcpy(dk + j0 * D, dkb, (size_t)(nk * D) * sizeof(T));           \
             memcpy(dv + j0 * D, dvb, (size_t)(nk * D) * sizeof(T));           \
         }                                                                     \
+    }
+
+/* The pool tasks over fw_block_SUF / bw_head_SUF; scratch sized for tiles
+ * of BK keys (a kernel with smaller tiles uses a prefix of it). */
+#define DEFINE_TASKS(T, SUF, BK)                                              \
+    static void fw_task_##SUF(void *p, int64_t t0, int64_t t1)                \
+    {                                                                         \
+        fw_ctx *c = p;                                                        \
+        int64_t D = c->a->D;                                                  \
+        size_t nw = (size_t)(D * BK + BQ * D + 2 * BK + 2 * BQ);              \
+        T *w = malloc(nw * sizeof(T));                                        \
+        if (!w) {                                                             \
+            set_failed(&c->failed);                                           \
+            return;                                                           \
+        }                                                                     \
+        for (int64_t t = t0; t < t1; t++)                                     \
+            fw_block_##SUF(c, t, w);                                          \
+        free(w);                                                              \
     }                                                                         \
     static void bw_task_##SUF(void *p, int64_t t0, int64_t t1)                \
     {                                                                         \
@@ -369,8 +375,41 @@ static void set_failed(int *flag)
         free(w);                                                              \
     }
 
-DEFINE_ATTN(float, f32, vf32, 16, 64, exp_f32)
-DEFINE_ATTN(double, f64, vf64, 8, 32, exp)
+/* The kernels of each tiling. f32 has two: 16-lane vectors and BK = 64
+ * (4 zmm per row of scores, 8 accumulators of 32 registers: AVX-512, and
+ * the portable build) and, for AVX2's 16 ymm registers, 8-lane vectors and
+ * BK = 32 (fw_block_f32y, bw_head_f32y: 8 accumulators, 4 tile loads and
+ * 2 broadcasts in rowdot2, 8 + 2 in accw, so nothing spills). Compiled for
+ * AVX2 + FMA only, they are what fw_block_f32 / bw_head_f32 call at level
+ * 1 (zsk_isa_level); levels 2 and 0 take the 16-lane body compiled for
+ * AVX-512 or baseline x86-64. f64 (gradient checks) has one tiling. */
+#if defined(__x86_64__)
+typedef float vf32y __attribute__((vector_size(32), aligned(4), may_alias));
+#define ATTN_AVX2(name, params, args) ZSK_TGT_V3 void name params
+#define ATTN_F32(name, params, args)                                          \
+    void name params;                                                         \
+    ZSK_ISA_BODY_(void, name, params);                                        \
+    ZSK_TGT_V4 static void name##_isa_v4 params { name##_isa_body args; }     \
+    static void name##_isa_v0 params { name##_isa_body args; }                \
+    void name params                                                          \
+    {                                                                         \
+        int l_ = zsk_isa_level();                                             \
+        if (l_ == 2)                                                          \
+            name##_isa_v4 args;                                               \
+        else if (l_ == 1)                                                     \
+            name##y args;                                                     \
+        else                                                                  \
+            name##_isa_v0 args;                                               \
+    }                                                                         \
+    ZSK_ISA_BODY_(void, name, params)
+DEFINE_ATTN(float, f32y, vf32y, 8, 32, exp_f32, ATTN_AVX2)
+#else
+#define ATTN_F32 ZSK_ISA_VOID
+#endif
+DEFINE_ATTN(float, f32, vf32, 16, 64, exp_f32, ATTN_F32)
+DEFINE_ATTN(double, f64, vf64, 8, 32, exp, ZSK_ISA_VOID)
+DEFINE_TASKS(float, f32, 64)
+DEFINE_TASKS(double, f64, 32)
 
 /* ---- bf16 / f16 --------------------------------------------------------- */
 /* q, k, v, o, dout, dq, dk and dv hold 16-bit patterns of a->dt; lse is
