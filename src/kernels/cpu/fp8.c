@@ -100,7 +100,7 @@ static uint64_t bits64(double a)
 }
 
 /* The code of x / s (s > 0) with x's sign: see the file comment. Written
- * without branches so that the loop vectorises (ZSK_CLONES). */
+ * without branches so that the loop vectorises (ZSK_ISA_VOID). */
 static inline uint8_t quant1(const finfo *f, float x, double s)
 {
     const int sh = 52 - f->mbits;

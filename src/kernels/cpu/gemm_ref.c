@@ -7,7 +7,7 @@
  *   writes both move whole 64-byte lines (scattered single-float writes
  *   ran the dW GEMM of conv2d at 2/3 speed);
  * - a plain-C 4 x 16 micro-kernel that the compiler vectorises
- *   (ZSK_CLONES), and the portable descriptors f32/bf16/f16 built on them:
+ *   (ZSK_ISA_VOID), and the portable descriptors f32/bf16/f16 built on them:
  *   what the generic driver runs on CPUs without AVX2+FMA (f32) or
  *   AVX-512 (bf16, f16);
  * - the unpacked row-parallel GEMM (K-blocked, i-k-j loop order that

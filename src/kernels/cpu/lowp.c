@@ -3,7 +3,7 @@
  *
  * bf16: widening is a 16-bit shift; narrowing adds 0x7fff plus the lowest
  * kept bit (round to nearest even) and sets the quiet bit of NaNs, as
- * zs_f32_to_bf16; both are integer loops that vectorise in the ISA clones.
+ * zs_f32_to_bf16; both are integer loops that vectorise in the ISA variants.
  * f16: vcvtph2ps / vcvtps2ph (round to nearest even) 8 lanes at a time when
  * the CPU has F16C (zs_cpu(), so ZS_CPU_ISA=portable tests the scalar
  * path), the scalar conversions of core for the tail and without F16C.

@@ -315,7 +315,7 @@ zs_status zsk_quantize_q8x(const float *x, int64_t n, zsk_block_q8x *out)
 typedef float (*dot_fn)(const void *w, const zsk_block_q8x *x, int64_t nb);
 
 /* The portable dots: per block int32 loops over 16 or 32 bytes that the
- * compiler vectorizes (clones for AVX-512 / AVX2 / baseline). */
+ * compiler vectorizes (ZSK_ISA_FN variants for AVX-512 / AVX2 / baseline). */
 static int32_t dot32(const int8_t *w, const int8_t *x)
 {
     int32_t s = 0;

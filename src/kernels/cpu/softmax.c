@@ -37,7 +37,7 @@ static inline float exp_f32(float x) { return zsi_exp_f32(x); }
 
 /* ---- f32 exp over arrays, 16 lanes -----------------------------------------
  * GCC vector extensions (one zmm on AVX-512, two ymm on AVX2, four xmm on
- * the baseline clone) keep the accumulators in registers; plain lane
+ * the baseline variant) keep the accumulators in registers; plain lane
  * arrays got spilled to the stack, which made the loop latency-bound. */
 
 typedef zsi_v16f v16f;
@@ -45,7 +45,7 @@ typedef zsi_v16f v16f;
 #define VINLINE static inline __attribute__((always_inline))
 
 /* Vectors go by pointer: 64-byte vectors passed or returned by value
- * draw ABI notes from GCC on the baseline clone. */
+ * draw ABI notes from GCC on the baseline variant. */
 VINLINE void load16(v16f *v, const float *p) { memcpy(v, p, sizeof *v); }
 
 VINLINE void store16(float *p, const v16f *v) { memcpy(p, v, sizeof *v); }

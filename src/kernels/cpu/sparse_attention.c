@@ -15,7 +15,7 @@
  * second GEMM. At the end o = acc / l and lse = m + log l. The GEMMs are
  * zsk_sgemm (AVX-512 / AVX2 micro-kernels by zs_cpu(), serial inside a
  * pool task) and zsk_dgemm; the row loops (exp, max, sums) are compiled
- * per ISA (ZSK_CLONES) with vmath.h's vectorisable exp for f32.
+ * per ISA (ZSK_ISA_VOID) with vmath.h's vectorisable exp for f32.
  *
  * Backward: a task is one (b, h), so it owns its dq, dk and dv rows. For
  * each query block and chunk: S again, P = exp(S - lse), dP = dO Vp^T,
