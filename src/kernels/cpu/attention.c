@@ -58,6 +58,11 @@ typedef float vf32 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef double vf64 __attribute__((vector_size(64), aligned(8), may_alias));
 #define VLD(V, p) (*(const V *)(p))
 #define VST(V, p, v) (*(V *)(p) = (v))
+/* Lane-wise b > a ? b : a (a NaN lane of b is skipped, as the scalar
+ * loops do), through the comparison's integer mask: C has no ?: on GCC
+ * vectors. */
+#define VMAX(a, b) ((__typeof__(a))((((a) < (b)) & (__typeof__((a) < (b)))(b)) | \
+                                    (~((a) < (b)) & (__typeof__((a) < (b)))(a))))
 
 /* Query rows per forward task; keys per tile are BK = 4 vectors (64 for
  * f32, 32 for f64), a macro parameter of DEFINE_ATTN. */
@@ -201,14 +206,28 @@ static void set_failed(int *flag)
                           T *restrict acc, const T *restrict v, int64_t sv,   \
                           int64_t D)                                          \
     {                                                                         \
-        T mx = *m;                                                            \
-        for (int64_t j = 0; j < n; j++)                                       \
-            mx = s[j] > mx ? s[j] : mx;                                       \
-        T corr = EXP(*m - mx), sum = 0;                                       \
-        for (int64_t j = 0; j < n; j++)                                       \
-            s[j] = EXP(s[j] - mx);                                            \
-        for (int64_t j = 0; j < n; j++)                                       \
-            sum += s[j];                                                      \
+        T mx = *m, sum = 0;                                                   \
+        if (n == BK) { /* a full tile: lane-wise max and sum, no serial chain \
+                        * of BK steps */                                      \
+            V x0 = VLD(V, s), x1 = VLD(V, s + VL), x2 = VLD(V, s + 2 * VL);   \
+            V x3 = VLD(V, s + 3 * VL), y = VMAX(VMAX(x0, x1), VMAX(x2, x3));  \
+            for (int j = 0; j < VL; j++)                                      \
+                mx = y[j] > mx ? y[j] : mx;                                   \
+            for (int64_t j = 0; j < BK; j++)                                  \
+                s[j] = EXP(s[j] - mx);                                        \
+            y = (VLD(V, s) + VLD(V, s + VL)) +                                \
+                (VLD(V, s + 2 * VL) + VLD(V, s + 3 * VL));                    \
+            for (int j = 0; j < VL; j++)                                      \
+                sum += y[j];                                                  \
+        } else {                                                              \
+            for (int64_t j = 0; j < n; j++)                                   \
+                mx = s[j] > mx ? s[j] : mx;                                   \
+            for (int64_t j = 0; j < n; j++)                                   \
+                s[j] = EXP(s[j] - mx);                                        \
+            for (int64_t j = 0; j < n; j++)                                   \
+                sum += s[j];                                                  \
+        }                                                                     \
+        T corr = EXP(*m - mx);                                                \
         *l = *l * corr + sum;                                                 \
         *m = mx;                                                              \
         if (corr != 1)                                                        \
