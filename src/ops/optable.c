@@ -9,6 +9,9 @@
  * sysinfo`).
  */
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
@@ -115,8 +118,36 @@ static const char *attention_path(void)
     return names[zsk_isa_level()];
 }
 
+/* The CPU's brand string (CPUID 0x80000002..4), trimmed, into buf; "?"
+ * where there is none. Benchmark figures name the CPU they ran on. */
+static void cpu_name(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "?");
+#if defined(__x86_64__)
+    unsigned r[12];
+    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u)
+        return;
+    for (unsigned i = 0; i < 3; i++)
+        __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+    char s[49];
+    memcpy(s, r, 48);
+    s[48] = 0;
+    const char *b = s;
+    while (*b == ' ')
+        b++;
+    size_t n = strlen(b);
+    while (n > 0 && b[n - 1] == ' ')
+        n--;
+    if (n > 0)
+        snprintf(buf, cap, "%.*s", (int)n, b);
+#endif
+}
+
 void zs_kernel_paths_print(FILE *f)
 {
+    char name[64];
+    cpu_name(name, sizeof name);
+    fprintf(f, "cpu            %s\n", name);
     const zs_cpu_features *c = zs_cpu();
     bool vec = !zsk_linear_portable();
     fprintf(f, "isa cap        %s (ZS_CPU_ISA; the hardware has %s)\n",
