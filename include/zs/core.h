@@ -430,10 +430,9 @@ typedef struct zs_cpu_features {
 /* The features the kernels may use: the CPU's, capped by the environment
  * variable ZS_CPU_ISA = portable | avx2 | avx512 (default: the highest the
  * CPU has; a cap above it changes nothing; another value is warned about
- * once on stderr and ignored). Read once, at the first call. Kernels that
- * dispatch on these follow the cap; those compiled as GCC target clones
- * (attention, softmax, norms, reductions, optimizer loops) are chosen by
- * the hardware when the library loads (`zs sysinfo` says which is which). */
+ * once on stderr and ignored). Read once, at the first call. Every CPU
+ * kernel family dispatches on these, so it follows the cap (`zs sysinfo`
+ * prints the path each takes). */
 const zs_cpu_features *zs_cpu(void);
 /* The hardware's features, uncapped. */
 const zs_cpu_features *zs_cpu_hw(void);

@@ -328,10 +328,10 @@ void zs_autocast_reset_stats(void);
 /* Prints every operator (ops/oplist.h) with its kernels per device and
  * dtype, its autocast class and its backward: what runs where (`zs ops`). */
 void zs_ops_print(FILE *f);
-/* Prints the ISA cap (ZS_CPU_ISA, zs/core.h) and the path each CPU kernel
- * family takes under it: GEMM f32/bf16/f16, packed and quantized linears,
- * paged attention, pointwise, convolution, attention, softmax and norms,
- * optimizer (`zs sysinfo`). */
+/* Prints the CPU's name, the ISA cap (ZS_CPU_ISA, zs/core.h) and the path
+ * each CPU kernel family takes under it: GEMM f32/bf16/f16, packed and
+ * quantized linears, paged attention, pointwise, convolution, attention,
+ * softmax and norms, optimizer (`zs sysinfo`). */
 void zs_kernel_paths_print(FILE *f);
 
 /* The test device (id ZS_TEST_DEVICE, name "test"): host memory that the

@@ -61,7 +61,8 @@ typedef struct drop_ctx {
             }                                                                 \
         }                                                                     \
     }                                                                         \
-    ZSK_CLONES static void drop_bw_##SUF(void *p, int64_t i0, int64_t i1)     \
+    static ZSK_ISA_VOID(drop_bw_##SUF, (void *p, int64_t i0, int64_t i1),     \
+        (p, i0, i1))                                                          \
     {                                                                         \
         const drop_ctx *c = p;                                                \
         const T *restrict g = c->x;                                           \

@@ -9,6 +9,9 @@
  * sysinfo`).
  */
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
@@ -94,23 +97,6 @@ void zs_ops_print(FILE *f)
     }
 }
 
-/* The clones' choice in the files still on ZSK_CLONES (kernels.h): GCC's
- * resolver picks by the hardware at load time (x86-64-v4 needs AVX-512
- * F/BW/CD/DQ/VL, v3 AVX2+FMA+F16C+BMI). The families on ZSK_ISA_FN follow
- * the cap (zsk_isa_name). */
-static const char *clone_path(void)
-{
-#if defined(__x86_64__) && !defined(ZSI_NO_CLONES)
-    const zs_cpu_features *h = zs_cpu_hw();
-    return h->avx512f && h->avx512bw && h->avx512vl
-               ? "x86-64-v4 clone (hardware, not capped)"
-           : h->avx2 && h->fma ? "x86-64-v3 clone (hardware, not capped)"
-                               : "default clone";
-#else
-    return "portable (no clones in this build)";
-#endif
-}
-
 /* unary.c's AVX-512 vector math, else its compiled loops (ZSK_ISA_VOID)
  * with libm; binary.c's loops follow the same cap. */
 static const char *pointwise_path(void)
@@ -123,8 +109,45 @@ static const char *pointwise_path(void)
     return loops[zsk_isa_level()];
 }
 
+/* attention.c's f32 tiles: 16 lanes x 64 keys (AVX-512, and the portable
+ * build of the same body), 8 lanes x 32 keys under AVX2. */
+static const char *attention_path(void)
+{
+    static const char *const names[] = {"portable", "avx2 (8-lane tiles)",
+                                        "avx512 (16-lane tiles)"};
+    return names[zsk_isa_level()];
+}
+
+/* The CPU's brand string (CPUID 0x80000002..4), trimmed, into buf; "?"
+ * where there is none. Benchmark figures name the CPU they ran on. */
+static void cpu_name(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "?");
+#if defined(__x86_64__)
+    unsigned r[12];
+    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u)
+        return;
+    for (unsigned i = 0; i < 3; i++)
+        __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+    char s[49];
+    memcpy(s, r, 48);
+    s[48] = 0;
+    const char *b = s;
+    while (*b == ' ')
+        b++;
+    size_t n = strlen(b);
+    while (n > 0 && b[n - 1] == ' ')
+        n--;
+    if (n > 0)
+        snprintf(buf, cap, "%.*s", (int)n, b);
+#endif
+}
+
 void zs_kernel_paths_print(FILE *f)
 {
+    char name[64];
+    cpu_name(name, sizeof name);
+    fprintf(f, "cpu            %s\n", name);
     const zs_cpu_features *c = zs_cpu();
     bool vec = !zsk_linear_portable();
     fprintf(f, "isa cap        %s (ZS_CPU_ISA; the hardware has %s)\n",
@@ -154,8 +177,8 @@ void zs_kernel_paths_print(FILE *f)
         {"pointwise", pointwise_path()},
         {"convolution", c->avx512f ? "direct avx512 where it fits, else im2col + gemm"
                                    : "im2col + gemm"},
-        {"attention", clone_path()},
-        {"softmax, norms, reductions", clone_path()},
+        {"attention", attention_path()},
+        {"softmax, norms, reductions", zsk_isa_name()},
         {"optimizer", zsk_isa_name()},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

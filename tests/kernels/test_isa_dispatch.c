@@ -9,9 +9,9 @@
  *     return value and without) give the float64 reference's results on
  *     the level in force: a dot product in double lanes (exact for these
  *     inputs) and an axpy on odd lengths and a strided tail.
- * (3) zs_kernel_paths_print names the capped path for the converted
- *     families: optimizer = the level's name; pointwise says avx2 under
- *     the avx2 cap and portable under the portable one.
+ * (3) zs_kernel_paths_print names the capped path: optimizer and softmax/
+ *     norms = the level's name; pointwise and attention begin with it
+ *     (avx2 under the avx2 cap, portable under the portable one).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,10 +136,16 @@ static void check_sysinfo(void)
     char row[200];
     ZT_CHECK(paths_row("optimizer", row, sizeof row) && !strcmp(row, zsk_isa_name()),
              "optimizer path '%s', want '%s'", row, zsk_isa_name());
+    ZT_CHECK(paths_row("softmax, norms, reductions", row, sizeof row) &&
+                 !strcmp(row, zsk_isa_name()),
+             "softmax/norms path '%s', want '%s'", row, zsk_isa_name());
     ZT_CHECK(paths_row("pointwise", row, sizeof row), "pointwise row");
     const char *want = zsk_isa_level() == 2 ? "avx512" : zsk_isa_level() == 1 ? "avx2" : "portable";
     ZT_CHECK(!strncmp(row, want, strlen(want)), "pointwise path '%s', want '%s...'", row, want);
     ZT_CHECK(!strstr(row, "clone"), "pointwise path '%s' names the uncapped clones", row);
+    ZT_CHECK(paths_row("attention", row, sizeof row) &&
+                 !strncmp(row, zsk_isa_name(), strlen(zsk_isa_name())),
+             "attention path '%s', want '%s...'", row, zsk_isa_name());
 }
 
 int main(void)
@@ -149,6 +155,6 @@ int main(void)
     check_kernels();
     zt_section("ZSK_ISA_FN / ZSK_ISA_VOID kernels on the level in force");
     check_sysinfo();
-    zt_section("zs sysinfo names the capped path (pointwise, optimizer)");
+    zt_section("zs sysinfo names the capped path (pointwise, attention, softmax, optimizer)");
     return zt_done();
 }

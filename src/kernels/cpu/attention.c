@@ -3,7 +3,8 @@
  * FlashAttention-2.
  *
  * Forward: a task is one (b, h) and a block of BQ = 64 query rows. Keys are
- * visited in tiles of BK = 4 vectors (64 f32, 32 f64): the tile is packed
+ * visited in tiles of BK = 4 vectors (64 f32, 32 f64; 32 f32 of 8-lane
+ * vectors under AVX2, see "The kernels of each tiling"): the tile is packed
  * transposed (kt [D, BK], zero padded), so the scores of a row,
  * s[0:BK] = q_i . kt, are 4 vector FMAs per d with no horizontal sums;
  * rows go in pairs that share the loads of kt (8 vector accumulators).
@@ -26,7 +27,10 @@
  * Measured on B=1, H=6, D=64, causal f32, 2 threads (AMD EPYC, AVX-512),
  * forward + backward counted as 3.5 x 2 B H T^2 D: 150 GFLOP/s at T = 1024
  * and 4096, against 50-100 GFLOP/s for matmul + softmax + matmul with
- * zs_* operators in the same run (bench/attention).
+ * zs_* operators in the same run (bench/attention). Under ZS_CPU_ISA=avx2
+ * on that machine (T = 1024, load 14 on its 2 cores): 31-37 ms forward,
+ * 83-109 ms forward + backward (26 and 34 GFLOP/s; the 16-lane body on
+ * ymm pairs took 186 and 493 ms).
  *
  * bf16 and f16 (see "bf16 / f16" below) widen into f32 scratch per task
  * and run the f32 task bodies: f32 arithmetic throughout, lse in f32, one
@@ -34,7 +38,7 @@
  *
  * f32 uses zsi_exp_f32_clamped (vmath.h), a Cephes-style polynomial
  * (about 2 ulp) that vectorises; f64 uses libm's exp. This file is
- * compiled with fp-contract=fast so the clones use FMA.
+ * compiled with fp-contract=fast so the ISA variants use FMA.
  */
 #pragma GCC optimize("fp-contract=fast")
 
@@ -47,17 +51,22 @@
 #include "kernels/cpu/lowp.h"
 #include "kernels/cpu/vmath.h"
 
-/* Helpers are inlined into the per-ISA clones of their callers. */
+/* Helpers are inlined into the per-ISA variants of their callers. */
 #define INL static inline __attribute__((always_inline))
 
 /* 64-byte vectors (GCC vector extensions): one AVX-512 register, two AVX2
- * or four SSE registers in the other clones; VL lanes. may_alias and
+ * or four SSE registers in the other variants; VL lanes. may_alias and
  * element alignment make VLD/VST plain unaligned loads and stores on T
  * arrays. */
 typedef float vf32 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef double vf64 __attribute__((vector_size(64), aligned(8), may_alias));
 #define VLD(V, p) (*(const V *)(p))
 #define VST(V, p, v) (*(V *)(p) = (v))
+/* Lane-wise b > a ? b : a (a NaN lane of b is skipped, as the scalar
+ * loops do), through the comparison's integer mask: C has no ?: on GCC
+ * vectors. */
+#define VMAX(a, b) ((__typeof__(a))((((a) < (b)) & (__typeof__((a) < (b)))(b)) | \
+                                    (~((a) < (b)) & (__typeof__((a) < (b)))(a))))
 
 /* Query rows per forward task; keys per tile are BK = 4 vectors (64 for
  * f32, 32 for f64), a macro parameter of DEFINE_ATTN. */
@@ -89,7 +98,7 @@ static void set_failed(int *flag)
     __atomic_store_n(flag, 1, __ATOMIC_RELAXED);
 }
 
-#define DEFINE_ATTN(T, SUF, V, VL, BK, EXP)                                   \
+#define DEFINE_ATTN(T, SUF, V, VL, BK, EXP, KDEF)                             \
     /* xt[d, j] = x[j, d] for j < n (rows st apart), 0 for n <= j < BK. */    \
     INL void pack_##SUF(const T *restrict x, int64_t st, int64_t n, int64_t D, \
                         T *restrict xt)                                       \
@@ -201,14 +210,28 @@ static void set_failed(int *flag)
                           T *restrict acc, const T *restrict v, int64_t sv,   \
                           int64_t D)                                          \
     {                                                                         \
-        T mx = *m;                                                            \
-        for (int64_t j = 0; j < n; j++)                                       \
-            mx = s[j] > mx ? s[j] : mx;                                       \
-        T corr = EXP(*m - mx), sum = 0;                                       \
-        for (int64_t j = 0; j < n; j++)                                       \
-            s[j] = EXP(s[j] - mx);                                            \
-        for (int64_t j = 0; j < n; j++)                                       \
-            sum += s[j];                                                      \
+        T mx = *m, sum = 0;                                                   \
+        if (n == BK) { /* a full tile: lane-wise max and sum, no serial chain \
+                        * of BK steps */                                      \
+            V x0 = VLD(V, s), x1 = VLD(V, s + VL), x2 = VLD(V, s + 2 * VL);   \
+            V x3 = VLD(V, s + 3 * VL), y = VMAX(VMAX(x0, x1), VMAX(x2, x3));  \
+            for (int j = 0; j < VL; j++)                                      \
+                mx = y[j] > mx ? y[j] : mx;                                   \
+            for (int64_t j = 0; j < BK; j++)                                  \
+                s[j] = EXP(s[j] - mx);                                        \
+            y = (VLD(V, s) + VLD(V, s + VL)) +                                \
+                (VLD(V, s + 2 * VL) + VLD(V, s + 3 * VL));                    \
+            for (int j = 0; j < VL; j++)                                      \
+                sum += y[j];                                                  \
+        } else {                                                              \
+            for (int64_t j = 0; j < n; j++)                                   \
+                mx = s[j] > mx ? s[j] : mx;                                   \
+            for (int64_t j = 0; j < n; j++)                                   \
+                s[j] = EXP(s[j] - mx);                                        \
+            for (int64_t j = 0; j < n; j++)                                   \
+                sum += s[j];                                                  \
+        }                                                                     \
+        T corr = EXP(*m - mx);                                                \
         *l = *l * corr + sum;                                                 \
         *m = mx;                                                              \
         if (corr != 1)                                                        \
@@ -217,7 +240,8 @@ static void set_failed(int *flag)
         accum_##SUF(acc, s, v, sv, n, D);                                     \
     }                                                                         \
     /* Forward of task t = (b, h, query block) with scratch w. */             \
-    ZSK_CLONES static void fw_block_##SUF(const fw_ctx *c, int64_t t, T *w)   \
+    static KDEF(fw_block_##SUF, (const fw_ctx *c, int64_t t, T *w),           \
+        (c, t, w))                                                            \
     {                                                                         \
         const zsk_attn *a = c->a;                                             \
         int64_t D = a->D, bh = t / c->nqb, b = bh / a->H, h = bh % a->H;      \
@@ -264,20 +288,6 @@ static void set_failed(int *flag)
                     l[i] > 0 ? m[i] + (T)log((double)l[i]) : -INFINITY;       \
         }                                                                     \
     }                                                                         \
-    static void fw_task_##SUF(void *p, int64_t t0, int64_t t1)                \
-    {                                                                         \
-        fw_ctx *c = p;                                                        \
-        int64_t D = c->a->D;                                                  \
-        size_t nw = (size_t)(D * BK + BQ * D + 2 * BK + 2 * BQ);              \
-        T *w = malloc(nw * sizeof(T));                                        \
-        if (!w) {                                                             \
-            set_failed(&c->failed);                                           \
-            return;                                                           \
-        }                                                                     \
-        for (int64_t t = t0; t < t1; t++)                                     \
-            fw_block_##SUF(c, t, w);                                          \
-        free(w);                                                              \
-    }                                                                         \
     /* Query rows i and i1 (i1 == i for a lone last row) of one (b, h) against \
      * the packed tile at j0 (kt, vt; nk keys): dv and dk of the tile         \
      * accumulate in dkb, dvb [BK, D], dq rows in place. */                   \
@@ -323,7 +333,8 @@ static void set_failed(int *flag)
         }                                                                     \
     }                                                                         \
     /* Backward of one (b, h) with scratch w (tiles, rows, delta [Tq]). */    \
-    ZSK_CLONES static void bw_head_##SUF(const bw_ctx *c, int64_t bh, T *w)   \
+    static KDEF(bw_head_##SUF, (const bw_ctx *c, int64_t bh, T *w),           \
+        (c, bh, w))                                                           \
     {                                                                         \
         const zsk_attn *a = c->a;                                             \
         int64_t D = a->D, Tq = a->Tq, b = bh / a->H, h = bh % a->H;           \
@@ -354,6 +365,24 @@ static void set_failed(int *flag)
             memcpy(dk + j0 * D, dkb, (size_t)(nk * D) * sizeof(T));           \
             memcpy(dv + j0 * D, dvb, (size_t)(nk * D) * sizeof(T));           \
         }                                                                     \
+    }
+
+/* The pool tasks over fw_block_SUF / bw_head_SUF; scratch sized for tiles
+ * of BK keys (a kernel with smaller tiles uses a prefix of it). */
+#define DEFINE_TASKS(T, SUF, BK)                                              \
+    static void fw_task_##SUF(void *p, int64_t t0, int64_t t1)                \
+    {                                                                         \
+        fw_ctx *c = p;                                                        \
+        int64_t D = c->a->D;                                                  \
+        size_t nw = (size_t)(D * BK + BQ * D + 2 * BK + 2 * BQ);              \
+        T *w = malloc(nw * sizeof(T));                                        \
+        if (!w) {                                                             \
+            set_failed(&c->failed);                                           \
+            return;                                                           \
+        }                                                                     \
+        for (int64_t t = t0; t < t1; t++)                                     \
+            fw_block_##SUF(c, t, w);                                          \
+        free(w);                                                              \
     }                                                                         \
     static void bw_task_##SUF(void *p, int64_t t0, int64_t t1)                \
     {                                                                         \
@@ -369,8 +398,41 @@ static void set_failed(int *flag)
         free(w);                                                              \
     }
 
-DEFINE_ATTN(float, f32, vf32, 16, 64, exp_f32)
-DEFINE_ATTN(double, f64, vf64, 8, 32, exp)
+/* The kernels of each tiling. f32 has two: 16-lane vectors and BK = 64
+ * (4 zmm per row of scores, 8 accumulators of 32 registers: AVX-512, and
+ * the portable build) and, for AVX2's 16 ymm registers, 8-lane vectors and
+ * BK = 32 (fw_block_f32y, bw_head_f32y: 8 accumulators, 4 tile loads and
+ * 2 broadcasts in rowdot2, 8 + 2 in accw, so nothing spills). Compiled for
+ * AVX2 + FMA only, they are what fw_block_f32 / bw_head_f32 call at level
+ * 1 (zsk_isa_level); levels 2 and 0 take the 16-lane body compiled for
+ * AVX-512 or baseline x86-64. f64 (gradient checks) has one tiling. */
+#if defined(__x86_64__)
+typedef float vf32y __attribute__((vector_size(32), aligned(4), may_alias));
+#define ATTN_AVX2(name, params, args) ZSK_TGT_V3 void name params
+#define ATTN_F32(name, params, args)                                          \
+    void name params;                                                         \
+    ZSK_ISA_BODY_(void, name, params);                                        \
+    ZSK_TGT_V4 static void name##_isa_v4 params { name##_isa_body args; }     \
+    static void name##_isa_v0 params { name##_isa_body args; }                \
+    void name params                                                          \
+    {                                                                         \
+        int l_ = zsk_isa_level();                                             \
+        if (l_ == 2)                                                          \
+            name##_isa_v4 args;                                               \
+        else if (l_ == 1)                                                     \
+            name##y args;                                                     \
+        else                                                                  \
+            name##_isa_v0 args;                                               \
+    }                                                                         \
+    ZSK_ISA_BODY_(void, name, params)
+DEFINE_ATTN(float, f32y, vf32y, 8, 32, exp_f32, ATTN_AVX2)
+#else
+#define ATTN_F32 ZSK_ISA_VOID
+#endif
+DEFINE_ATTN(float, f32, vf32, 16, 64, exp_f32, ATTN_F32)
+DEFINE_ATTN(double, f64, vf64, 8, 32, exp, ZSK_ISA_VOID)
+DEFINE_TASKS(float, f32, 64)
+DEFINE_TASKS(double, f64, 32)
 
 /* ---- bf16 / f16 --------------------------------------------------------- */
 /* q, k, v, o, dout, dq, dk and dv hold 16-bit patterns of a->dt; lse is

@@ -474,7 +474,7 @@ typedef struct bias_ctx {
 
 /* Sum of n floats in 16 interleaved partial sums (one vector register;
  * a single running sum kept the loop scalar: 2% of a ResNet backward). */
-ZSK_CLONES static double sum_f32(const float *g, int64_t n)
+static ZSK_ISA_FN(double, sum_f32, (const float *g, int64_t n), (g, n))
 {
     float lane[16] = {0};
     int64_t p = 0;

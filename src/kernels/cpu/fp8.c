@@ -100,7 +100,7 @@ static uint64_t bits64(double a)
 }
 
 /* The code of x / s (s > 0) with x's sign: see the file comment. Written
- * without branches so that the loop vectorises (ZSK_CLONES). */
+ * without branches so that the loop vectorises (ZSK_ISA_VOID). */
 static inline uint8_t quant1(const finfo *f, float x, double s)
 {
     const int sh = 52 - f->mbits;
@@ -122,7 +122,7 @@ static float scale_of(const finfo *f, float amax)
     return s == 0.0f ? 0x1p-149f : s;
 }
 
-ZSK_CLONES static float amax_portable(const float *x, int64_t n)
+static ZSK_ISA_FN(float, amax_portable, (const float *x, int64_t n), (x, n))
 {
     float m = 0.0f;
     for (int64_t i = 0; i < n; i++)
@@ -130,8 +130,8 @@ ZSK_CLONES static float amax_portable(const float *x, int64_t n)
     return m;
 }
 
-ZSK_CLONES static void quant_portable(const finfo *f, const float *x,
-                                      int64_t n, float s, uint8_t *q)
+static ZSK_ISA_VOID(quant_portable, (const finfo *f, const float *x,
+    int64_t n, float s, uint8_t *q), (f, x, n, s, q))
 {
     for (int64_t i = 0; i < n; i++)
         q[i] = quant1(f, x[i], (double)s);
@@ -611,7 +611,8 @@ typedef struct djob {
     float *y;
 } djob;
 
-ZSK_CLONES static void dequant_rows(void *p, int64_t r0, int64_t r1)
+static ZSK_ISA_VOID(dequant_rows, (void *p, int64_t r0, int64_t r1),
+    (p, r0, r1))
 {
     const djob *j = p;
     for (int64_t r = r0; r < r1; r++) {

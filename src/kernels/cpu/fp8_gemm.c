@@ -109,9 +109,10 @@ static void gather_scales(const zsk_fp8_mat *m, int64_t r0, int64_t n,
 
 /* c[i, j] (+)= (sa[i] sb[j]) t[i, j] for i < m, j < n; first: c = bias[j]
  * (or 0) + that. */
-ZSK_CLONES static void promote(const float *t, int64_t ldt, float *c,
-                               int64_t ldc, int m, int n, const float *sa,
-                               const float *sb, const float *bias, bool first)
+static ZSK_ISA_VOID(promote, (const float *t, int64_t ldt, float *c,
+    int64_t ldc, int m, int n, const float *sa, const float *sb,
+    const float *bias, bool first),
+    (t, ldt, c, ldc, m, n, sa, sb, bias, first))
 {
     for (int i = 0; i < m; i++) {
         const float *ti = t + i * ldt;

@@ -415,7 +415,7 @@ static void gemv_flush(const gemv_job *g, int64_t j0, int64_t n,
     }
 }
 
-ZSK_CLONES static void gemv_kn(void *p, int64_t j0, int64_t j1)
+static ZSK_ISA_VOID(gemv_kn, (void *p, int64_t j0, int64_t j1), (p, j0, j1))
 {
     const gemv_job *g = p;
     float acc[GEMV_JB];
@@ -441,7 +441,7 @@ ZSK_CLONES static void gemv_kn(void *p, int64_t j0, int64_t j1)
 }
 
 /* 16 independent lanes per row: vectorises without reassociation flags. */
-ZSK_CLONES static void gemv_nk(void *p, int64_t j0, int64_t j1)
+static ZSK_ISA_VOID(gemv_nk, (void *p, int64_t j0, int64_t j1), (p, j0, j1))
 {
     const gemv_job *g = p;
     int64_t K16 = g->K / 16 * 16;

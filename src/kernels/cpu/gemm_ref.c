@@ -7,7 +7,7 @@
  *   writes both move whole 64-byte lines (scattered single-float writes
  *   ran the dW GEMM of conv2d at 2/3 speed);
  * - a plain-C 4 x 16 micro-kernel that the compiler vectorises
- *   (ZSK_CLONES), and the portable descriptors f32/bf16/f16 built on them:
+ *   (ZSK_ISA_VOID), and the portable descriptors f32/bf16/f16 built on them:
  *   what the generic driver runs on CPUs without AVX2+FMA (f32) or
  *   AVX-512 (bf16, f16);
  * - the unpacked row-parallel GEMM (K-blocked, i-k-j loop order that
@@ -69,7 +69,8 @@ void zsk_sgemm_epi_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
         T *C;                                                                 \
         const zsk_epilogue *ep;                                               \
     } NAME##_ctx;                                                             \
-    ZSK_CLONES static void NAME##_rows(void *p, int64_t i0, int64_t i1)       \
+    static ZSK_ISA_VOID(NAME##_rows, (void *p, int64_t i0, int64_t i1),       \
+        (p, i0, i1))                                                          \
     {                                                                         \
         const NAME##_ctx *c = p;                                              \
         for (int64_t i = i0; i < i1; i++) {                                   \
@@ -141,8 +142,8 @@ static inline float bf16_to_f32(uint16_t h)
  * blocks through a buffer, so every store writes a whole run of units;
  * rows contiguous copies a run of rows per k (memcpy for f32 and B). */
 #define DEFINE_PACK(NAME, T, CVT)                                             \
-    ZSK_CLONES void NAME(zsk_gemm_src s, int64_t rows, int64_t kc, int w,     \
-                         float alpha, void *out)                              \
+    ZSK_ISA_VOID(NAME, (zsk_gemm_src s, int64_t rows, int64_t kc, int w,      \
+        float alpha, void *out), (s, rows, kc, w, alpha, out))                \
     {                                                                         \
         const T *x = s.x;                                                     \
         float *restrict dst = out;                                            \
@@ -213,9 +214,9 @@ static DEFINE_PACK(pack_f16, uint16_t, zs_f16_to_f32)
 #define PNR 16
 
 /* gemm_f32_portable_4x16: a: [ku][PMR] f32, b: [ku][PNR] f32. */
-ZSK_CLONES static void ukr_4x16(int64_t ku, const void *ap, const void *bp,
-                                float *c, int64_t ldc, int m, int n,
-                                float alpha, float beta)
+static ZSK_ISA_VOID(ukr_4x16, (int64_t ku, const void *ap, const void *bp,
+    float *c, int64_t ldc, int m, int n, float alpha, float beta),
+    (ku, ap, bp, c, ldc, m, n, alpha, beta))
 {
     const float *a = ap, *b = bp;
     float acc[PMR][PNR] = {{0}};

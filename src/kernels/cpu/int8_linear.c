@@ -142,7 +142,8 @@ typedef uint8_t v16u8 __attribute__((vector_size(16)));
 /* The row's qx + 128 into u, per 16 lanes; q8() per lane (the same
  * operations: clamp to +-127.5 with NaN -> 0, truncate, step by the
  * remainder), so the scalar and vector forms agree. */
-ZSK_CLONES static void quantize_row(const work *w, const float *xr, float s, uint8_t *u)
+static ZSK_ISA_VOID(quantize_row, (const work *w, const float *xr, float s,
+    uint8_t *u), (w, xr, s, u))
 {
     for (int64_t k = 0; k < w->K; k += 16) {
         int64_t c = w->K - k < 16 ? w->K - k : 16;
@@ -173,7 +174,7 @@ ZSK_CLONES static void quantize_row(const work *w, const float *xr, float s, uin
 
 /* max |x'| over the columns that are not outliers (NaN ignored, as in
  * amax_step: a max is the same in any order). */
-ZSK_CLONES static float row_amax(const work *w, const float *xr)
+static ZSK_ISA_FN(float, row_amax, (const work *w, const float *xr), (w, xr))
 {
     zsi_v16f mx = {0};
     for (int64_t k = 0; k < w->K; k += 16) {
@@ -226,8 +227,8 @@ static void prep_rows(void *ctx, int64_t m0, int64_t m1)
  * d[r * C + c] = sum_k (u[r * ldu + k] - 128) * w[c * K + k], r < R, c < C.
  * wsum[c] = sum_k w[c * K + k] (VNNI, when first; read otherwise). */
 
-ZSK_CLONES static void tile_c(int R, int C, const uint8_t *u, int64_t ldu, const int8_t *w,
-                              int64_t K, int32_t *d)
+static ZSK_ISA_VOID(tile_c, (int R, int C, const uint8_t *u, int64_t ldu,
+    const int8_t *w, int64_t K, int32_t *d), (R, C, u, ldu, w, K, d))
 {
     for (int r = 0; r < R; r++) {
         for (int c = 0; c < C; c++) {

@@ -5,38 +5,13 @@
  * against a float64 reference. Float kernels exist for f32 and f64 (the
  * latter for gradient checks). Multithreaded over the pool unless noted.
  * Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and chosen
- * at run time: by the CPU as capped by ZS_CPU_ISA (ZSK_ISA_FN /
- * ZSK_ISA_VOID, below), or - in the files not converted yet - by the
- * hardware alone (ZSK_CLONES, GCC's target_clones).
+ * at run time by the CPU as capped by ZS_CPU_ISA (ZSK_ISA_FN /
+ * ZSK_ISA_VOID, below).
  */
 #ifndef ZS_KERNELS_CPU_KERNELS_H
 #define ZS_KERNELS_CPU_KERNELS_H
 
 #include "kernels/cpu/iter.h"
-
-/* One version of each kernel, not clones, where clones do not work:
- * - under ASan (gcc defines __SANITIZE_ADDRESS__, clang answers
- *   __has_feature(address_sanitizer); fuzzing builds use ASan too);
- * - under TSan (__SANITIZE_THREAD__, __has_feature(thread_sanitizer)): the
- *   clones' ifunc resolvers run before the TSan runtime is set up;
- * - with clang before 18, which names the dispatcher of an external
- *   function "name.ifunc", so calls from other files (zsk_sum_f32) do not
- *   link (llvm-project #61219, fixed by PR #71706). */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ZSI_NO_CLONES 1
-#elif defined(__clang__) && __clang_major__ < 18
-#define ZSI_NO_CLONES 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define ZSI_NO_CLONES 1
-#endif
-#endif
-
-#if defined(__x86_64__) && !defined(ZSI_NO_CLONES)
-#define ZSK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ZSK_CLONES
-#endif
 
 /* ---- ISA variants chosen under the cap -----------------------------------
  * One source per kernel, three compilations of it, picked per call by the
@@ -57,8 +32,9 @@
  * those it checks, so a variant never runs on a CPU without them. Cost: a
  * predictable branch and an indirect call per call, so the macros go on
  * functions that do a run of work (a row, a segment, a pool chunk), not
- * on per-element helpers. No ifunc is involved, so unlike ZSK_CLONES it
- * works under ASan/TSan and with any clang. Elsewhere than x86-64 the
+ * on per-element helpers. No ifunc is involved (unlike GCC's
+ * target_clones, which this replaced), so it works under ASan/TSan and
+ * with any clang. Elsewhere than x86-64 the
  * macros define the plain function. */
 #if defined(__x86_64__)
 #define ZSK_TGT_V4 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))

@@ -3,7 +3,7 @@
  *
  * bf16: widening is a 16-bit shift; narrowing adds 0x7fff plus the lowest
  * kept bit (round to nearest even) and sets the quiet bit of NaNs, as
- * zs_f32_to_bf16; both are integer loops that vectorise in the ISA clones.
+ * zs_f32_to_bf16; both are integer loops that vectorise in the ISA variants.
  * f16: vcvtph2ps / vcvtps2ph (round to nearest even) 8 lanes at a time when
  * the CPU has F16C (zs_cpu(), so ZS_CPU_ISA=portable tests the scalar
  * path), the scalar conversions of core for the tail and without F16C.
@@ -23,16 +23,16 @@
 /* 32-bit views of float arrays (the bit operations of bf16) */
 typedef uint32_t u32_alias __attribute__((may_alias));
 
-ZSK_CLONES static void widen_bf16(const uint16_t *restrict src,
-                                  float *restrict dst, int64_t n)
+static ZSK_ISA_VOID(widen_bf16, (const uint16_t *restrict src,
+    float *restrict dst, int64_t n), (src, dst, n))
 {
     u32_alias *d = (u32_alias *)dst;
     for (int64_t i = 0; i < n; i++)
         d[i] = (uint32_t)src[i] << 16;
 }
 
-ZSK_CLONES static void narrow_bf16(const float *restrict src,
-                                   uint16_t *restrict dst, int64_t n)
+static ZSK_ISA_VOID(narrow_bf16, (const float *restrict src,
+    uint16_t *restrict dst, int64_t n), (src, dst, n))
 {
     const u32_alias *s = (const u32_alias *)src;
     for (int64_t i = 0; i < n; i++) {

@@ -71,7 +71,8 @@ typedef struct ln_ctx {
             s += (x[i] - m) * (x[i] - m);                                     \
         return s;                                                             \
     }                                                                         \
-    ZSK_CLONES static void ln_fw_##SUF(void *p, int64_t r0, int64_t r1)       \
+    static ZSK_ISA_VOID(ln_fw_##SUF, (void *p, int64_t r0, int64_t r1),       \
+        (p, r0, r1))                                                          \
     {                                                                         \
         const ln_ctx *c = p;                                                  \
         int64_t C = c->C;                                                     \
@@ -103,7 +104,8 @@ typedef struct ln_ctx {
     /* Row sums of dxhat and dxhat * xhat with dxhat = g * WX. */             \
     DEFINE_LN_DOTS(T, SUF, L, w, w[i + l], w[i])                              \
     DEFINE_LN_DOTS(T, SUF, L, 1, (T)1, (T)1)                                  \
-    ZSK_CLONES static void ln_bw_##SUF(void *p, int64_t p0, int64_t p1)       \
+    static ZSK_ISA_VOID(ln_bw_##SUF, (void *p, int64_t p0, int64_t p1),       \
+        (p, p0, p1))                                                          \
     {                                                                         \
         const ln_ctx *c = p;                                                  \
         int64_t C = c->C;                                                     \
@@ -143,7 +145,8 @@ typedef struct ln_ctx {
             }                                                                 \
         }                                                                     \
     }                                                                         \
-    ZSK_CLONES static void ln_combine_##SUF(void *p, int64_t i0, int64_t i1)  \
+    static ZSK_ISA_VOID(ln_combine_##SUF, (void *p, int64_t i0, int64_t i1),  \
+        (p, i0, i1))                                                          \
     {                                                                         \
         const ln_ctx *c = p;                                                  \
         for (int k = 0; k < 2; k++) {                                         \
@@ -428,7 +431,8 @@ typedef struct bn_ctx {
 
 #define DEFINE_BN(T, SUF)                                                     \
     /* o1 = mean, o2 = biased var over channels [c0, c1) */                   \
-    ZSK_CLONES static void bn_stats_##SUF(void *p, int64_t c0, int64_t c1)    \
+    static ZSK_ISA_VOID(bn_stats_##SUF, (void *p, int64_t c0, int64_t c1),    \
+        (p, c0, c1))                                                          \
     {                                                                         \
         const bn_ctx *c = p;                                                  \
         int64_t C = c->C, S = c->S;                                           \
@@ -449,7 +453,8 @@ typedef struct bn_ctx {
             c->o2[ch] = cnt > 0 ? c->o2[ch] / cnt : 0;                        \
     }                                                                         \
     /* o1 = sum gy, o2 = sum gy * (x - mean) over channels [c0, c1) */        \
-    ZSK_CLONES static void bn_gsum_##SUF(void *p, int64_t c0, int64_t c1)     \
+    static ZSK_ISA_VOID(bn_gsum_##SUF, (void *p, int64_t c0, int64_t c1),     \
+        (p, c0, c1))                                                          \
     {                                                                         \
         const bn_ctx *c = p;                                                  \
         int64_t C = c->C, S = c->S;                                           \
@@ -469,7 +474,8 @@ typedef struct bn_ctx {
             }                                                                 \
     }                                                                         \
     /* y = x * a[c] + b[c] (k NULL), or y = a[c] * gy + b[c] * x + k[c] */    \
-    ZSK_CLONES static void bn_rows_##SUF(void *p, int64_t r0, int64_t r1)     \
+    static ZSK_ISA_VOID(bn_rows_##SUF, (void *p, int64_t r0, int64_t r1),     \
+        (p, r0, r1))                                                          \
     {                                                                         \
         const bn_ctx *c = p;                                                  \
         int64_t S = c->S;                                                     \

@@ -12,7 +12,7 @@
  * M = 1 a thread runs the two halves of its panel range side by side (two
  * sequential weight streams; one stream with a 1 KB software prefetch was
  * the slowest variant measured). The portable path keeps the accumulators
- * in an L1 array and lets each clone vectorize the fmaf loop.
+ * in an L1 array and lets each ISA variant vectorize the fmaf loop.
  *
  * No K blocking: every element's chain is one pass over k, which is the
  * invariant, and the panel of the largest GPT-2 K (3072, 768 KB) fits in
@@ -27,7 +27,7 @@
  * --only decode, GPT-2 124M f32, batch 1, memory slow and drifting that
  * day): 89.5% and 90.7% of the triad measured before each run (the
  * AVX-512 path 95.0% and 76.1% in the same session). Not yet measured on
- * a CPU that stops at AVX2, where the portable clone is AVX2 code too.
+ * a CPU that stops at AVX2, where the portable variant is AVX2 code too.
  */
 #include "kernels/cpu/packed_linear.h"
 
@@ -62,7 +62,7 @@ bool zsk_linear_portable(void) { return force_portable; }
 /* ---- epilogue ------------------------------------------------------------ */
 
 /* *v = up to 16 floats of p, zeros past c. By pointer: 64-byte vectors
- * returned by value draw ABI notes from GCC on the baseline clone. A
+ * returned by value draw ABI notes from GCC on the baseline variant. A
  * memcpy of variable size became rep movs: the tail goes lane by lane. */
 ZSI_VINLINE void load16(zsi_v16f *v, const float *p, int64_t c)
 {
@@ -95,8 +95,9 @@ ZSI_VINLINE void gelu16(zsi_v16f *v)
     *v = x / (1.0f + z);
 }
 
-ZSK_CLONES void zsk_linear_epilogue(const float *acc, int64_t n, const float *bias,
-                                    const float *res, zsk_act act, float *y)
+ZSK_ISA_VOID(zsk_linear_epilogue, (const float *acc, int64_t n,
+    const float *bias, const float *res, zsk_act act, float *y),
+    (acc, n, bias, res, act, y))
 {
     for (int64_t j = 0; j < n; j += 16) {
         int64_t c = n - j < 16 ? n - j : 16;
@@ -178,9 +179,9 @@ void zsk_packed_free(zsk_packed_f32 *p)
 /* ---- tiles: acc[r * 64 + j] = sum_k x[r * ldx + k] * panel[k * 64 + j] ---- */
 
 /* Portable: the same fma chains with fmaf; the accumulators live in acc
- * (L1), which the compiler vectorizes per clone. */
-ZSK_CLONES static void tile_c(int R, const float *x, int64_t ldx, const float *p,
-                              int64_t K, float *restrict acc)
+ * (L1), which the compiler vectorizes per ISA variant. */
+static ZSK_ISA_VOID(tile_c, (int R, const float *x, int64_t ldx,
+    const float *p, int64_t K, float *restrict acc), (R, x, ldx, p, K, acc))
 {
     for (int i = 0; i < R * ZSK_PANEL; i++)
         acc[i] = 0.0f;

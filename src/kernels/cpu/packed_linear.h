@@ -83,7 +83,7 @@ bool zsk_linear_force_portable(bool on);
 
 /* y[j] = act(acc[j] + bias[j]) + res[j] for j < n, in float: v = acc + bias
  * (when bias), v = gelu(v) (when act), v = v + res (when res). Per element,
- * the same operations in every lane and clone (so the bits of y[j] depend
+ * the same operations in every lane and ISA variant (so the bits of y[j] depend
  * only on acc[j], bias[j], res[j]). GeLU is v / (1 + exp(-2u)) (the same
  * function as 0.5 v (1 + tanh u)) with vmath.h's exp; its error is below
  * 1e-6 * max(1, |v|) (test_packed_linear). bias, res may be NULL; res may

@@ -60,7 +60,8 @@ typedef struct head_state {
     float *m, *sum, *acc;
 } head_state;
 
-ZSK_CLONES static float dot(const float *restrict x, const float *restrict y, int64_t n)
+static ZSK_ISA_FN(float, dot, (const float *restrict x,
+    const float *restrict y, int64_t n), (x, y, n))
 {
     float acc[8] = {0};
     int64_t i = 0;
@@ -72,13 +73,15 @@ ZSK_CLONES static float dot(const float *restrict x, const float *restrict y, in
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-ZSK_CLONES static void axpy(float *restrict y, float w, const float *restrict x, int64_t n)
+static ZSK_ISA_VOID(axpy, (float *restrict y, float w,
+    const float *restrict x, int64_t n), (y, w, x, n))
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += w * x[i];
 }
 
-ZSK_CLONES static void scale(float *restrict y, float c, int64_t n)
+static ZSK_ISA_VOID(scale, (float *restrict y, float c, int64_t n),
+    (y, c, n))
 {
     for (int64_t i = 0; i < n; i++)
         y[i] *= c;

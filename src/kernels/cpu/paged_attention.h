@@ -28,7 +28,7 @@
  * AVX-512F: a tile's rows read in address order, 16 scores per head as one
  * vector), else AVX2+FMA+F16C (D a multiple of 8, H <= 128: the same
  * order on 8 lanes, 16 scores per head as two vectors), else portable
- * loops through the clones; the three differ in rounding, each keeps the
+ * loops (ZSK_ISA_FN variants); the three differ in rounding, each keeps the
  * batch invariance above. zsk_linear_force_portable (packed_linear.h) forces the
  * portable path, for tests.
  */

@@ -237,8 +237,8 @@ static inline int32_t code_at(zsk_qfmt f, const uint8_t *q, int r, int g, int j)
 }
 
 /* Portable: the same integer sums and the same fmaf per block and row. */
-ZSK_CLONES static void tile_c(zsk_qfmt f, const uint8_t *tile, int64_t nb,
-                              const zsk_block_q8x *xq, int R, float *acc)
+static ZSK_ISA_VOID(tile_c, (zsk_qfmt f, const uint8_t *tile, int64_t nb,
+    const zsk_block_q8x *xq, int R, float *acc), (f, tile, nb, xq, R, acc))
 {
     int32_t c = code_offset(f);
     for (int i = 0; i < R * ZSK_QTILE; i++)

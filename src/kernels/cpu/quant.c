@@ -315,7 +315,7 @@ zs_status zsk_quantize_q8x(const float *x, int64_t n, zsk_block_q8x *out)
 typedef float (*dot_fn)(const void *w, const zsk_block_q8x *x, int64_t nb);
 
 /* The portable dots: per block int32 loops over 16 or 32 bytes that the
- * compiler vectorizes (clones for AVX-512 / AVX2 / baseline). */
+ * compiler vectorizes (ZSK_ISA_FN variants for AVX-512 / AVX2 / baseline). */
 static int32_t dot32(const int8_t *w, const int8_t *x)
 {
     int32_t s = 0;
@@ -336,7 +336,8 @@ static int32_t dot16_nib(const uint8_t *q, int shift, int off, const int8_t *x)
     return s;
 }
 
-ZSK_CLONES static float dot_q8_0_c(const void *w, const zsk_block_q8x *x, int64_t nb)
+static ZSK_ISA_FN(float, dot_q8_0_c, (const void *w, const zsk_block_q8x *x,
+    int64_t nb), (w, x, nb))
 {
     const zsk_block_q8_0 *wb = w;
     float acc = 0;
@@ -345,7 +346,8 @@ ZSK_CLONES static float dot_q8_0_c(const void *w, const zsk_block_q8x *x, int64_
     return acc;
 }
 
-ZSK_CLONES static float dot_q4_0_c(const void *w, const zsk_block_q8x *x, int64_t nb)
+static ZSK_ISA_FN(float, dot_q4_0_c, (const void *w, const zsk_block_q8x *x,
+    int64_t nb), (w, x, nb))
 {
     const zsk_block_q4_0 *wb = w;
     float acc = 0;
@@ -358,7 +360,8 @@ ZSK_CLONES static float dot_q4_0_c(const void *w, const zsk_block_q8x *x, int64_
     return acc;
 }
 
-ZSK_CLONES static float dot_q4_1_c(const void *w, const zsk_block_q8x *x, int64_t nb)
+static ZSK_ISA_FN(float, dot_q4_1_c, (const void *w, const zsk_block_q8x *x,
+    int64_t nb), (w, x, nb))
 {
     const zsk_block_q4_1 *wb = w;
     float acc = 0;

@@ -16,7 +16,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/lowp.h"
 
-ZSK_CLONES double zsk_sum_f32(const float *x, int64_t n)
+ZSK_ISA_FN(double, zsk_sum_f32, (const float *x, int64_t n), (x, n))
 {
     double total = 0;
     int64_t i = 0;
@@ -35,7 +35,7 @@ ZSK_CLONES double zsk_sum_f32(const float *x, int64_t n)
     return total;
 }
 
-ZSK_CLONES double zsk_sum_f64(const double *x, int64_t n)
+ZSK_ISA_FN(double, zsk_sum_f64, (const double *x, int64_t n), (x, n))
 {
     double lane[8] = {0};
     int64_t i = 0;
@@ -89,8 +89,8 @@ static void parts_body(void *p, int64_t b, int64_t e)
     }
 }
 
-ZSK_CLONES static void strip_f32(const float *x, int64_t R, int64_t K,
-                                 int64_t k0, int64_t n, double *acc)
+static ZSK_ISA_VOID(strip_f32, (const float *x, int64_t R, int64_t K,
+    int64_t k0, int64_t n, double *acc), (x, R, K, k0, n, acc))
 {
     for (int64_t j = 0; j < n; j++)
         acc[j] = 0;
@@ -101,8 +101,8 @@ ZSK_CLONES static void strip_f32(const float *x, int64_t R, int64_t K,
     }
 }
 
-ZSK_CLONES static void strip_f64(const double *x, int64_t R, int64_t K,
-                                 int64_t k0, int64_t n, double *acc)
+static ZSK_ISA_VOID(strip_f64, (const double *x, int64_t R, int64_t K,
+    int64_t k0, int64_t n, double *acc), (x, R, K, k0, n, acc))
 {
     for (int64_t j = 0; j < n; j++)
         acc[j] = 0;

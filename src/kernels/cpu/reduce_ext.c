@@ -31,7 +31,7 @@ static size_t esize(zs_dtype dt) { return dt == ZS_F64 ? 8 : 4; }
 
 /* Max key of x[0, n) (n >= 1); an integer max reduction, vectorised. */
 #define DEF_KEY_MAX(T, S, KT)                                               \
-    ZSK_CLONES static KT key_max_##S(const T *x, int64_t n)                 \
+    static ZSK_ISA_FN(KT, key_max_##S, (const T *x, int64_t n), (x, n))     \
     {                                                                       \
         KT m = zsk_key_##S(x[0]);                                           \
         for (int64_t i = 1; i < n; i++) {                                   \
@@ -75,9 +75,8 @@ DEF_ROW_MAX(double, f64, int64_t)
 /* Max (and first index when id != NULL) over the R rows of the columns
  * [k0, k0 + w) of one [R, K] slab into m, id; on integer keys. */
 #define DEF_STRIP_MAX(T, S, KT)                                             \
-    ZSK_CLONES static void strip_max_##S(const T *x, int64_t R, int64_t K,  \
-                                         int64_t k0, int64_t w, T *m,       \
-                                         int64_t *id)                       \
+    static ZSK_ISA_VOID(strip_max_##S, (const T *x, int64_t R, int64_t K,   \
+        int64_t k0, int64_t w, T *m, int64_t *id), (x, R, K, k0, w, m, id)) \
     {                                                                       \
         KT km[STRIP];                                                       \
         for (int64_t j = 0; j < w; j++)                                     \
@@ -318,7 +317,8 @@ static void merge(moments *a, const moments *b)
 
 /* sum of (x - mean)^2 over x[0, n), in double lanes. */
 #define DEF_ROW_M2(T, S)                                                    \
-    ZSK_CLONES static double row_m2_##S(const T *x, int64_t n, double mean) \
+    static ZSK_ISA_FN(double, row_m2_##S, (const T *x, int64_t n,           \
+        double mean), (x, n, mean))                                         \
     {                                                                       \
         double lane[8] = {0};                                               \
         int64_t i = 0;                                                      \
@@ -365,9 +365,9 @@ static moments row_moments(zs_dtype dt, const char *x, int64_t n)
  * strip's first element, rows K apart), merged into mean[], m2[] that
  * already hold na rows. */
 #define DEF_STRIP_VAR(T, S)                                                 \
-    ZSK_CLONES static void strip_var_##S(const T *x, int64_t nb, int64_t K, \
-                                         int64_t w, double na,              \
-                                         double *mean, double *m2)          \
+    static ZSK_ISA_VOID(strip_var_##S, (const T *x, int64_t nb, int64_t K,  \
+        int64_t w, double na, double *mean, double *m2),                    \
+        (x, nb, K, w, na, mean, m2))                                        \
     {                                                                       \
         double bm[STRIP], bm2[STRIP];                                       \
         for (int64_t j = 0; j < w; j++)                                     \
@@ -504,8 +504,8 @@ void zsk_reduce_var(zs_dtype dt, const void *x, int64_t O, int64_t R,
 
 #define SQ_BLOCK 65536
 
-ZSK_CLONES static double sq_diff_f32(const float *a, const float *b,
-                                     int64_t n)
+static ZSK_ISA_FN(double, sq_diff_f32, (const float *a, const float *b,
+    int64_t n), (a, b, n))
 {
     double total = 0;
     int64_t i = 0;
@@ -528,8 +528,8 @@ ZSK_CLONES static double sq_diff_f32(const float *a, const float *b,
     return total;
 }
 
-ZSK_CLONES static double sq_diff_f64(const double *a, const double *b,
-                                     int64_t n)
+static ZSK_ISA_FN(double, sq_diff_f64, (const double *a, const double *b,
+    int64_t n), (a, b, n))
 {
     double lane[8] = {0};
     int64_t i = 0;

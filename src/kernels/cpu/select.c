@@ -76,8 +76,8 @@ typedef struct where_ctx {
 } where_ctx;
 
 #define DEFINE_WHERE_SEG(T, SUF)                                              \
-    ZSK_CLONES static void where_seg_##SUF(void *p, const int64_t *offs,     \
-                                           int64_t n)                        \
+    static ZSK_ISA_VOID(where_seg_##SUF, (void *p, const int64_t *offs,      \
+        int64_t n), (p, offs, n))                                            \
     {                                                                         \
         const where_ctx *c = p;                                               \
         int last = c->it->ndim - 1;                                           \
@@ -129,8 +129,8 @@ typedef struct index_ctx {
 
 /* Rows r = o * L + l in [begin, end), walked as runs of l within one o. */
 #define DEFINE_GATHER_ROWS(T, SUF)                                            \
-    ZSK_CLONES static void gather_rows_##SUF(void *v, int64_t begin,         \
-                                             int64_t end)                    \
+    static ZSK_ISA_VOID(gather_rows_##SUF, (void *v, int64_t begin,          \
+        int64_t end), (v, begin, end))                                       \
     {                                                                         \
         const index_ctx *c = v;                                               \
         const zsk_index_plan *p = c->p;                                       \
@@ -187,7 +187,8 @@ void zsk_index_gather(size_t esize, const zsk_index_plan *p, void *dense,
 /* Task t = (o, column block b) walks every l, so all additions into one
  * destination element happen on one thread, in l order. */
 #define DEFINE_SCATTER(T, SUF)                                                \
-    ZSK_CLONES static void scatter_##SUF(void *v, int64_t begin, int64_t end) \
+    static ZSK_ISA_VOID(scatter_##SUF, (void *v, int64_t begin, int64_t end), \
+        (v, begin, end))                                                      \
     {                                                                         \
         const index_ctx *c = v;                                               \
         const zsk_index_plan *p = c->p;                                       \

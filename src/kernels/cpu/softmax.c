@@ -37,7 +37,7 @@ static inline float exp_f32(float x) { return zsi_exp_f32(x); }
 
 /* ---- f32 exp over arrays, 16 lanes -----------------------------------------
  * GCC vector extensions (one zmm on AVX-512, two ymm on AVX2, four xmm on
- * the baseline clone) keep the accumulators in registers; plain lane
+ * the baseline variant) keep the accumulators in registers; plain lane
  * arrays got spilled to the stack, which made the loop latency-bound. */
 
 typedef zsi_v16f v16f;
@@ -45,7 +45,7 @@ typedef zsi_v16f v16f;
 #define VINLINE static inline __attribute__((always_inline))
 
 /* Vectors go by pointer: 64-byte vectors passed or returned by value
- * draw ABI notes from GCC on the baseline clone. */
+ * draw ABI notes from GCC on the baseline variant. */
 VINLINE void load16(v16f *v, const float *p) { memcpy(v, p, sizeof *v); }
 
 VINLINE void store16(float *p, const v16f *v) { memcpy(p, v, sizeof *v); }
@@ -63,8 +63,8 @@ VINLINE void exp16(v16f *v) { zsi_exp_v16f(v); }
 
 /* sum of exp(x - sub) over x[0, n) in double (float lanes per block of
  * BLOCK, block totals in double); y (or NULL) receives the terms. */
-ZSK_CLONES static double expsum_f32(const float *x, int64_t n, float sub,
-                                    float *y)
+static ZSK_ISA_FN(double, expsum_f32, (const float *x, int64_t n, float sub,
+    float *y), (x, n, sub, y))
 {
     double total = 0;
     int64_t i = 0;
@@ -91,8 +91,8 @@ ZSK_CLONES static double expsum_f32(const float *x, int64_t n, float sub,
 }
 
 /* out = add + mul * exp(x - sub) over [0, n); add may be NULL (0). */
-ZSK_CLONES static void expmap_f32(const float *x, float sub, float mul,
-                                  const float *add, float *out, int64_t n)
+static ZSK_ISA_VOID(expmap_f32, (const float *x, float sub, float mul,
+    const float *add, float *out, int64_t n), (x, sub, mul, add, out, n))
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -134,7 +134,7 @@ static void expmap_f64(const double *x, double sub, double mul,
  *   see reduce_ext.h).
  * dot_S(a, b, n): sum of a * b in double (b == NULL: sum of a). */
 #define DEF_ROW_PRIMS(T, S, L, KT)                                          \
-    ZSK_CLONES static T max_##S(const T *x, int64_t n)                      \
+    static ZSK_ISA_FN(T, max_##S, (const T *x, int64_t n), (x, n))          \
     {                                                                       \
         KT m = zsk_key_##S(x[0]);                                           \
         for (int64_t i = 1; i < n; i++) {                                   \
@@ -143,7 +143,8 @@ static void expmap_f64(const double *x, double sub, double mul,
         }                                                                   \
         return zsk_unkey_##S(m);                                            \
     }                                                                       \
-    ZSK_CLONES static double dot_##S(const T *a, const T *b, int64_t n)     \
+    static ZSK_ISA_FN(double, dot_##S, (const T *a, const T *b, int64_t n), \
+        (a, b, n))                                                          \
     {                                                                       \
         double total = 0;                                                   \
         int64_t i = 0;                                                      \
@@ -176,8 +177,8 @@ DEF_ROW_PRIMS(double, f64, 8, int64_t)
  * y pointing at the strip's first column) forms of the forward and the
  * backward. */
 #define DEF_SOFTMAX(T, S, KT, EXP)                                          \
-    ZSK_CLONES static void softmax_row_##S(const T *x, int64_t n, bool lg,  \
-                                           T *y)                            \
+    static ZSK_ISA_VOID(softmax_row_##S, (const T *x, int64_t n, bool lg,   \
+        T *y), (x, n, lg, y))                                               \
     {                                                                       \
         T m = max_##S(x, n);                                                \
         if (lg) {                                                           \
@@ -190,9 +191,8 @@ DEF_ROW_PRIMS(double, f64, 8, int64_t)
         for (int64_t i = 0; i < n; i++)                                     \
             y[i] *= inv;                                                    \
     }                                                                       \
-    ZSK_CLONES static void softmax_strip_##S(const T *x, int64_t R,         \
-                                             int64_t K, int64_t w, bool lg, \
-                                             T *y)                          \
+    static ZSK_ISA_VOID(softmax_strip_##S, (const T *x, int64_t R,          \
+        int64_t K, int64_t w, bool lg, T *y), (x, R, K, w, lg, y))          \
     {                                                                       \
         T m[STRIP], f[STRIP];                                               \
         KT km[STRIP];                                                       \
@@ -222,8 +222,8 @@ DEF_ROW_PRIMS(double, f64, 8, int64_t)
                 y[r * K + j] = lg ? (x[r * K + j] - m[j]) - f[j]            \
                                   : y[r * K + j] * f[j];                    \
     }                                                                       \
-    ZSK_CLONES static void softmax_bw_row_##S(const T *y, const T *g,       \
-                                              int64_t n, bool lg, T *gx)    \
+    static ZSK_ISA_VOID(softmax_bw_row_##S, (const T *y, const T *g,        \
+        int64_t n, bool lg, T *gx), (y, g, n, lg, gx))                      \
     {                                                                       \
         T c = (T)dot_##S(g, lg ? NULL : y, n);                              \
         if (lg)                                                             \
@@ -232,9 +232,9 @@ DEF_ROW_PRIMS(double, f64, 8, int64_t)
             for (int64_t i = 0; i < n; i++)                                 \
                 gx[i] = y[i] * (g[i] - c);                                  \
     }                                                                       \
-    ZSK_CLONES static void softmax_bw_strip_##S(const T *y, const T *g,     \
-                                                int64_t R, int64_t K,       \
-                                                int64_t w, bool lg, T *gx)  \
+    static ZSK_ISA_VOID(softmax_bw_strip_##S, (const T *y, const T *g,      \
+        int64_t R, int64_t K, int64_t w, bool lg, T *gx),                   \
+        (y, g, R, K, w, lg, gx))                                            \
     {                                                                       \
         double s[STRIP];                                                    \
         T c[STRIP];                                                         \
@@ -386,8 +386,8 @@ static int64_t target_at(const zsk_targets *tg, int64_t i)
         *lse = (double)m + log(expsum_##S(x, C, m, NULL));                  \
         *loss = *lse - (double)x[t];                                        \
     }                                                                       \
-    ZSK_CLONES static void ce_bw_row_##S(const T *x, int64_t C, int64_t t,  \
-                                         double lse, double scale, T *gx)   \
+    static ZSK_ISA_VOID(ce_bw_row_##S, (const T *x, int64_t C, int64_t t,   \
+        double lse, double scale, T *gx), (x, C, t, lse, scale, gx))        \
     {                                                                       \
         T sc = (T)scale;                                                    \
         expmap_##S(x, (T)lse, sc, NULL, gx, C);                             \

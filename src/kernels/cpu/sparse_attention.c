@@ -15,7 +15,7 @@
  * second GEMM. At the end o = acc / l and lse = m + log l. The GEMMs are
  * zsk_sgemm (AVX-512 / AVX2 micro-kernels by zs_cpu(), serial inside a
  * pool task) and zsk_dgemm; the row loops (exp, max, sums) are compiled
- * per ISA (ZSK_CLONES) with vmath.h's vectorisable exp for f32.
+ * per ISA (ZSK_ISA_VOID) with vmath.h's vectorisable exp for f32.
  *
  * Backward: a task is one (b, h), so it owns its dq, dk and dv rows. For
  * each query block and chunk: S again, P = exp(S - lse), dP = dO Vp^T,
@@ -218,9 +218,9 @@ static inline __attribute__((always_inline)) float exp_f32(float x)
     }                                                                         \
     /* The online softmax of nq rows of nk scores s (overwritten by p):       \
      * updates m, l and rescales acc [nq, D]. */                              \
-    ZSK_CLONES static void online_##SUF(TY *restrict s, int64_t nq,           \
-                                        int64_t nk, TY *m, TY *l,             \
-                                        TY *restrict acc, int64_t D)          \
+    static ZSK_ISA_VOID(online_##SUF, (TY *restrict s, int64_t nq,            \
+        int64_t nk, TY *m, TY *l, TY *restrict acc, int64_t D),               \
+        (s, nq, nk, m, l, acc, D))                                            \
     {                                                                         \
         for (int64_t i = 0; i < nq; i++) {                                    \
             TY *sr = s + i * nk, mx = m[i], sum = 0;                          \
@@ -243,9 +243,9 @@ static inline __attribute__((always_inline)) float exp_f32(float x)
         }                                                                     \
     }                                                                         \
     /* p = exp(s - lse_i); ds = p (dp - delta_i) scale (into dp). */          \
-    ZSK_CLONES static void grads_##SUF(TY *restrict s, TY *restrict dp,       \
-                                       int64_t nq, int64_t nk,                \
-                                       const TY *lse, const TY *delta, TY scale) \
+    static ZSK_ISA_VOID(grads_##SUF, (TY *restrict s, TY *restrict dp,        \
+        int64_t nq, int64_t nk, const TY *lse, const TY *delta, TY scale),    \
+        (s, dp, nq, nk, lse, delta, scale))                                   \
     {                                                                         \
         for (int64_t i = 0; i < nq; i++) {                                    \
             TY *sr = s + i * nk, *dr = dp + i * nk, L = lse[i], dl = delta[i]; \

@@ -2,8 +2,8 @@
  * kernels/cpu/vmath.h - the float32 exp of the CPU kernels, in one place:
  * one set of constants and one polynomial, in the forms the kernels need
  * (scalar, 16-lane GCC vector, AVX-512 intrinsics). Header-only: every
- * function is static inline, so it inlines into the ISA clones (ZSK_CLONES)
- * and target("avx512f") functions of its callers.
+ * function is static inline, so it inlines into the ISA variants
+ * (ZSK_ISA_FN / ZSK_ISA_VOID) and target("avx512f") functions of its callers.
  *
  * exp(x) = 2^n e^r, n = rint(x log2 e), r = x - n ln 2 with ln 2 in two
  * parts (Cody-Waite: n * LN2_HI is exact for |n| < 2^9), e^r for
@@ -76,14 +76,14 @@ ZSI_VINLINE float zsi_exp_f32(float x)
 }
 
 /* 64-byte GCC vectors: one zmm on AVX-512, two ymm on AVX2, four xmm on
- * the baseline clone. */
+ * the baseline variant. */
 typedef float zsi_v16f __attribute__((vector_size(64)));
 typedef int32_t zsi_v16i __attribute__((vector_size(64)));
 typedef uint32_t zsi_v16u __attribute__((vector_size(64)));
 
 /* *v = zsi_exp_f32 of each lane (same operations, same results). By
  * pointer: 64-byte vectors passed or returned by value draw ABI notes from
- * GCC on the baseline clone. */
+ * GCC on the baseline variant. */
 ZSI_VINLINE void zsi_exp_v16f(zsi_v16f *v)
 {
     zsi_v16u xb = (zsi_v16u)*v;
