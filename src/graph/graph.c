@@ -43,6 +43,9 @@
  *   derivative times the gradient (two nodes per layer): the forward's
  *   epilogues are fused already (linear_gelu, linear_residual), so the
  *   effect on a whole step is small.
+ * - The capture is lean (graph/lean.c): a value eager drops during the
+ *   captured step loses its memory then, so the capture step peaks where
+ *   eager does.
  * - Replay runs under no-grad with scope tracking paused: kernels that
  *   call operators inside themselves record nothing and leak nothing.
  */
@@ -69,6 +72,7 @@ zs_graph *zs_graph_capture_begin(void)
         return NULL;
     }
     g->capturing = true;
+    zsi_gcap_init(g); /* without it the capture keeps every value: slower */
     current = g;
     zsi_capture = record;
     return g;
@@ -82,6 +86,8 @@ zs_status zs_graph_capture_end(zs_graph *g)
     current = NULL;
     zsi_capture = NULL;
     g->capturing = false;
+    zsi_gcap_sweep(g);
+    zsi_gcap_deinit(g);
     if (g->failed)
         return zs_set_error_code(ZS_ERR_NOMEM, "graph capture: a call could not "
                                  "be recorded (out of memory); the graph cannot "
@@ -182,6 +188,13 @@ static zs_status record(const zsi_call *c, zsi_kernel_fn k, zs_tensor *out)
         return zs_set_error_code(ZS_ERR_NOMEM, "graph capture: out of memory "
                                  "recording %s", c->def->op.name);
     }
+    for (int i = 0; i < c->nin; i++) /* inputs first: made before, or by a node */
+        zsi_gcap_note(g, n->in[i], true);
+    for (int j = 0; j < ZSI_MAX_OUT; j++)
+        zsi_gcap_note(g, n->outs[j], false);
+    for (int j = 0; j < ZSI_MAX_AUX; j++)
+        zsi_gcap_note(g, n->aux[j], false);
+    zsi_gcap_sweep(g);
     return ZS_OK;
 }
 
@@ -201,7 +214,9 @@ zs_status zs_graph_replay(zs_graph *g)
                             "failed)");
     if (current)
         return zs_set_error("graph replay: this thread is capturing a graph");
-    zs_status st = ZS_OK;
+    zs_status st = zsi_graph_materialize(g);
+    if (st != ZS_OK)
+        return st;
     zs_no_grad_push();
     zsi_tracking_pause();
     for (int i = 0; i < g->n && st == ZS_OK; i++) {
@@ -224,6 +239,7 @@ void zs_graph_free(zs_graph *g)
         current = NULL;
         zsi_capture = NULL;
     }
+    zsi_gcap_deinit(g);
     for (int i = 0; i < g->n; i++)
         zsi_gnode_free(g->nodes[i]);
     free(g->nodes);
