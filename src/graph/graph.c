@@ -148,12 +148,17 @@ static zs_tensor *alias(const zs_tensor *t)
     return zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
-/* zsi_capture_fn: the call c just ran kernel k into out. */
+/* zsi_capture_fn: the call c just ran kernel k into out (c NULL: a call
+ * is about to allocate). */
 static zs_status record(const zsi_call *c, zsi_kernel_fn k, zs_tensor *out)
 {
     zs_graph *g = current;
     if (!g)
         return ZS_OK;
+    if (!c) { /* a call is about to allocate its results */
+        zsi_gcap_sweep(g);
+        return ZS_OK;
+    }
     zsi_gnode *n = calloc(1, sizeof *n);
     if (n)
         n->in = calloc((size_t)(c->nin ? c->nin : 1), sizeof *n->in);
