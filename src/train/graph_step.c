@@ -141,6 +141,9 @@ static zs_status optimise(zs_trainer *t)
     int removed = st == ZS_OK ? zs_graph_dce(t->graph, nkeep, keep) : -1;
     if (removed < 0)
         return ZS_ERR_STATE;
+    int gathered = zs_graph_fuse_slices(t->graph, nkeep, keep);
+    if (gathered < 0)
+        return ZS_ERR_STATE;
     int fused = zs_graph_fuse(t->graph, nkeep, keep);
     if (fused < 0)
         return ZS_ERR_STATE;
@@ -152,9 +155,9 @@ static zs_status optimise(zs_trainer *t)
     zs_graph_get_stats(t->graph, &s);
     t->garena = s.planned_bytes;
     if (t->c.log && t->rank == 0) {
-        fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed) and "
-                "fusion (%d folded), %.1f MFLOP; intermediates %.2f MiB, planned "
-                "arena %.2f MiB\n", (long long)t->step, s.nodes, removed, fused,
+        fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed), slice "
+                "gradients (%d folded) and fusion (%d folded), %.1f MFLOP; intermediates %.2f MiB, planned "
+                "arena %.2f MiB\n", (long long)t->step, s.nodes, removed, gathered, fused,
                 s.flops / 1e6,
                 (double)s.intermediate_bytes / 1048576,
                 (double)s.planned_bytes / 1048576);
