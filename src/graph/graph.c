@@ -46,6 +46,25 @@
  * - The capture is lean (graph/lean.c): a value eager drops during the
  *   captured step loses its memory then, so the capture step peaks where
  *   eager does.
+ * - Measured (issue 27, second round; GPT small preset: 6 layers, width
+ *   384, batch 8 x 256, fp32, AMD EPYC with AVX-512, 2 threads on a
+ *   machine shared with ~6 other jobs, triad 9.9 GB/s at the time):
+ *   the capture step's allocator peak was 1205 MiB before the lean
+ *   capture against 382 eager; now 388.9 MiB against an eager step's
+ *   382.5 (1.02x; GPT tiny in test_graph_lean: 1.000x). The dump of the
+ *   step: 142 GFLOP and 2.97 GB of operator traffic, so at 59 GFLOP/s
+ *   fp32 peak the GEMMs alone take 2.4 s, while all traffic at 30-45
+ *   GB/s is 66-100 ms: what a static graph can skip is bytes, a few % of
+ *   a step at most. The largest skippable item was the q, k, v gradient
+ *   assembly (3 zero-filled slice_backward buffers, 2 adds, a permuting
+ *   copy: 113 MB per layer, 680 MB a step) -> slices.c's one node (19 MB
+ *   per layer): 566 MB less, predicted 13-19 ms a step (0.5%). Next in
+ *   size: the bias-gradient sums re-reading each output gradient (174 MB,
+ *   an epilogue of the weight-gradient GEMM), the residual-gradient adds
+ *   (~120 MB), the attention output's permuting copy (38 MB); dispatch
+ *   per replayed node (282 nodes) is microseconds against seconds. The
+ *   1.15x tokens/s target is therefore out of reach of graph passes on
+ *   this CPU at this size: the step is GEMM-bound.
  * - Replay runs under no-grad with scope tracking paused: kernels that
  *   call operators inside themselves record nothing and leak nothing.
  */
