@@ -50,8 +50,8 @@
  *   384, batch 8 x 256, fp32, AMD EPYC with AVX-512, 2 threads on a
  *   machine shared with ~6 other jobs, triad 9.9 GB/s at the time):
  *   the capture step's allocator peak was 1205 MiB before the lean
- *   capture against 382 eager; now 388.9 MiB against an eager step's
- *   382.5 (1.02x; GPT tiny in test_graph_lean: 1.000x). The dump of the
+ *   capture against 382 eager; now 382.5 MiB, equal to an eager step's
+ *   382.5 (1.00x; GPT tiny in test_graph_lean: 1.000x). The dump of the
  *   step: 142 GFLOP and 2.97 GB of operator traffic, so at 59 GFLOP/s
  *   fp32 peak the GEMMs alone take 2.4 s, while all traffic at 30-45
  *   GB/s is 66-100 ms: what a static graph can skip is bytes, a few % of
