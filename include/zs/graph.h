@@ -102,6 +102,14 @@ int zs_graph_dce(zs_graph *g, int nkeep, zs_tensor *const *keep);
  * another), or < 0 + error. */
 int zs_graph_fuse(zs_graph *g, int nkeep, zs_tensor *const *keep);
 
+/* Slice-gradient assembly (graph/slices.c): k slice_backward nodes of one
+ * f32 tensor (disjoint slots of one dim), summed by adds and made
+ * contiguous by a copy through a permutation view (GPT's q, k, v
+ * gradients into qkv's), become one node writing each gradient into its
+ * slot of the copy's result. Same bits. Run before the memory plan.
+ * Returns the number of nodes removed, or < 0 + error. */
+int zs_graph_fuse_slices(zs_graph *g, int nkeep, zs_tensor *const *keep);
+
 /* Memory planning by liveness: every storage the nodes make lives from
  * the node that makes it to the last node that uses it (to the end for
  * keep[0..nkeep)); each gets an offset in one arena (64-byte aligned,

@@ -175,8 +175,9 @@ typedef struct zs_trainer_config {
      * the optimizer update run eagerly (in place, no allocation). The
      * graph goes through dead-code elimination and the memory plan. A
      * step whose signature differs (batch shapes or dtypes, dropout rates,
-     * training mode) recaptures. One process, accum 1, no ZeRO, the CPU,
-     * precision fp32 (the others are refused).
+     * training mode, the loss scale) recaptures. One process, accum 1, no
+     * ZeRO, the CPU; any precision (the weights' conversion is captured,
+     * the loss scaler's check and skip run eagerly after the replay).
      * Losses equal eager ones bit for bit. */
     bool graph;
     const char *dump_graph;   /* graph mode: the graph before and after the

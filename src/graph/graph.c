@@ -43,6 +43,28 @@
  *   derivative times the gradient (two nodes per layer): the forward's
  *   epilogues are fused already (linear_gelu, linear_residual), so the
  *   effect on a whole step is small.
+ * - The capture is lean (graph/lean.c): a value eager drops during the
+ *   captured step loses its memory then, so the capture step peaks where
+ *   eager does.
+ * - Measured (issue 27, second round; GPT small preset: 6 layers, width
+ *   384, batch 8 x 256, fp32, AMD EPYC with AVX-512, 2 threads on a
+ *   machine shared with ~6 other jobs, triad 9.9 GB/s at the time):
+ *   the capture step's allocator peak was 1205 MiB before the lean
+ *   capture against 382 eager; now 382.5 MiB, equal to an eager step's
+ *   382.5 (1.00x; GPT tiny in test_graph_lean: 1.000x). The dump of the
+ *   step: 142 GFLOP and 2.97 GB of operator traffic, so at 59 GFLOP/s
+ *   fp32 peak the GEMMs alone take 2.4 s, while all traffic at 30-45
+ *   GB/s is 66-100 ms: what a static graph can skip is bytes, a few % of
+ *   a step at most. The largest skippable item was the q, k, v gradient
+ *   assembly (3 zero-filled slice_backward buffers, 2 adds, a permuting
+ *   copy: 113 MB per layer, 680 MB a step) -> slices.c's one node (19 MB
+ *   per layer): 566 MB less, predicted 13-19 ms a step (0.5%). Next in
+ *   size: the bias-gradient sums re-reading each output gradient (174 MB,
+ *   an epilogue of the weight-gradient GEMM), the residual-gradient adds
+ *   (~120 MB), the attention output's permuting copy (38 MB); dispatch
+ *   per replayed node (282 nodes) is microseconds against seconds. The
+ *   1.15x tokens/s target is therefore out of reach of graph passes on
+ *   this CPU at this size: the step is GEMM-bound.
  * - Replay runs under no-grad with scope tracking paused: kernels that
  *   call operators inside themselves record nothing and leak nothing.
  */
@@ -69,6 +91,7 @@ zs_graph *zs_graph_capture_begin(void)
         return NULL;
     }
     g->capturing = true;
+    zsi_gcap_init(g); /* without it the capture keeps every value: slower */
     current = g;
     zsi_capture = record;
     return g;
@@ -82,6 +105,8 @@ zs_status zs_graph_capture_end(zs_graph *g)
     current = NULL;
     zsi_capture = NULL;
     g->capturing = false;
+    zsi_gcap_sweep(g);
+    zsi_gcap_deinit(g);
     if (g->failed)
         return zs_set_error_code(ZS_ERR_NOMEM, "graph capture: a call could not "
                                  "be recorded (out of memory); the graph cannot "
@@ -142,12 +167,17 @@ static zs_tensor *alias(const zs_tensor *t)
     return zsi_new_view(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
-/* zsi_capture_fn: the call c just ran kernel k into out. */
+/* zsi_capture_fn: the call c just ran kernel k into out (c NULL: a call
+ * is about to allocate). */
 static zs_status record(const zsi_call *c, zsi_kernel_fn k, zs_tensor *out)
 {
     zs_graph *g = current;
     if (!g)
         return ZS_OK;
+    if (!c) { /* a call is about to allocate its results */
+        zsi_gcap_sweep(g);
+        return ZS_OK;
+    }
     zsi_gnode *n = calloc(1, sizeof *n);
     if (n)
         n->in = calloc((size_t)(c->nin ? c->nin : 1), sizeof *n->in);
@@ -182,6 +212,13 @@ static zs_status record(const zsi_call *c, zsi_kernel_fn k, zs_tensor *out)
         return zs_set_error_code(ZS_ERR_NOMEM, "graph capture: out of memory "
                                  "recording %s", c->def->op.name);
     }
+    for (int i = 0; i < c->nin; i++) /* inputs first: made before, or by a node */
+        zsi_gcap_note(g, n->in[i], true);
+    for (int j = 0; j < ZSI_MAX_OUT; j++)
+        zsi_gcap_note(g, n->outs[j], false);
+    for (int j = 0; j < ZSI_MAX_AUX; j++)
+        zsi_gcap_note(g, n->aux[j], false);
+    zsi_gcap_sweep(g);
     return ZS_OK;
 }
 
@@ -201,7 +238,9 @@ zs_status zs_graph_replay(zs_graph *g)
                             "failed)");
     if (current)
         return zs_set_error("graph replay: this thread is capturing a graph");
-    zs_status st = ZS_OK;
+    zs_status st = zsi_graph_materialize(g);
+    if (st != ZS_OK)
+        return st;
     zs_no_grad_push();
     zsi_tracking_pause();
     for (int i = 0; i < g->n && st == ZS_OK; i++) {
@@ -224,6 +263,7 @@ void zs_graph_free(zs_graph *g)
         current = NULL;
         zsi_capture = NULL;
     }
+    zsi_gcap_deinit(g);
     for (int i = 0; i < g->n; i++)
         zsi_gnode_free(g->nodes[i]);
     free(g->nodes);

@@ -31,6 +31,19 @@ struct zsi_gnode {
     const char *label;       /* NULL: the operator's name */
 };
 
+/* Storage sets over a graph (passes): a small open-addressing table of
+ * storage pointers. */
+typedef struct zsi_sset {
+    zs_storage **k;
+    int *v;
+    int cap, n;
+} zsi_sset;
+bool zsi_sset_init(zsi_sset *s, int expect);
+void zsi_sset_deinit(zsi_sset *s);
+/* The slot of key (value -1 when absent); inserts when add (false on
+ * allocation failure: returns NULL). */
+int *zsi_sset_get(zsi_sset *s, zs_storage *key, bool add);
+
 /* One storage the nodes made, placed in the arena by the memory plan. */
 typedef struct zsi_gplan {
     zs_storage *s;
@@ -48,23 +61,28 @@ struct zs_graph {
     int nplan;
     size_t arena_bytes;
     void *arena;             /* host memory (zs_alloc), or NULL */
+    /* the lean capture (lean.c) */
+    zsi_sset refs;           /* made storage -> the graph's aliases of it;
+                              * -2: first met as an input */
+    bool refs_ok;            /* refs in use (capturing, no failure) */
+    zs_storage **live;       /* made storages still holding memory */
+    int nlive, caplive;
+    int dropped;             /* storages whose memory the capture freed */
+    size_t dropped_bytes;
 };
 
 /* Frees a node: releases its tensors and its impl. */
 void zsi_gnode_free(zsi_gnode *n);
 /* Runs node n (its run function or its kernel). */
 zs_status zsi_gnode_exec(zsi_gnode *n);
-/* Storage sets over a graph (passes): a small open-addressing table of
- * storage pointers. */
-typedef struct zsi_sset {
-    zs_storage **k;
-    int *v;
-    int cap, n;
-} zsi_sset;
-bool zsi_sset_init(zsi_sset *s, int expect);
-void zsi_sset_deinit(zsi_sset *s);
-/* The slot of key (value -1 when absent); inserts when add (false on
- * allocation failure: returns NULL). */
-int *zsi_sset_get(zsi_sset *s, zs_storage *key, bool add);
+/* The lean capture (lean.c): start and stop counting the graph's
+ * references; note one more alias (input: of a node's input); free the
+ * memory of made storages only the graph references; before a replay
+ * without a memory plan, give memory back to the storages left without. */
+bool zsi_gcap_init(zs_graph *g);
+void zsi_gcap_deinit(zs_graph *g);
+void zsi_gcap_note(zs_graph *g, const zs_tensor *a, bool input);
+void zsi_gcap_sweep(zs_graph *g);
+zs_status zsi_graph_materialize(zs_graph *g);
 
 #endif

@@ -260,7 +260,9 @@ zs_tensor *zsi_aux_copy(const zsi_call *c, int k, zs_tensor *t,
  * captured; the driver calls it after the kernel of each outermost call
  * ran (k the kernel it looked up, out its first result; in place: in[0];
  * c->outs and c->aux filled), never for views or calls made inside a
- * kernel. A negative status fails the call. */
+ * kernel. A negative status fails the call. Also called with c NULL
+ * before an outermost call allocates its results (the recorder frees the
+ * memory of values dropped since, graph/lean.c); its status is ignored. */
 typedef zs_status (*zsi_capture_fn)(const zsi_call *c, zsi_kernel_fn k,
                                     zs_tensor *out);
 extern _Thread_local zsi_capture_fn zsi_capture;

@@ -16,6 +16,18 @@
  * Adam's bias corrections and the clip factor are host values of the
  * step, so the update stays out of the graph (graph/graph.c says why).
  *
+ * Mixed precision (bf16, fp16, fp8) runs as eager does
+ * (zsi_train_accumulate, zsi_train_micro): the capture is under the
+ * trainer's autocast, so the step's one conversion of the flat f32
+ * weights into fp_low (zs_autocast_cache_flat: a copy_ into that
+ * pre-existing buffer) is a node, kept by dead-code elimination as a
+ * write of a graph input and replayed every step; the loss times the
+ * loss scale is a node too, so the scale is part of the signature (a new
+ * scale, after an overflow or a run of clean steps, is a new capture).
+ * With a loss scaler the unscale, the Inf/NaN check, the skip, the norm
+ * and the update run eagerly after the replay (zsi_train_update, the
+ * eager code itself): skipped steps are eager's.
+ *
  * Passes after a capture: dead-code elimination keeping the loss and the
  * norm, pointwise fusion, then the memory plan (every intermediate in one
  * arena). With dump_graph the graph is written before and after them.
@@ -54,12 +66,19 @@ static uint64_t module_sig(uint64_t h, const zs_module *m)
     return h;
 }
 
+/* The loss scale is part of the signature: the captured step multiplies
+ * the loss (and the backward seed) by it as an attribute, so a scale the
+ * scaler changed (backed off after an overflow, grown after a run of clean
+ * steps) is a new capture, rare in a run. */
 static uint64_t signature(const zs_trainer *t, const zs_tensor *x,
                           const zs_tensor *y)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     h = tensor_sig(tensor_sig(h, x), y);
     h = fnv(h, &t->fp->dtype, sizeof t->fp->dtype);
+    h = fnv(h, &t->c.precision, sizeof t->c.precision);
+    double scale = t->scaler ? zs_grad_scaler_get_scale(t->scaler) : 1;
+    h = fnv(h, &scale, sizeof scale);
     return module_sig(h, t->m);
 }
 
@@ -122,6 +141,9 @@ static zs_status optimise(zs_trainer *t)
     int removed = st == ZS_OK ? zs_graph_dce(t->graph, nkeep, keep) : -1;
     if (removed < 0)
         return ZS_ERR_STATE;
+    int gathered = zs_graph_fuse_slices(t->graph, nkeep, keep);
+    if (gathered < 0)
+        return ZS_ERR_STATE;
     int fused = zs_graph_fuse(t->graph, nkeep, keep);
     if (fused < 0)
         return ZS_ERR_STATE;
@@ -133,9 +155,9 @@ static zs_status optimise(zs_trainer *t)
     zs_graph_get_stats(t->graph, &s);
     t->garena = s.planned_bytes;
     if (t->c.log && t->rank == 0) {
-        fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed) and "
-                "fusion (%d folded), %.1f MFLOP; intermediates %.2f MiB, planned "
-                "arena %.2f MiB\n", (long long)t->step, s.nodes, removed, fused,
+        fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed), slice "
+                "gradients (%d folded) and fusion (%d folded), %.1f MFLOP; intermediates %.2f MiB, planned "
+                "arena %.2f MiB\n", (long long)t->step, s.nodes, removed, gathered, fused,
                 s.flops / 1e6,
                 (double)s.intermediate_bytes / 1048576,
                 (double)s.planned_bytes / 1048576);
@@ -171,11 +193,24 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
     zs_alloc_reset_peak(); /* the capture step's own peak, for the log */
     if (!(t->graph = zs_graph_capture_begin()))
         return ZS_ERR_STATE;
-    zs_tensor *l = t->c.loss ? t->c.loss(t->c.loss_ctx, t->m, t->gx, t->gy)
-                             : zs_gpt_loss(t->m, t->gx, t->gy);
-    zs_status st = l && zs_backward(l, NULL, false) == ZS_OK ? ZS_OK : ZS_ERR_STATE;
+    /* as zsi_train_accumulate and zsi_train_micro: autocast (and the one
+     * conversion of the flat weights into fp_low, a copy_ node of the
+     * graph) around forward and backward, the loss times the scale */
+    zs_status st = zsi_train_amp_begin(t, true);
+    bool amp = st == ZS_OK;
+    zs_tensor *l = NULL;
+    if (st == ZS_OK)
+        l = t->c.loss ? t->c.loss(t->c.loss_ctx, t->m, t->gx, t->gy)
+                      : zs_gpt_loss(t->m, t->gx, t->gy);
+    double f = t->scaler ? zs_grad_scaler_get_scale(t->scaler) : 1;
+    zs_tensor *scaled = l && f != 1 ? zs_mul_scalar(l, f) : l;
+    if (st == ZS_OK && (!scaled || zs_backward(scaled, NULL, false) != ZS_OK))
+        st = ZS_ERR_STATE;
+    if (amp)
+        zsi_train_amp_end(t);
+    /* the scaler unscales the gradients first: its norm runs eagerly */
     zs_tensor *sq = NULL;
-    if (st == ZS_OK && t->c.clip > 0 && !(sq = zs_sum_squares(t->fg, NULL)))
+    if (st == ZS_OK && t->c.clip > 0 && !t->scaler && !(sq = zs_sum_squares(t->fg, NULL)))
         st = ZS_ERR_STATE;
     zs_status end = zs_graph_capture_end(t->graph);
     zs_alloc_get_stats(&a1);
@@ -232,6 +267,10 @@ zs_status zsi_train_graph_step(zs_trainer *t, int64_t step, double *loss,
     *gnorm = 0;
     if (st != ZS_OK)
         return st;
+    if (t->scaler) /* unscale, the Inf/NaN check and skip, norm, update: eager */
+        return zsi_train_update(t, step, gnorm);
+    t->skipped = false;
+    t->step_scale = 1;
     double t0 = zsi_train_now();
     if (t->c.clip > 0) { /* as zsi_train_update: zs_grad_norm's one read */
         *gnorm = sqrt(sq);

@@ -79,13 +79,6 @@ static zs_status check_config(const zs_trainer_config *c, int size)
                             "ZeRO, on the cpu (here: %d ranks, accum %lld, ZeRO %d, "
                             "%s)", size, (long long)c->accum, c->zero,
                             zs_device_name(c->device));
-    /* the captured step runs without autocast and the loss scaler: refuse
-     * rather than train in f32 under another name */
-    if (c->graph && c->precision != ZS_F32)
-        return zs_set_error("trainer: graph mode runs in fp32 only (precision %s "
-                            "asked; its casts and loss scaling are not captured "
-                            "yet): drop --graph or --precision",
-                            zs_precision_name(c->precision));
     if (c->dump_graph && !c->graph)
         return zs_set_error("trainer: dump_graph needs graph mode (graph = true, "
                             "--graph)");

@@ -353,9 +353,6 @@ static void test_errors(void)
     c.accum = 2;
     ZT_EXPECT_ERROR(zs_trainer_new(m, &c) == NULL, "graph mode runs one process, accum 1");
     c.accum = 1;
-    c.precision = ZS_BF16;
-    ZT_EXPECT_ERROR(zs_trainer_new(m, &c) == NULL, "graph mode runs in fp32 only");
-    c.precision = ZS_F32;
     c.graph = false;
     c.dump_graph = "/tmp/x";
     ZT_EXPECT_ERROR(zs_trainer_new(m, &c) == NULL, "dump_graph needs graph");
