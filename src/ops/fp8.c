@@ -403,30 +403,14 @@ static zs_status infer_linear_fp8(zsi_call *c)
     return ZS_OK;
 }
 
-/* A new host tensor (tracking paused by the caller); NULL sets *st. */
-static zs_tensor *new_host(zs_dtype dt, int ndim, const int64_t *shape,
-                           zs_status *st)
-{
-    zs_tensor *t = *st == ZS_OK ? zsi_new_tensor(dt, ndim, shape) : NULL;
-    if (!t)
-        *st = ZS_ERR_NOMEM;
-    return t;
-}
-
-/* Quantizes x (tiles) and w (blocks) into new tensors q[0..3] = xq, xs,
- * wq, ws and runs the GEMM into out. */
+/* Quantizes x (tiles) and w (blocks) into q[0..3] = xq, xs, wq, ws (made
+ * by the caller with the shapes of operand_shapes) and runs the GEMM into
+ * out. */
 static zs_status run_linear_fp8(zs_tensor *x, zs_tensor *w, zs_tensor *b,
                                 zs_tensor *out, zs_tensor **q)
 {
     int64_t K = w->shape[1], N = w->shape[0], M = rows_of(x);
     int64_t KB = zsk_fp8_groups(K, ZSK_FP8_TILE);
-    zs_status st = ZS_OK;
-    q[0] = new_host(ZS_F8E4M3, 2, (int64_t[]){M, K}, &st);
-    q[1] = new_host(ZS_F32, 2, (int64_t[]){M, KB}, &st);
-    q[2] = new_host(ZS_F8E4M3, 2, (int64_t[]){N, K}, &st);
-    q[3] = new_host(ZS_F32, 2, (int64_t[]){zsk_fp8_groups(N, 128), KB}, &st);
-    if (st != ZS_OK)
-        return st;
     zsk_fp8_quantize(ZSK_FP8_E4M3, x->dtype == ZS_BF16, zs_data(x), M, K, K,
                      1, 1, zs_data(q[0]), zs_data(q[1]));
     zsk_fp8_quantize(ZSK_FP8_E4M3, false, zs_data(w), N, K, K, 1, 128,
@@ -440,24 +424,33 @@ static zs_status run_linear_fp8(zs_tensor *x, zs_tensor *w, zs_tensor *b,
 }
 
 /* The quantized operands are the aux results 0..3 when a node will be
- * recorded, else temporaries. */
+ * recorded (zsi_aux_new: a graph's replay supplies the captured ones, so
+ * the backward nodes read this step's values), else temporaries. */
 static zs_status cpu_linear_fp8(const zsi_call *c, zs_tensor *out)
 {
     const linear_fp8_attrs *at = c->attrs;
+    zs_tensor *xin = c->in[0], *win = c->in[1];
+    int64_t K = win->shape[1], N = win->shape[0], M = rows_of(xin);
+    int64_t KB = zsk_fp8_groups(K, ZSK_FP8_TILE);
+    const zs_dtype dt[4] = {ZS_F8E4M3, ZS_F32, ZS_F8E4M3, ZS_F32};
+    const int64_t shape[4][2] = {{M, K}, {M, KB}, {N, K}, {zsk_fp8_groups(N, 128), KB}};
+    bool keep = zsi_call_records(c);
     zsi_tracking_pause();
-    zs_tensor *x = zsi_contig_host(c->in[0]);
-    zs_tensor *w = x ? zsi_contig_host(c->in[1]) : NULL;
-    zs_tensor *b = w && at->bias >= 0 ? zsi_contig_host(c->in[at->bias]) : NULL;
     zs_tensor *q[4] = {0};
-    zs_status st = !w || (at->bias >= 0 && !b) ? ZS_ERR_NOMEM
-                                               : run_linear_fp8(x, w, b, out, q);
-    bool keep = st == ZS_OK && zsi_call_records(c);
-    for (int i = 0; i < 4; i++) {
-        if (keep)
-            c->aux[i] = q[i];
-        else
-            zs_release(q[i]);
+    zs_status st = ZS_OK;
+    for (int i = 0; i < 4 && st == ZS_OK; i++) {
+        q[i] = keep ? zsi_aux_new(c, i, dt[i], 2, shape[i])
+                    : zsi_new_tensor(dt[i], 2, shape[i]);
+        st = q[i] ? ZS_OK : ZS_ERR_NOMEM;
     }
+    zs_tensor *x = st == ZS_OK ? zsi_contig_host(xin) : NULL;
+    zs_tensor *w = x ? zsi_contig_host(win) : NULL;
+    zs_tensor *b = w && at->bias >= 0 ? zsi_contig_host(c->in[at->bias]) : NULL;
+    if (st == ZS_OK)
+        st = !w || (at->bias >= 0 && !b) ? ZS_ERR_NOMEM
+                                         : run_linear_fp8(x, w, b, out, q);
+    for (int i = 0; i < 4 && !keep; i++) /* aux results: the call owns them */
+        zs_release(q[i]);
     zs_release(x);
     zs_release(w);
     zs_release(b);

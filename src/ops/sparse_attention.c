@@ -197,8 +197,10 @@ static zs_status infer_sparse(zsi_call *c)
 static zs_status cpu_sparse(const zsi_call *c, zs_tensor *out)
 {
     const sparse_attrs *at = c->attrs;
+    /* aux results through ops/aux.c, so a graph replay refreshes the
+     * captured ones instead of making new ones its backward does not read */
     for (int i = 0; i < 3; i++)
-        if (!(c->aux[i] = kernel_view(c->in[i])))
+        if (!zsi_aux_copy(c, i, c->in[i], kernel_view))
             return ZS_ERR_NOMEM;
     zsk_blocks lay;
     zs_sparse_params p = params_of(at);
@@ -207,12 +209,8 @@ static zs_status cpu_sparse(const zsi_call *c, zs_tensor *out)
         return st;
     zsk_sattn a;
     fill_args(&a, c->aux, at, &lay);
-    if (zsi_call_records(c)) {
-        zsi_tracking_pause();
-        c->aux[3] = zsi_new_tensor(a.dt, ZS_SHAPE(a.B, a.H, a.T));
-        zsi_tracking_resume();
-        st = c->aux[3] ? ZS_OK : ZS_ERR_NOMEM;
-    }
+    if (zsi_call_records(c))
+        st = zsi_aux_new(c, 3, a.dt, ZS_SHAPE(a.B, a.H, a.T)) ? ZS_OK : ZS_ERR_NOMEM;
     if (st == ZS_OK)
         st = zsk_sparse_attention_forward(&a, zs_data(out),
                                           c->aux[3] ? zs_data(c->aux[3]) : NULL);

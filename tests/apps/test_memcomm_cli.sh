@@ -67,6 +67,20 @@ done
 check "bf16: full recomputation gives the losses of none" \
   '[ -s "$tmp/l.bfnone" ] && cmp -s "$tmp/l.bfnone" "$tmp/l.bffull"'
 
+# graph mode replays the recomputed regions and the sparse kernel (their aux
+# results refreshed each step) with the eager losses
+"$zs" train gpt "${common[@]}" --recompute full --graph --out "$tmp/gfull" >/dev/null 2>&1
+losses "$tmp/gfull" > "$tmp/l.gfull"
+check "--graph --recompute full: the losses of none" 'cmp -s "$tmp/l.none" "$tmp/l.gfull"'
+"$zs" train gpt "${common[@]}" --attention sparse --sparse-block 16 --local 1 --global 0 \
+  --random 0 --out "$tmp/sp1" >/dev/null 2>&1
+"$zs" train gpt "${common[@]}" --attention sparse --sparse-block 16 --local 1 --global 0 \
+  --random 0 --graph --out "$tmp/gsp1" >/dev/null 2>&1
+losses "$tmp/sp1" > "$tmp/l.sp1"
+losses "$tmp/gsp1" > "$tmp/l.gsp1"
+check "--graph --attention sparse: the eager sparse losses" \
+  '[ -s "$tmp/l.sp1" ] && cmp -s "$tmp/l.sp1" "$tmp/l.gsp1" && ! cmp -s "$tmp/l.sp1" "$tmp/l.none"'
+
 refused "unknown recompute mode" "--recompute" "$zs" train gpt "${common[@]}" --recompute half \
   --out "$tmp/x"
 refused "sparse block outside 16..128" "--sparse-block" "$zs" train gpt "${common[@]}" \
