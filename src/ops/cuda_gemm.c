@@ -33,36 +33,16 @@ typedef struct operand {
     bool trans;
 } operand;
 
-/* ops/matmul.c's mat_layout: (ld, trans) for x's last two dims as op(x). */
-static bool mat_layout(const zs_tensor *x, bool trans, int64_t *ld, bool *t)
-{
-    int nd = x->ndim;
-    int64_t R = x->shape[nd - 2], C = x->shape[nd - 1];
-    int64_t sr = x->strides[nd - 2], sc = x->strides[nd - 1];
-    int64_t wc = C > 1 ? C : 1, wr = R > 1 ? R : 1;
-    if ((C <= 1 || sc == 1) && (R <= 1 || sr >= wc)) {
-        *ld = R <= 1 ? wc : sr;
-        *t = trans;
-        return true;
-    }
-    if ((R <= 1 || sr == 1) && (C <= 1 || sc >= wr)) {
-        *ld = C <= 1 ? wr : sc;
-        *t = !trans;
-        return true;
-    }
-    return false;
-}
-
 static zs_status operand_init(operand *op, zs_tensor *x, bool trans)
 {
-    if (mat_layout(x, trans, &op->ld, &op->trans)) {
+    if (zsi_mat_layout(x, trans, &op->ld, &op->trans)) {
         op->t = zs_retain(x);
         return ZS_OK;
     }
     op->t = zsi_cuda_contig(x);
     if (!op->t)
         return ZS_ERR_NOMEM;
-    mat_layout(op->t, trans, &op->ld, &op->trans);
+    zsi_mat_layout(op->t, trans, &op->ld, &op->trans);
     return ZS_OK;
 }
 

@@ -83,4 +83,12 @@ zs_status zsi_check_pair_float16(const char *op, const zs_tensor *a,
 zs_status zsi_via_f32_keep(const zsi_call *c, zs_tensor *out,
                            zsi_kernel_fn f32, uint64_t keep);
 
+
+/* A matrix operand's layout for the GEMMs (ops/matmul.c): when the last
+ * two dims of x (R x C) have unit stride in either orientation, *ld gets
+ * the other dim's stride (the leading dimension) and *t = trans, or !trans
+ * when x is stored transposed; false when neither orientation has unit
+ * stride (the caller copies). Size-1 dims take any stride. */
+bool zsi_mat_layout(const zs_tensor *x, bool trans, int64_t *ld, bool *t);
+
 #endif

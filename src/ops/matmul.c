@@ -40,9 +40,8 @@ typedef struct operand {
     bool trans;
 } operand;
 
-/* Finds (ld, trans) for x's last two dims (R x C, strides sr, sc) seen as
- * op(x) with flag trans; false when neither orientation has unit stride. */
-static bool mat_layout(const zs_tensor *x, bool trans, int64_t *ld, bool *t)
+/* ops/internal.h */
+bool zsi_mat_layout(const zs_tensor *x, bool trans, int64_t *ld, bool *t)
 {
     int nd = x->ndim;
     int64_t R = x->shape[nd - 2], C = x->shape[nd - 1];
@@ -64,7 +63,7 @@ static bool mat_layout(const zs_tensor *x, bool trans, int64_t *ld, bool *t)
 /* Fills op with x or a contiguous copy of x (new reference either way). */
 static zs_status operand_init(operand *op, zs_tensor *x, bool trans)
 {
-    if (mat_layout(x, trans, &op->ld, &op->trans)) {
+    if (zsi_mat_layout(x, trans, &op->ld, &op->trans)) {
         op->t = zs_retain(x);
         return ZS_OK;
     }
@@ -76,7 +75,7 @@ static zs_status operand_init(operand *op, zs_tensor *x, bool trans)
     if (!c)
         return ZS_ERR_NOMEM;
     op->t = c;
-    mat_layout(c, trans, &op->ld, &op->trans);
+    zsi_mat_layout(c, trans, &op->ld, &op->trans);
     return ZS_OK;
 }
 
