@@ -4,8 +4,9 @@
  * epilogue, the output and the saved pre-activation written in bf16) and
  * of matmul (the epilogue's rounding for one GEMM, the f32 tensor for a
  * batch), forward and backward (the fused linear_gelu_backward), against
- * float64 references computed from the bf16 values the inputs hold; and
- * linear_gelu_backward's error paths.
+ * float64 references computed from the bf16 values the inputs hold;
+ * linear_gelu_backward's error paths; and the contiguous bf16 path of the
+ * binary operators (the gradient sums of backward).
  *
  * Shapes are odd (K = 29, N = 37, rows 3 x 7), x a strided view, w also a
  * transposed view, the residual a strided view. Tolerances as in
@@ -186,8 +187,42 @@ static void test_gelu_bw_errors(void)
     zt_section("linear_gelu_backward: errors and the f32 kernel");
 }
 
+/* bf16 add/sub/mul/div of contiguous same-shape operands (the blocked
+ * path of ops/binary.c) against strided views of the same values (the
+ * zsi_via_f32 path): the same bits, and float64 within one rounding. */
+static void test_binary_contig(void)
+{
+    const int64_t n = 3 * 4111;
+    zs_tensor *a = zt_rand(ZS_BF16, ZS_SHAPE(3, 4111), 21);
+    zs_tensor *b = zt_rand(ZS_BF16, ZS_SHAPE(3, 4111), 22);
+    zs_tensor *as = zt_rand_strided(ZS_BF16, ZS_SHAPE(3, 4111), 21);
+    zs_tensor *(*fn[4])(zs_tensor *, zs_tensor *) = {zs_add, zs_sub, zs_mul, zs_div};
+    for (int op = 0; op < 4; op++) {
+        zs_tensor *y = fn[op](a, b), *ys = fn[op](as, b);
+        int diff = 0;
+        double worst = 0;
+        for (int64_t i = 0; y && ys && i < n; i++) {
+            double x = zs_get(a, i), z = zs_get(b, i);
+            double ref = op == 0 ? x + z : op == 1 ? x - z : op == 2 ? x * z : x / z;
+            diff += zs_get(y, i) != zs_get(ys, i);
+            double e = fabs(zs_get(y, i) - ref) / (fabs(ref) + 1e-30);
+            worst = e > worst ? e : worst;
+        }
+        ZT_CHECK(y && ys && y->dtype == ZS_BF16 && diff == 0 && worst <= 0x1p-8,
+                 "bf16 binary op %d: %d elements differ from the strided path, "
+                 "relative error %.3g (seeds 21, 22)", op, diff, worst);
+        zs_release(y);
+        zs_release(ys);
+    }
+    zs_release(a);
+    zs_release(b);
+    zs_release(as);
+    zt_section("bf16 add/sub/mul/div: contiguous blocks equal the general path");
+}
+
 int main(void)
 {
+    test_binary_contig();
     test_linear();
     test_matmul();
     test_gelu_bw_errors();
