@@ -460,6 +460,21 @@ static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
     return gh;
 }
 
+/* The column sums [N] of a bf16 g2 [M, N] as ones[1, M] g2: the BF16
+ * GEMM's skinny path reads g2 once, sums exact products in f32 and rounds
+ * once (zsi_sum_to would first copy g2 to f32, and the bf16 sum kernel
+ * reduces the leading dim slowly). On g2's device. */
+static zs_tensor *col_sums_bf16(zs_tensor *g2)
+{
+    int64_t M = g2->shape[0], N = g2->shape[1];
+    zs_tensor *ones = zsi_new_tensor_on(g2->device, ZS_BF16, 2, (int64_t[]){1, M});
+    zs_tensor *s = ones && zs_fill_(ones, 1.0) == ZS_OK ? zs_matmul(ones, g2) : NULL;
+    zs_tensor *r = s ? zs_reshape(s, 1, &N) : NULL;
+    zs_release(ones);
+    zs_release(s);
+    return r;
+}
+
 /* dw = gh^T x and db = column sums of gh, over the flattened rows. */
 static zs_status weight_grads(zsi_ctx *n, zs_tensor *gh, zs_tensor **gin)
 {
@@ -475,8 +490,9 @@ static zs_status weight_grads(zsi_ctx *n, zs_tensor *gh, zs_tensor **gin)
         gin[1] = x2 ? zs_matmul_t(g2, x2, true, false) : NULL;
         zs_release(x2);
     }
-    if (ib >= 0 && zsi_needs_grad(n, ib)) /* column sums (f32 for bf16) */
-        gin[ib] = zsi_sum_to(g2, &n->in_meta[ib]);
+    if (ib >= 0 && zsi_needs_grad(n, ib)) /* column sums */
+        gin[ib] = gh->dtype == ZS_BF16 ? col_sums_bf16(g2)
+                                       : zsi_sum_to(g2, &n->in_meta[ib]);
     zs_release(g2);
     if ((zsi_needs_grad(n, 1) && !gin[1]) ||
         (ib >= 0 && zsi_needs_grad(n, ib) && !gin[ib]))
