@@ -32,7 +32,8 @@
  * --profile adds the phase times of the timed steps (the trainer's
  * profile), the bandwidth the two optimizer passes reach as a fraction of
  * the triad bandwidth measured in the same run, and the per-operator
- * table (zs_profile_print) of one extra training step.
+ * table (zs_profile_print) of one extra training step; with --precision,
+ * the same for the low-precision trainer (printed before the others).
  *
  * --precision bf16|fp16|fp8 (issue 24) trains a second time under that
  * precision (zs_trainer_config.precision: autocast, f32 master weights)
@@ -671,6 +672,10 @@ static zs_status bench_zs_lowp(const config *c, result *r)
     zs_status st = trainer_init(&t, c->preset, c->vocab, c->batch, c->seq, c->precision, false);
     if (st == ZS_OK)
         st = bench_zs_train(&t, c, r);
+    if (st == ZS_OK && c->profile) {
+        printf("\n== zhisuan-%s ==", zs_precision_name(c->precision));
+        print_profile(&t, c);
+    }
     trainer_free(&t);
     return st;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops/attrs.h"
+#include "kernels/cpu/lowp.h"
 #include "ops/internal.h"
 
 static zs_status add_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
@@ -123,8 +124,46 @@ static zs_status cpu_scalar(const zsi_call *c, zs_tensor *out)
     return ZS_OK;
 }
 
+/* bf16 a, b and out of one shape, contiguous (a gradient summed in
+ * backward, a residual): blocks widened on the stack, the f32 operation,
+ * one rounding; the bits of the zsi_via_f32 path without its three f32
+ * tensors and passes (it ran at 1/10 of the f32 add's speed). */
+#define LOWP_BLOCK 1024
+typedef struct lowp_bin {
+    zsk_binop op;
+    const uint16_t *a, *b;
+    uint16_t *o;
+} lowp_bin;
+
+static void lowp_bin_range(void *p, int64_t i0, int64_t i1)
+{
+    const lowp_bin *j = p;
+    float x[LOWP_BLOCK], y[LOWP_BLOCK];
+    for (int64_t s = i0; s < i1; s += LOWP_BLOCK) {
+        int64_t n = i1 - s < LOWP_BLOCK ? i1 - s : LOWP_BLOCK;
+        zsk_widen16(ZS_BF16, j->a + s, x, n);
+        zsk_widen16(ZS_BF16, j->b + s, y, n);
+        switch (j->op) {
+        case ZSK_ADD: for (int64_t k = 0; k < n; k++) x[k] += y[k]; break;
+        case ZSK_SUB: for (int64_t k = 0; k < n; k++) x[k] -= y[k]; break;
+        case ZSK_MUL: for (int64_t k = 0; k < n; k++) x[k] *= y[k]; break;
+        case ZSK_DIV: for (int64_t k = 0; k < n; k++) x[k] /= y[k]; break;
+        }
+        zsk_narrow16(ZS_BF16, x, j->o + s, n);
+    }
+}
+
 static zs_status cpu_binary_lowp(const zsi_call *c, zs_tensor *out)
 {
+    const zs_tensor *a = c->in[0], *b = c->in[1];
+    if (out->dtype == ZS_BF16 && a->dtype == ZS_BF16 && b->dtype == ZS_BF16 &&
+        zs_same_shape(a, out) && zs_same_shape(b, out) && zs_is_contiguous(a) &&
+        zs_is_contiguous(b)) {
+        const binary_attrs *at = c->attrs;
+        lowp_bin j = {(zsk_binop)at->op, zs_data(a), zs_data(b), zs_data(out)};
+        zs_parallel_for(zs_numel(out), 16384, lowp_bin_range, &j);
+        return ZS_OK;
+    }
     return zsi_via_f32(c, out, cpu_binary);
 }
 

@@ -7,15 +7,17 @@
  * pre-activation h when autograd records) and residual run in the GEMM's
  * epilogue, so the output is written once. Operands whose rows are not
  * unit-stride are copied first; a transposed 2-D x or w is read in place.
- * bf16: the BF16 GEMM accumulates x w^T in f32, the bias, GeLU and
- * residual are applied in f32 and the output is rounded once (h, the saved
- * pre-activation, stays f32). f64 composes matmul, add and gelu (same
+ * bf16: the BF16 GEMM accumulates x w^T in f32; its epilogue adds the
+ * bf16 bias, applies GeLU and adds the bf16 residual in f32 and writes the
+ * bf16 output, rounded once (h, the saved pre-activation, in bf16: half
+ * the bytes of f32, as PyTorch's autocast keeps its bf16 linear output). f64 composes matmul, add and gelu (same
  * math, used by gradient checks) and copies the result into the output.
  * Each is a descriptor run by zsi_run (ops/op.h): kernels f32, bf16
  * (run_bf16) and f64 on the CPU; h is the kernel's aux result, made only
  * when a node is recorded; one node with the backward rule below.
  *
- * Backward (g: [..., N]): gh = g gelu'(h) (GeLU) or g; dx = gh w,
+ * Backward (g: [..., N]): gh = g gelu'(h) (GeLU; bf16: one pass,
+ * linear_gelu_backward) or g; dx = gh w,
  * dw = gh^T x (over the flattened [M, N] and [M, K]), db = sum of gh over
  * rows, dr = g. Saved: x, w, and h for GeLU.
  * Cost model: 2 M N K FLOPs plus M N per bias and residual add and 30 per
@@ -156,9 +158,9 @@ static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
     if (st == ZS_OK && r)
         st = mat_init(&m[3], r, M, N, false);
     if (st == ZS_OK) {
-        zsk_epilogue ep = {b ? m[2].p : NULL, kind == LIN_GELU,
-                           h ? zs_data(h) : NULL, N, r ? m[3].p : NULL,
-                           m[3].ld};
+        zsk_epilogue ep = {.bias = b ? m[2].p : NULL, .gelu = kind == LIN_GELU,
+                           .pre = h ? zs_data(h) : NULL, .ldp = N,
+                           .res = r ? m[3].p : NULL, .ldr = m[3].ld};
         /* op(B) = w^T: w's rows (length K) read transposed */
         zsk_sgemm_ex(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld,
                      m[1].p, m[1].ld, 0.0f, zs_data(out), N, &ep);
@@ -170,11 +172,50 @@ static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
 /* ---- bf16: the BF16 GEMM, an f32 epilogue, one rounding ----------------- */
 
 /* out (bf16) = epilogue(x w^T): the product accumulates in f32 (BF16
- * GEMM); bias, GeLU and residual are applied in f32 by operators; h (f32,
- * may be NULL) receives the pre-activation, which GeLU's backward reads. */
+ * GEMM) into a scratch block; the GEMM's epilogue adds the bf16 bias,
+ * stores h (bf16, may be NULL: the pre-activation GeLU's backward reads),
+ * applies GeLU, adds the bf16 residual, all in f32, and writes out rounded
+ * once, while the block is in cache. */
 static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
                           zs_tensor *b, zs_tensor *r, zs_tensor *out,
                           zs_tensor *h)
+{
+    int64_t K = w->shape[1], N = w->shape[0];
+    int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
+    if (M == 0 || N == 0)
+        return ZS_OK;
+    mat m[4] = {{0}};
+    float *acc = zs_alloc((size_t)M * (size_t)N * sizeof(float));
+    zs_status st = acc ? mat_init(&m[0], x, M, K, true) : ZS_ERR_NOMEM;
+    if (st == ZS_OK)
+        st = mat_init(&m[1], w, N, K, true);
+    if (st == ZS_OK && b)
+        st = mat_init(&m[2], b, 1, N, false);
+    if (st == ZS_OK && r)
+        st = mat_init(&m[3], r, M, N, false);
+    if (st == ZS_OK) {
+        zsk_epilogue ep = {.gelu = kind == LIN_GELU, .ldp = N, .ldr = m[3].ld,
+                           .bias16 = b ? m[2].p : NULL,
+                           .pre16 = h ? zs_data(h) : NULL,
+                           .res16 = r ? m[3].p : NULL,
+                           .out16 = zs_data(out), .ldo = N};
+        zsk_gemm_bf16_ex(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p,
+                         m[0].ld, m[1].p, m[1].ld, 0.0f, acc, N, &ep);
+    }
+    zs_free(acc);
+    mats_release(m, 4);
+    return st;
+}
+
+/* ---- f16: the F16 GEMM, then the epilogue by operators, one rounding ---- */
+
+/* out (f16) = epilogue(x w^T): the product accumulates in f32 (F16 GEMM);
+ * bias, GeLU and residual are applied in f32 by operators; h (f16, may be
+ * NULL) receives the pre-activation, which GeLU's backward reads. The
+ * bf16 path's fused epilogue (run_bf16) has no f16 form yet. */
+static zs_status run_f16(lin_kind kind, zs_tensor *x, zs_tensor *w,
+                         zs_tensor *b, zs_tensor *r, zs_tensor *out,
+                         zs_tensor *h)
 {
     int64_t K = w->shape[1], N = w->shape[0];
     int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
@@ -184,9 +225,8 @@ static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
     if (st == ZS_OK)
         st = mat_init(&m[1], w, N, K, true);
     if (st == ZS_OK)
-        (x->dtype == ZS_F16 ? zsk_gemm_f16 : zsk_gemm_bf16)(
-            m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld, m[1].p,
-            m[1].ld, 0.0f, zs_data(acc), N); /* f16: the same, F16 GEMM */
+        zsk_gemm_f16(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld, m[1].p,
+                     m[1].ld, 0.0f, zs_data(acc), N);
     zs_no_grad_push();
     zs_tensor *b32 = b ? zs_to_dtype(b, ZS_F32) : NULL;
     zs_tensor *r32 = r ? zs_to_dtype(r, ZS_F32) : NULL;
@@ -237,7 +277,8 @@ static zs_status run_f64(lin_kind kind, zs_tensor *x, zs_tensor *w,
 
 /* Inputs x, w, then b and r when given. Saved: 0 x, 1 w, 2 h (GeLU's
  * pre-activation: the kernel's aux 0, made only when a node is recorded;
- * f32 for bf16). */
+ * in the output's dtype, bf16 for bf16); attributes: linear_attrs
+ * (ops/attrs.h). */
 
 static lin_kind kind_of(const zsi_call *c)
 {
@@ -266,7 +307,7 @@ static zs_status infer_linear(zsi_call *c)
     return ZS_OK;
 }
 
-/* h, GeLU's pre-activation (f32, or f64 for f64), as aux 0 when a node will
+/* h, GeLU's pre-activation (the output's dtype), as aux 0 when a node will
  * be recorded; NULL otherwise. */
 static zs_status want_h(const zsi_call *c, zs_tensor *out, zs_dtype dt)
 {
@@ -275,13 +316,14 @@ static zs_status want_h(const zsi_call *c, zs_tensor *out, zs_dtype dt)
     return zsi_aux_new(c, 0, dt, out->ndim, out->shape) ? ZS_OK : ZS_ERR_NOMEM;
 }
 
-/* f32 and bf16 (run_f32, run_bf16), with scope tracking paused. */
+/* f32, bf16 and f16 (run_f32, run_bf16, run_f16), with scope tracking
+ * paused. */
 static zs_status cpu_linear(const zsi_call *c, zs_tensor *out)
 {
     zsi_tracking_pause();
-    zs_status st = want_h(c, out, ZS_F32);
+    zs_status st = want_h(c, out, out->dtype);
     if (st == ZS_OK)
-        st = (out->dtype == ZS_F32 ? run_f32 : run_bf16)(
+        st = (out->dtype == ZS_F32 ? run_f32 : out->dtype == ZS_F16 ? run_f16 : run_bf16)(
             kind_of(c), c->in[0], c->in[1], in_b(c), in_r(c), out, c->aux[0]);
     zsi_tracking_resume();
     return st;
@@ -327,7 +369,7 @@ static zsi_cost linear_cost(const zsi_call *c, const zs_tensor *out)
                    (gelu ? GELU_FLOPS * mn : 0) + (r ? mn : 0);
     double rd = zsi_bytes(x) + zsi_bytes(w) + (b ? zsi_bytes(b) : 0) +
                 (r ? zsi_bytes(r) : 0);
-    double h = gelu && out->node ? mn * (x->dtype == ZS_F64 ? 8 : 4) : 0;
+    double h = gelu && out->node ? mn * (double)zs_dtype_size(x->dtype) : 0;
     return (zsi_cost){flops, rd, zsi_bytes(out) + h};
 }
 
@@ -341,6 +383,7 @@ static zsi_cost linear_cost(const zsi_call *c, const zs_tensor *out)
      .attr_size = sizeof(linear_attrs),                                       \
      .bw_ops = (zsi_opdef *const[]){&zsi_def_deriv, &zsi_def_to_dtype,        \
                                     &zsi_def_mul, &zsi_def_matmul,            \
+                                    &zsi_def_linear_gelu_backward,            \
                                     &zsi_def_view, &zsi_def_copy,             \
                                     &zsi_def_sum, NULL}}
 
@@ -378,11 +421,70 @@ zs_tensor *zs_linear_residual(zs_tensor *x, zs_tensor *w, zs_tensor *b,
     return linear_op(&zsi_def_linear_res, LIN_RESIDUAL, x, w, b, r, true);
 }
 
+/* ---- linear_gelu_backward: gh = g * gelu_tanh'(h) ----------------------- */
+
+/* Inputs g and h, the same shape and dtype (bf16 or f32): one pass that
+ * reads both and writes gh, the derivative computed in f32 (bf16: rounded
+ * once). Not differentiable (it runs in backward). The bf16 model's GeLU
+ * backward; f32 keeps unary_deriv and mul (its results stay as they
+ * were). */
+static zs_status infer_gelu_bw(zsi_call *c)
+{
+    const zs_tensor *g = c->in[0], *h = c->in[1];
+    const char *op = c->def->op.name;
+    char s1[96], s2[96];
+    if (zsi_check_same_float(op, g, h) != ZS_OK)
+        return ZS_ERR_ARG;
+    if (g->dtype != ZS_BF16 && g->dtype != ZS_F32)
+        return zs_set_error("%s: dtype %s is not supported, expected bf16 or "
+                            "f32", op, zs_dtype_name(g->dtype));
+    if (!zs_same_shape(g, h))
+        return zs_set_error("%s: gradient %s and pre-activation %s differ in "
+                            "shape", op, zs_shape_str(g, s1, sizeof s1),
+                            zs_shape_str(h, s2, sizeof s2));
+    zsi_out_like(c, g);
+    return ZS_OK;
+}
+
+static zs_status cpu_gelu_bw(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *g = zsi_contig_host(c->in[0]), *h = zsi_contig_host(c->in[1]);
+    if (g && h)
+        zsk_gelu_tanh_bw(out->dtype == ZS_BF16, zs_data(g), zs_data(h),
+                         zs_data(out), zs_numel(out));
+    zs_status st = g && h ? ZS_OK : ZS_ERR_NOMEM;
+    zs_release(g);
+    zs_release(h);
+    return st;
+}
+
+static zsi_cost gelu_bw_cost(const zsi_call *c, const zs_tensor *out)
+{
+    double n = (double)zs_numel(out);
+    return (zsi_cost){(GELU_FLOPS + 8) * n,
+                      zsi_bytes(c->in[0]) + zsi_bytes(c->in[1]),
+                      zsi_bytes(out)};
+}
+
+zsi_opdef zsi_def_linear_gelu_backward = {
+    .op = {.name = "linear_gelu_backward"}, .arity = 2,
+    .infer = infer_gelu_bw,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_gelu_bw, [ZS_BF16] = cpu_gelu_bw}},
+    .cost = gelu_bw_cost};
+
+static zs_tensor *gelu_bw_run(zs_tensor *g, zs_tensor *h)
+{
+    return zsi_run(&zsi_def_linear_gelu_backward, 2, (zs_tensor *[]){g, h},
+                   NULL);
+}
+
 /* ---- backward ----------------------------------------------------------- */
 
-/* g * gelu_tanh'(h), a new reference. */
+/* g * gelu_tanh'(h), a new reference: one fused pass for bf16. */
 static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
 {
+    if (g->dtype == ZS_BF16 && h->dtype == ZS_BF16)
+        return gelu_bw_run(g, h);
     zs_tensor *d = zsi_unary_deriv(h, ZSK_GELU_TANH_GRAD, 0, 0);
     if (!d)
         return NULL;
@@ -394,6 +496,21 @@ static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
     zs_tensor *gh = d ? zs_mul(g, d) : NULL;
     zs_release(d);
     return gh;
+}
+
+/* The column sums [N] of a bf16 g2 [M, N] as ones[1, M] g2: the BF16
+ * GEMM's skinny path reads g2 once, sums exact products in f32 and rounds
+ * once (zsi_sum_to would first copy g2 to f32, and the bf16 sum kernel
+ * reduces the leading dim slowly). On g2's device. */
+static zs_tensor *col_sums_bf16(zs_tensor *g2)
+{
+    int64_t M = g2->shape[0], N = g2->shape[1];
+    zs_tensor *ones = zsi_new_tensor_on(g2->device, ZS_BF16, 2, (int64_t[]){1, M});
+    zs_tensor *s = ones && zs_fill_(ones, 1.0) == ZS_OK ? zs_matmul(ones, g2) : NULL;
+    zs_tensor *r = s ? zs_reshape(s, 1, &N) : NULL;
+    zs_release(ones);
+    zs_release(s);
+    return r;
 }
 
 /* dw = gh^T x and db = column sums of gh, over the flattened rows. */
@@ -411,8 +528,9 @@ static zs_status weight_grads(zsi_ctx *n, zs_tensor *gh, zs_tensor **gin)
         gin[1] = x2 ? zs_matmul_t(g2, x2, true, false) : NULL;
         zs_release(x2);
     }
-    if (ib >= 0 && zsi_needs_grad(n, ib)) /* column sums (f32 for bf16) */
-        gin[ib] = zsi_sum_to(g2, &n->in_meta[ib]);
+    if (ib >= 0 && zsi_needs_grad(n, ib)) /* column sums */
+        gin[ib] = gh->dtype == ZS_BF16 ? col_sums_bf16(g2)
+                                       : zsi_sum_to(g2, &n->in_meta[ib]);
     zs_release(g2);
     if ((zsi_needs_grad(n, 1) && !gin[1]) ||
         (ib >= 0 && zsi_needs_grad(n, ib) && !gin[ib]))

@@ -238,12 +238,54 @@ static zs_status run_matmul(const zsi_call *c, zs_tensor *out)
     return st;
 }
 
-/* bf16: the BF16 GEMM (f32 accumulation) into f32, rounded once. */
+/* bf16 as one GEMM (a [..., M, K] by rows times a 2-D b, or 2-D times
+ * 2-D): the f32 sums go to a scratch buffer block by block and the GEMM's
+ * epilogue writes out rounded to bf16 while each block is in cache.
+ * False when the product is batched (the caller then runs it into an f32
+ * tensor and rounds that). */
+static bool matmul_bf16_fused(const zsi_call *c, zs_tensor *out,
+                              zs_status *st)
+{
+    zs_tensor *a = c->in[0], *b = c->in[1];
+    const matmul_attrs *at = c->attrs;
+    int nb = out->ndim - 2;
+    int64_t M = out->shape[nb], N = out->shape[nb + 1];
+    int64_t K = a->shape[a->ndim - (at->trans_a ? 2 : 1)];
+    int64_t rows = zsi_shape_numel(nb, out->shape) * M;
+    if (b->ndim != 2 || (a->ndim > 2 && (at->trans_a || !zs_is_contiguous(a))))
+        return false;
+    operand oa = {0}, ob = {0};
+    *st = operand_init(&oa, a, at->trans_a);
+    if (*st == ZS_OK)
+        *st = operand_init(&ob, b, at->trans_b);
+    float *acc = *st == ZS_OK && rows > 0 && N > 0
+                     ? zs_alloc((size_t)rows * (size_t)N * sizeof(float)) : NULL;
+    if (acc) {
+        zsk_epilogue ep = {.out16 = zs_data(out), .ldo = N};
+        zsk_gemm_bf16_ex(oa.trans, ob.trans, rows, N, K, 1.0f,
+                         zs_data(oa.t), oa.ld, zs_data(ob.t), ob.ld, 0.0f,
+                         acc, N, &ep);
+    } else if (*st == ZS_OK && rows > 0 && N > 0) {
+        *st = zs_set_error_code(ZS_ERR_NOMEM, "matmul: out of memory");
+    }
+    zs_free(acc);
+    zs_release(oa.t);
+    zs_release(ob.t);
+    return true;
+}
+
+/* bf16: the BF16 GEMM (f32 accumulation), rounded once: fused into the
+ * GEMM's epilogue for one GEMM, else into an f32 tensor rounded after. */
 static zs_status run_matmul_bf16(const zsi_call *c, zs_tensor *out)
 {
     zsi_tracking_pause();
+    zs_status st = ZS_OK;
+    if (matmul_bf16_fused(c, out, &st)) {
+        zsi_tracking_resume();
+        return st;
+    }
     zs_tensor *acc = zsi_new_tensor_on(c->device, ZS_F32, out->ndim, out->shape);
-    zs_status st = acc ? run_matmul(c, acc) : ZS_ERR_NOMEM;
+    st = acc ? run_matmul(c, acc) : ZS_ERR_NOMEM;
     if (st == ZS_OK)
         st = zsi_copy_host(out, acc); /* rounds to nearest even, once */
     zs_release(acc);

@@ -55,6 +55,7 @@ ZSI_OP(zsi_def_concat)
 ZSI_OP(zsi_def_linear)
 ZSI_OP(zsi_def_linear_gelu)
 ZSI_OP(zsi_def_linear_res)
+ZSI_OP(zsi_def_linear_gelu_backward)
 /* loss.c */
 ZSI_OP(zsi_def_cross_entropy)
 ZSI_OP(zsi_def_cross_entropy_backward)

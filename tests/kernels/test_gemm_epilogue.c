@@ -120,8 +120,9 @@ static double run_combo(const problem *p, int combo)
         c[i] = i % p->ldc >= N || p->beta == 0 ? NAN : p->C0[i];
     for (int64_t i = 0; i < M * p->ldp; i++)
         pre[i] = NAN;
-    zsk_epilogue ep = {has_bias ? p->bias : NULL, gelu, has_pre ? pre : NULL,
-                       p->ldp, has_res ? p->res : NULL, p->ldr};
+    zsk_epilogue ep = {.bias = has_bias ? p->bias : NULL, .gelu = gelu,
+                       .pre = has_pre ? pre : NULL, .ldp = p->ldp,
+                       .res = has_res ? p->res : NULL, .ldr = p->ldr};
     zsk_sgemm_ex(p->ta, p->tb, M, N, p->K, p->alpha, p->A, p->lda, p->B,
                  p->ldb, p->beta, c, p->ldc, &ep);
     double worst = 0;

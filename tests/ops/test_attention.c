@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "kernels/cpu/attention.h"
 #include "testutil.h"
 
 typedef struct cfg {
@@ -637,6 +638,15 @@ int main(void)
     test_offset(ZS_F16);
     test_backward_ref(ZS_BF16);
     test_backward_ref(ZS_F16);
+    test_offset(ZS_BF16);
+    /* bf16 again on the widening path (f32 tiles) where the CPU would take
+     * the vdpbf16ps one (attention_bf16.c) */
+    zsk_attention_bf16_off = true;
+    test_forward(ZS_BF16);
+    test_alibi(ZS_BF16);
+    test_offset(ZS_BF16);
+    test_backward_ref(ZS_BF16);
+    zsk_attention_bf16_off = false;
     test_backward_descriptor();
     test_gradcheck();
     test_memory();

@@ -549,6 +549,8 @@ static void bw_task_lp(void *p, int64_t t0, int64_t t1)
 
 zs_status zsk_attention_forward(const zsk_attn *a, void *o, void *lse)
 {
+    if (zsk_attention_bf16_usable(a)) /* vdpbf16ps: attention_bf16.c */
+        return zsk_attention_forward_bf16(a, o, lse);
     fw_ctx c = {.a = a, .o = o, .lse = lse, .nqb = (a->Tq + BQ - 1) / BQ};
     int64_t n = a->B * a->H * c.nqb;
     if (n > 0)
@@ -567,6 +569,8 @@ zs_status zsk_attention_backward(const zsk_attn *a, const void *o,
                                  const int64_t sd[3], void *dq, void *dk,
                                  void *dv)
 {
+    if (zsk_attention_bf16_usable(a)) /* vdpbf16ps: attention_bf16.c */
+        return zsk_attention_backward_bf16(a, o, lse, dout, sd, dq, dk, dv);
     bw_ctx c = {.a = a, .o = o, .lse = lse, .dout = dout, .dq = dq,
                 .dk = dk, .dv = dv};
     memcpy(c.sd, sd, sizeof c.sd);

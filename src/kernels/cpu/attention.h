@@ -44,4 +44,17 @@ zs_status zsk_attention_backward(const zsk_attn *a, const void *o,
                                  const int64_t sd[3], void *dq, void *dk,
                                  void *dv);
 
+/* The vdpbf16ps path of attention_bf16.c: usable for bf16 on CPUs with
+ * AVX512_BF16 (zs_cpu(), so ZS_CPU_ISA caps it) when D is a multiple of 16;
+ * the two drivers above call it then. The same contracts as
+ * zsk_attention_forward / _backward. zsk_attention_bf16_off (a test hook)
+ * turns it off. */
+extern bool zsk_attention_bf16_off;
+bool zsk_attention_bf16_usable(const zsk_attn *a);
+zs_status zsk_attention_forward_bf16(const zsk_attn *a, void *o, void *lse);
+zs_status zsk_attention_backward_bf16(const zsk_attn *a, const void *o,
+                                      const void *lse, const void *dout,
+                                      const int64_t sd[3], void *dq, void *dk,
+                                      void *dv);
+
 #endif

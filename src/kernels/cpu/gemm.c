@@ -145,6 +145,14 @@ const zsk_epilogue *zsk_epilogue_at(const zsk_epilogue *ep, int64_t i,
         out->pre += i * out->ldp + j;
     if (out->res)
         out->res += i * out->ldr + j;
+    if (out->bias16)
+        out->bias16 += j;
+    if (out->pre16)
+        out->pre16 += i * out->ldp + j;
+    if (out->res16)
+        out->res16 += i * out->ldr + j;
+    if (out->out16)
+        out->out16 += i * out->ldo + j;
     return out;
 }
 
@@ -549,6 +557,40 @@ void zsk_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 {
     zsk_gemm_run(zsk_gemm_desc_for(ZSK_GEMM_BF16), ta, tb, M, N, K, alpha, A,
                  lda, B, ldb, beta, C, ldc, NULL);
+}
+
+typedef struct gelu_bw_job {
+    bool bf16, vec;
+    const char *g, *h;
+    char *out;
+} gelu_bw_job;
+
+static void gelu_bw_range(void *p, int64_t i0, int64_t i1)
+{
+    const gelu_bw_job *j = p;
+    size_t es = j->bf16 ? 2 : 4;
+    (j->vec ? zsk_gelu_tanh_bw_avx512 : zsk_gelu_tanh_bw_ref)(
+        j->bf16, j->g + (size_t)i0 * es, j->h + (size_t)i0 * es,
+        j->out + (size_t)i0 * es, i1 - i0);
+}
+
+void zsk_gelu_tanh_bw(bool bf16, const void *g, const void *h, void *out,
+                      int64_t n)
+{
+    const zs_cpu_features *f = zs_cpu();
+    bool vec = zsk_gemm_desc_for(ZSK_GEMM_F32)->isa == ZSK_GEMM_AVX512 &&
+               f->avx512bw && f->avx512vl;
+    gelu_bw_job j = {bf16, vec, g, h, out};
+    zs_parallel_for(n, 16384, gelu_bw_range, &j);
+}
+
+void zsk_gemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      float alpha, const uint16_t *A, int64_t lda,
+                      const uint16_t *B, int64_t ldb, float beta, float *C,
+                      int64_t ldc, const zsk_epilogue *ep)
+{
+    zsk_gemm_run(zsk_gemm_desc_for(ZSK_GEMM_BF16), ta, tb, M, N, K, alpha, A,
+                 lda, B, ldb, beta, C, ldc, ep);
 }
 
 void zsk_gemm_f16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,

@@ -51,6 +51,17 @@ typedef struct zsk_epilogue {
     int64_t ldp;
     const float *res;
     int64_t ldr;
+    /* bf16 forms (raw bf16 patterns; zsk_gemm_bf16_ex's callers): bias16,
+     * pre16 and res16 play bias, pre and res (same strides ldp, ldr; set one
+     * form of each, not both); when out16 is set the result, rounded to
+     * bf16 (nearest even, NaN kept quiet: zs_f32_to_bf16), is written to
+     * out16[i * ldo + j] instead of C, which then only holds the f32 sums
+     * (scratch). pre16 is the pre-activation rounded to bf16. */
+    const uint16_t *bias16;
+    uint16_t *pre16;
+    const uint16_t *res16;
+    uint16_t *out16;
+    int64_t ldo;
 } zsk_epilogue;
 
 /* zsk_sgemm followed by the epilogue ep (NULL: plain zsk_sgemm). */
@@ -58,6 +69,21 @@ void zsk_sgemm_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                   float alpha, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float beta, float *C, int64_t ldc,
                   const zsk_epilogue *ep);
+
+/* out[i] = g[i] * gelu_tanh'(h[i]), i < n, for the backward of a GeLU
+ * epilogue (h: the saved pre-activation). bf16: g, h and out are raw bf16
+ * patterns, computed in f32 and rounded once; else f32. Multithreaded over
+ * the pool; AVX-512 (the epilogue's vector tanh, relative error ~3e-7)
+ * when the f32 GEMM runs AVX-512, else portable code evaluated in double.
+ * out may alias g. */
+void zsk_gelu_tanh_bw(bool bf16, const void *g, const void *h, void *out,
+                      int64_t n);
+/* The two paths of zsk_gelu_tanh_bw, single-threaded (tests). The AVX-512
+ * one needs avx512f, avx512bw and avx512vl. */
+void zsk_gelu_tanh_bw_ref(bool bf16, const void *g, const void *h, void *out,
+                          int64_t n);
+void zsk_gelu_tanh_bw_avx512(bool bf16, const void *g, const void *h,
+                             void *out, int64_t n);
 
 /* gelu_tanh(x) in float, portable (evaluated in double) or AVX-512
  * (vector: ignored when the CPU lacks it); for tests. */

@@ -113,6 +113,10 @@ TGT __m512 epi_vec(__m512 r, const zsk_epilogue *ep, int64_t i, int64_t j,
     return r;
 }
 
+static void epi16_avx512(const float *t, int64_t ldt, int64_t m, int64_t n,
+                         float *c, int64_t ldc, float beta,
+                         const zsk_epilogue *ep);
+
 AVX512 void zsk_sgemm_epi_avx512(const float *t, int64_t ldt, int64_t m,
                                  int64_t n, float *c, int64_t ldc, float beta,
                                  const zsk_epilogue *ep)
@@ -120,6 +124,14 @@ AVX512 void zsk_sgemm_epi_avx512(const float *t, int64_t ldt, int64_t m,
     static const zsk_epilogue none = {0};
     if (!ep)
         ep = &none;
+    if (ep->bias16 || ep->pre16 || ep->res16 || ep->out16) {
+        const zs_cpu_features *f = zs_cpu();
+        if (f->avx512bw && f->avx512vl)
+            epi16_avx512(t, ldt, m, n, c, ldc, beta, ep);
+        else
+            zsk_sgemm_epi_ref(t, ldt, m, n, c, ldc, beta, ep);
+        return;
+    }
     __m512 vb = SPLAT(beta);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j += 16) {
@@ -131,6 +143,104 @@ AVX512 void zsk_sgemm_epi_avx512(const float *t, int64_t ldt, int64_t m,
                 r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, p), r);
             _mm512_mask_storeu_ps(p, mk, epi_vec(r, ep, i, j, mk));
         }
+}
+
+/* ---- bf16 operands (gemm.h: bias16, pre16, res16, out16) ------------- */
+
+#define TGT16                                                                 \
+    __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline))     \
+    static inline
+#define AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+/* 16 bf16 patterns (mask mk; others 0) widened to f32: exact. */
+TGT16 __m512 ld16(const uint16_t *p, __mmask16 mk)
+{
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+/* v rounded to bf16 as zs_f32_to_bf16 does (nearest even; NaN: its top
+ * half with the quiet bit set), 16 patterns stored under mask mk. Integer
+ * arithmetic, not vcvtneps2bf16 (which flushes subnormals). */
+TGT16 void st16(uint16_t *p, __mmask16 mk, __m512 v)
+{
+    __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
+    __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    r = _mm512_srli_epi32(r, 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+    _mm256_mask_storeu_epi16(p, mk, _mm512_cvtepi32_epi16(r));
+}
+
+AVX512BW static void epi16_avx512(const float *t, int64_t ldt, int64_t m,
+                                  int64_t n, float *c, int64_t ldc, float beta,
+                                  const zsk_epilogue *ep)
+{
+    __m512 vb = SPLAT(beta);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j += 16) {
+            __mmask16 mk = n - j >= 16 ? (__mmask16)0xffff
+                                       : (__mmask16)((1u << (n - j)) - 1);
+            float *p = c + i * ldc + j;
+            __m512 r = _mm512_maskz_loadu_ps(mk, t + i * ldt + j);
+            if (beta != 0.0f)
+                r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, p), r);
+            if (ep->bias)
+                r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mk, ep->bias + j));
+            if (ep->bias16)
+                r = _mm512_add_ps(r, ld16(ep->bias16 + j, mk));
+            if (ep->gelu) {
+                if (ep->pre)
+                    _mm512_mask_storeu_ps(ep->pre + i * ep->ldp + j, mk, r);
+                if (ep->pre16)
+                    st16(ep->pre16 + i * ep->ldp + j, mk, r);
+                r = v_gelu(r);
+            }
+            if (ep->res)
+                r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mk, ep->res + i * ep->ldr + j));
+            if (ep->res16)
+                r = _mm512_add_ps(r, ld16(ep->res16 + i * ep->ldr + j, mk));
+            if (ep->out16)
+                st16(ep->out16 + i * ep->ldo + j, mk, r);
+            else
+                _mm512_mask_storeu_ps(p, mk, r);
+        }
+}
+
+/* gelu_tanh'(v) = (1 + t) / 2 + v s (1 + 3 k v^2) (1 - t^2) / 2 with
+ * t = tanh(u): in v_tanh_parts' terms (1 + t) / 2 is d (u >= 0) or e d
+ * (u < 0), and (1 - t^2) / 2 = 2 e d^2, so neither part cancels. */
+TGT __m512 v_gelu_grad(__m512 v)
+{
+    const float c1 = 0.7978845608028654f, c3 = (float)(0.7978845608028654 * 0.044715);
+    __m512 s = _mm512_mul_ps(v, v);
+    __m512 u = _mm512_mul_ps(v, _mm512_fmadd_ps(SPLAT(c3), s, SPLAT(c1)));
+    __m512 du = _mm512_fmadd_ps(SPLAT(3.0f * c3), s, SPLAT(c1)); /* u' */
+    __m512 e, d;
+    v_tanh_parts(u, &e, &d);
+    __mmask16 neg = _mm512_cmp_ps_mask(u, _mm512_setzero_ps(), _CMP_LT_OQ);
+    __m512 half1pt = _mm512_mask_mul_ps(d, neg, d, e);
+    __m512 half1mt2 = _mm512_mul_ps(_mm512_mul_ps(SPLAT(2.0f), e), _mm512_mul_ps(d, d));
+    return _mm512_fmadd_ps(_mm512_mul_ps(v, du), half1mt2, half1pt);
+}
+
+AVX512BW void zsk_gelu_tanh_bw_avx512(bool bf16, const void *g, const void *h,
+                                      void *out, int64_t n)
+{
+    for (int64_t k = 0; k < n; k += 16) {
+        __mmask16 mk = n - k >= 16 ? (__mmask16)0xffff
+                                   : (__mmask16)((1u << (n - k)) - 1);
+        if (bf16) {
+            __m512 gv = ld16((const uint16_t *)g + k, mk);
+            __m512 d = v_gelu_grad(ld16((const uint16_t *)h + k, mk));
+            st16((uint16_t *)out + k, mk, _mm512_mul_ps(gv, d));
+        } else {
+            __m512 gv = _mm512_maskz_loadu_ps(mk, (const float *)g + k);
+            __m512 d = v_gelu_grad(_mm512_maskz_loadu_ps(mk, (const float *)h + k));
+            _mm512_mask_storeu_ps((float *)out + k, mk, _mm512_mul_ps(gv, d));
+        }
+    }
 }
 
 AVX512 static void tanh_avx512(float *y, const float *x, int64_t n)

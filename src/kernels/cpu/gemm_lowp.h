@@ -25,6 +25,15 @@ void zsk_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                    float alpha, const uint16_t *A, int64_t lda,
                    const uint16_t *B, int64_t ldb, float beta, float *C,
                    int64_t ldc);
+/* zsk_gemm_bf16 followed by the epilogue ep (gemm.h: zsk_epilogue; NULL:
+ * none). With ep->out16 the bf16 result goes there and C (M x N, ldc) is
+ * scratch for the f32 sums: a linear layer's bias, GeLU and residual in
+ * f32 on the block just computed, and one rounding to bf16. */
+typedef struct zsk_epilogue zsk_epilogue;
+void zsk_gemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      float alpha, const uint16_t *A, int64_t lda,
+                      const uint16_t *B, int64_t ldb, float beta, float *C,
+                      int64_t ldc, const zsk_epilogue *ep);
 void zsk_gemm_f16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                   float alpha, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, float *C,

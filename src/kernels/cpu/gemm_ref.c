@@ -37,10 +37,46 @@ static float gelu_ref(float x)
     return (float)(v / (1.0 + exp(-2.0 * u)));
 }
 
+/* The epilogue with bf16 operands (gemm.h: bias16, pre16, res16, out16). */
+static void epi16_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
+                      float *c, int64_t ldc, float beta,
+                      const zsk_epilogue *ep)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float v = t[i * ldt + j];
+            if (beta != 0.0f)
+                v += beta * c[i * ldc + j];
+            if (ep->bias)
+                v += ep->bias[j];
+            if (ep->bias16)
+                v += zs_bf16_to_f32(ep->bias16[j]);
+            if (ep->gelu) {
+                if (ep->pre)
+                    ep->pre[i * ep->ldp + j] = v;
+                if (ep->pre16)
+                    ep->pre16[i * ep->ldp + j] = zs_f32_to_bf16(v);
+                v = gelu_ref(v);
+            }
+            if (ep->res)
+                v += ep->res[i * ep->ldr + j];
+            if (ep->res16)
+                v += zs_bf16_to_f32(ep->res16[i * ep->ldr + j]);
+            if (ep->out16)
+                ep->out16[i * ep->ldo + j] = zs_f32_to_bf16(v);
+            else
+                c[i * ldc + j] = v;
+        }
+}
+
 void zsk_sgemm_epi_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
                        float *c, int64_t ldc, float beta,
                        const zsk_epilogue *ep)
 {
+    if (ep && (ep->bias16 || ep->pre16 || ep->res16 || ep->out16)) {
+        epi16_ref(t, ldt, m, n, c, ldc, beta, ep);
+        return;
+    }
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float v = t[i * ldt + j];
@@ -57,6 +93,29 @@ void zsk_sgemm_epi_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
                 v += ep->res[i * ep->ldr + j];
             c[i * ldc + j] = v;
         }
+}
+
+/* g * gelu_tanh'(h) in double: with t = tanh(u), u = s (v + k v^3),
+ * gelu' = (1 + t) / 2 + v (1 - t^2) s (1 + 3 k v^2) / 2. */
+static double gelu_grad_ref(double v)
+{
+    double u = GELU_S * (v + GELU_K * v * v * v), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * GELU_S * (1.0 + 3.0 * GELU_K * v * v);
+}
+
+void zsk_gelu_tanh_bw_ref(bool bf16, const void *g, const void *h, void *out,
+                          int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (bf16) {
+            double gv = zs_bf16_to_f32(((const uint16_t *)g)[i]);
+            double hv = zs_bf16_to_f32(((const uint16_t *)h)[i]);
+            ((uint16_t *)out)[i] = zs_f32_to_bf16((float)(gv * gelu_grad_ref(hv)));
+        } else {
+            double gv = ((const float *)g)[i], hv = ((const float *)h)[i];
+            ((float *)out)[i] = (float)(gv * gelu_grad_ref(hv));
+        }
+    }
 }
 
 /* EPI(ctx, i, crow) runs once row i of C is complete. */
