@@ -274,13 +274,15 @@ static bool matmul_bf16_fused(const zsi_call *c, zs_tensor *out,
     return true;
 }
 
-/* bf16: the BF16 GEMM (f32 accumulation), rounded once: fused into the
- * GEMM's epilogue for one GEMM, else into an f32 tensor rounded after. */
+/* bf16 and f16: the BF16 / F16 GEMM (f32 accumulation), rounded once:
+ * bf16 fused into the GEMM's epilogue for one GEMM, else into an f32
+ * tensor rounded after. */
 static zs_status run_matmul_bf16(const zsi_call *c, zs_tensor *out)
 {
     zsi_tracking_pause();
     zs_status st = ZS_OK;
-    if (matmul_bf16_fused(c, out, &st)) {
+    /* the fused epilogue writes bf16 only: f16 takes the f32 tensor */
+    if (out->dtype == ZS_BF16 && matmul_bf16_fused(c, out, &st)) {
         zsi_tracking_resume();
         return st;
     }

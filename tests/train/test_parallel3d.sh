@@ -122,13 +122,14 @@ refused 2 "ZeRO 0 or 1" --tp 2 --zero 2
 refused 2 "divisible by the 1 data-parallel ranks times --micro-batches" --pp 2 --micro-batches 3
 
 # A hung rank (kill -STOP) in a tp 2 x pp 2 job: the others' transfers time
-# out (--comm-timeout 2), the job ends well within 60 s, and the message
+# out (--comm-timeout 5: long enough that a loaded 2-core machine does not
+# time out a healthy transfer), the job ends within 60 s, and the message
 # names the waiting rank's groups in world ranks.
 run="$tmp/hung"
 "${mpi[@]}" -np 4 "$zs" train gpt "${common[@]}" --steps 1000000 --eval-every 50 \
-    --comm-timeout 2 --tp 2 --pp 2 --micro-batches 2 --out "$run" >"$run.log" 2>&1 &
+    --comm-timeout 5 --tp 2 --pp 2 --micro-batches 2 --out "$run" >"$run.log" 2>&1 &
 job=$!
-for _ in $(seq 1 300); do [ -s "$run/metrics.jsonl" ] && break; sleep 0.2; done
+for _ in $(seq 1 600); do [ -s "$run/metrics.jsonl" ] && break; sleep 0.2; done
 victim=$(pgrep -f "train gpt.*$run" | grep -v "^$job$" | tail -1)
 if [ -n "$victim" ]; then
   start=$(date +%s)
