@@ -53,8 +53,10 @@ int main(void)
     for (int i = 0; i < 3 * 33; i++)
         ids[i] = (11 * i + i / 7) % 61;
     zs_tensor *all = zs_from_data(ZS_I64, ZS_SHAPE(3, 33), ids);
-    zs_tensor *x = zs_contiguous(zs_narrow(all, 1, 0, 32));
-    zs_tensor *y = zs_contiguous(zs_narrow(all, 1, 1, 32));
+    zs_tensor *xv = zs_narrow(all, 1, 0, 32), *yv = zs_narrow(all, 1, 1, 32);
+    zs_tensor *x = zs_contiguous(xv), *y = zs_contiguous(yv);
+    zs_release(xv);
+    zs_release(yv);
     zs_tensor **p;
     char **names;
     int np = zs_module_parameters(m, &p, &names);
