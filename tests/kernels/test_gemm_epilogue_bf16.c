@@ -167,7 +167,8 @@ static void test_rounding(const char *path)
              path, bad, (int)NB);
 }
 
-/* zsk_gelu_tanh_bw on each of its paths and the threaded entry. */
+/* zsk_gelu_tanh_bw on each of its paths (portable, AVX-512, AVX2) and the
+ * threaded entry (whichever path the ISA cap picks). */
 static void test_gelu_bw(void)
 {
     const int64_t n = 4099;
@@ -181,11 +182,12 @@ static void test_gelu_bw(void)
         h16[i] = zs_f32_to_bf16(h[i]);
     }
     const zs_cpu_features *f = zs_cpu();
-    bool vec = f->avx512f && f->avx512bw && f->avx512vl;
-    for (int path = 0; path < 3; path++) {
-        if (path == 1 && !vec)
+    bool vec = f->avx512f && f->avx512bw && f->avx512vl, v2 = f->avx2 && f->fma;
+    for (int path = 0; path < 4; path++) {
+        if ((path == 1 && !vec) || (path == 3 && !v2))
             continue;
-        const char *name = path == 0 ? "portable" : path == 1 ? "avx512" : "threaded";
+        const char *name = path == 0 ? "portable" : path == 1 ? "avx512"
+                         : path == 2 ? "threaded" : "avx2";
         for (int bf = 0; bf < 2; bf++) {
             const void *gp = bf ? (const void *)g16 : g, *hp = bf ? (const void *)h16 : h;
             void *op = bf ? (void *)o16 : o;
@@ -193,6 +195,8 @@ static void test_gelu_bw(void)
                 zsk_gelu_tanh_bw_ref(bf, gp, hp, op, n);
             else if (path == 1)
                 zsk_gelu_tanh_bw_avx512(bf, gp, hp, op, n);
+            else if (path == 3)
+                zsk_gelu_tanh_bw_avx2(bf, gp, hp, op, n);
             else
                 zsk_gelu_tanh_bw(bf, gp, hp, op, n);
             double worst = 0;

@@ -559,8 +559,12 @@ void zsk_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                  lda, B, ldb, beta, C, ldc, NULL);
 }
 
+typedef void (*gelu_bw_fn)(bool bf16, const void *g, const void *h, void *out,
+                           int64_t n);
+
 typedef struct gelu_bw_job {
-    bool bf16, vec;
+    bool bf16;
+    gelu_bw_fn fn;
     const char *g, *h;
     char *out;
 } gelu_bw_job;
@@ -569,18 +573,21 @@ static void gelu_bw_range(void *p, int64_t i0, int64_t i1)
 {
     const gelu_bw_job *j = p;
     size_t es = j->bf16 ? 2 : 4;
-    (j->vec ? zsk_gelu_tanh_bw_avx512 : zsk_gelu_tanh_bw_ref)(
-        j->bf16, j->g + (size_t)i0 * es, j->h + (size_t)i0 * es,
-        j->out + (size_t)i0 * es, i1 - i0);
+    j->fn(j->bf16, j->g + (size_t)i0 * es, j->h + (size_t)i0 * es,
+          j->out + (size_t)i0 * es, i1 - i0);
 }
 
 void zsk_gelu_tanh_bw(bool bf16, const void *g, const void *h, void *out,
                       int64_t n)
 {
     const zs_cpu_features *f = zs_cpu();
-    bool vec = zsk_gemm_desc_for(ZSK_GEMM_F32)->isa == ZSK_GEMM_AVX512 &&
-               f->avx512bw && f->avx512vl;
-    gelu_bw_job j = {bf16, vec, g, h, out};
+    gelu_bw_fn fn = zsk_gelu_tanh_bw_ref;
+    if (zsk_gemm_desc_for(ZSK_GEMM_F32)->isa == ZSK_GEMM_AVX512 && f->avx512bw &&
+        f->avx512vl)
+        fn = zsk_gelu_tanh_bw_avx512;
+    else if (f->avx2 && f->fma)
+        fn = zsk_gelu_tanh_bw_avx2;
+    gelu_bw_job j = {bf16, fn, g, h, out};
     zs_parallel_for(n, 16384, gelu_bw_range, &j);
 }
 
