@@ -29,17 +29,40 @@ zs_status zsi_check_float_dtype(const char *op, const zs_tensor *t)
     return ZS_OK;
 }
 
-zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
-                               const zs_tensor *b)
+zs_status zsi_check_float16_dtype(const char *op, const zs_tensor *t)
 {
-    zs_status st = zsi_check_float_dtype(op, a);
+    zs_dtype dt = t->dtype;
+    if (dt != ZS_F32 && dt != ZS_F64 && dt != ZS_BF16 && dt != ZS_F16)
+        return zs_set_error("%s: dtype %s is not supported, expected f32, "
+                            "f64, bf16 or f16 (convert with zs_to_dtype)", op,
+                            zs_dtype_name(dt));
+    return ZS_OK;
+}
+
+/* a and b pass `one` and have one dtype */
+static zs_status check_pair(const char *op, const zs_tensor *a, const zs_tensor *b,
+                            zs_status (*one)(const char *, const zs_tensor *))
+{
+    zs_status st = one(op, a);
     if (st == ZS_OK)
-        st = zsi_check_float_dtype(op, b);
+        st = one(op, b);
     if (st == ZS_OK && a->dtype != b->dtype)
         st = zs_set_error("%s: dtypes %s and %s differ, expected equal "
                           "(convert with zs_to_dtype)", op,
                           zs_dtype_name(a->dtype), zs_dtype_name(b->dtype));
     return st;
+}
+
+zs_status zsi_check_pair_dtype(const char *op, const zs_tensor *a,
+                               const zs_tensor *b)
+{
+    return check_pair(op, a, b, zsi_check_float_dtype);
+}
+
+zs_status zsi_check_pair_float16(const char *op, const zs_tensor *a,
+                                 const zs_tensor *b)
+{
+    return check_pair(op, a, b, zsi_check_float16_dtype);
 }
 
 zs_status zsi_check_same_float(const char *op, const zs_tensor *a,

@@ -40,11 +40,7 @@ static zs_status infer_axpy(zsi_call *c)
 {
     const zs_tensor *dst = c->in[0], *src = c->in[1];
     const char *op = c->def->op.name;
-    if (zsk_is_lowp16(dst->dtype) && src->dtype != dst->dtype)
-        return zs_set_error("%s: dtypes %s and %s differ, expected equal "
-                            "(convert with zs_to_dtype)", op,
-                            zs_dtype_name(dst->dtype), zs_dtype_name(src->dtype));
-    if (!zsk_is_lowp16(dst->dtype) && zsi_check_pair_dtype(op, dst, src) != ZS_OK)
+    if (zsi_check_pair_float16(op, dst, src) != ZS_OK)
         return ZS_ERR_ARG;
     zs_status st = zsi_broadcast_shape(op, dst, src, &c->ndim, c->shape);
     if (st != ZS_OK)
