@@ -234,28 +234,6 @@ static void run_tiles(void *p, int64_t t0, int64_t t1)
     }
 }
 
-/* The tm x tn grid for T threads: least padded work per thread plus the
- * elements it packs (gemm.c's rule). */
-static void choose_grid(fjob *j, int T)
-{
-    const zsk_gemm_desc *d = j->p.uk;
-    double best = -1;
-    for (int tm = 1; tm <= T; tm++) {
-        if (T % tm)
-            continue;
-        int tn = T / tm;
-        double mt = (double)ceil_to((j->M + tm - 1) / tm, d->mr);
-        double nt = (double)ceil_to((j->N + tn - 1) / tn, d->nr);
-        double cost = mt * nt * (double)j->K +
-                      (mt * (double)((int64_t)nt + d->nc - 1) / d->nc + nt) *
-                          (double)j->K * 4.0;
-        if (best < 0 || cost < best) {
-            best = cost;
-            j->tm = tm;
-            j->tn = tn;
-        }
-    }
-}
 
 /* ---- widening ------------------------------------------------------------- */
 
@@ -326,7 +304,7 @@ zs_status zsk_gemm_fp8_with(const zsk_gemm_desc *d, int64_t M, int64_t N,
     j.kcb = j.p.uk->kc / CH * CH;
     if (j.kcb < CH)
         j.kcb = CH;
-    choose_grid(&j, T);
+    zsk_gemm_choose_grid(j.p.uk, j.M, j.N, j.K, T, &j.tm, &j.tn);
     if (T == 1)
         run_tiles(&j, 0, 1);
     else

@@ -305,25 +305,24 @@ static void run_tiles(void *p, int64_t t0, int64_t t1)
     }
 }
 
-/* Chooses the tm x tn grid for T threads: least padded work per thread
- * plus the elements it packs (A once per NC columns, B once). */
-static void choose_grid(job *j, int T)
+/* gemm.h */
+void zsk_gemm_choose_grid(const zsk_gemm_desc *d, int64_t M, int64_t N,
+                          int64_t K, int T, int *tm_out, int *tn_out)
 {
-    const zsk_gemm_desc *d = j->d;
     double best = -1;
     for (int tm = 1; tm <= T; tm++) {
         if (T % tm)
             continue;
         int tn = T / tm;
-        double mt = (double)ceil_to((j->M + tm - 1) / tm, d->mr);
-        double nt = (double)ceil_to((j->N + tn - 1) / tn, d->nr);
-        double cost = mt * nt * (double)j->K +
+        double mt = (double)ceil_to((M + tm - 1) / tm, d->mr);
+        double nt = (double)ceil_to((N + tn - 1) / tn, d->nr);
+        double cost = mt * nt * (double)K +
                       (mt * (double)((int64_t)nt + d->nc - 1) / d->nc + nt) *
-                          (double)j->K * 4.0;
+                          (double)K * 4.0;
         if (best < 0 || cost < best) {
             best = cost;
-            j->tm = tm;
-            j->tn = tn;
+            *tm_out = tm;
+            *tn_out = tn;
         }
     }
 }
@@ -334,7 +333,7 @@ static void run_packed(job *j)
     if ((double)j->M * (double)j->N * (double)j->K < PAR_MIN_MACS)
         T = 1;
     j->kcb = kc_for(j->d, j->K);
-    choose_grid(j, T);
+    zsk_gemm_choose_grid(j->d, j->M, j->N, j->K, T, &j->tm, &j->tn);
     if (T == 1)
         run_tiles(j, 0, 1);
     else

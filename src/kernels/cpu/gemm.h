@@ -244,4 +244,12 @@ void zsk_dgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                    const double *B, int64_t ldb, double beta, double *C,
                    int64_t ldc);
 
+
+/* The tm x tn grid of T threads (tm * tn = T) for an M x N x K product
+ * with micro-kernel d: least padded work per thread plus the elements it
+ * packs (A once per NC columns, B once). Shared by the GEMM drivers
+ * (gemm.c, fp8_gemm.c). */
+void zsk_gemm_choose_grid(const zsk_gemm_desc *d, int64_t M, int64_t N,
+                          int64_t K, int T, int *tm, int *tn);
+
 #endif
