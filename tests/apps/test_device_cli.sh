@@ -63,6 +63,12 @@ done
 refused "train lenet --device tpu" "devices: cpu, test" "$zs" train lenet --device tpu
 refused "train gpt --device tpu" "devices: cpu, test" "$zs" train gpt --device tpu
 
+# without a GPU (or a build without CUDA) --device cuda says why, exit 2
+if "$zs" sysinfo --quick | grep -q "^gpu  *none"; then
+  refused "train lenet --device cuda without a GPU" "cuda: " "$zs" train lenet --device cuda
+  refused "generate --device cuda without a GPU" "cuda: " "$zs" generate --device cuda \
+    --ckpt /nonexistent --prompt x
+fi
 refused "zs ops --frobnicate" "unknown flag" "$zs" ops --frobnicate
 "$zs" ops > "$tmp/ops" 2>&1
 check "zs ops prints the table with a test column" \
