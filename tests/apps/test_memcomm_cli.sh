@@ -81,6 +81,8 @@ losses "$tmp/gsp1" > "$tmp/l.gsp1"
 check "--graph --attention sparse: the eager sparse losses" \
   '[ -s "$tmp/l.sp1" ] && cmp -s "$tmp/l.sp1" "$tmp/l.gsp1" && ! cmp -s "$tmp/l.sp1" "$tmp/l.none"'
 
+refused "recomputation with tensor parallelism" "do not work with --tp" "$zs" train gpt \
+  "${common[@]}" --tp 2 --recompute full --out "$tmp/x"
 refused "unknown recompute mode" "--recompute" "$zs" train gpt "${common[@]}" --recompute half \
   --out "$tmp/x"
 refused "sparse block outside 16..128" "--sparse-block" "$zs" train gpt "${common[@]}" \
