@@ -226,7 +226,7 @@ static zs_status recv_finish(zs_comm *c, zsi_req *rq, int src, int64_t want, boo
             st = c->be->test(c, "recv", 1, rq, &done, &info);
             if (st != ZS_OK || done)
                 break;
-            if (dl > 0 && zsi_now() > dl) {
+            if (zsi_expired(c, dl)) {
                 c->be->cancel_recv(c, rq);
                 if (src >= 0)
                     return zsi_timeout(c, "recv", 0, NULL, src, false);

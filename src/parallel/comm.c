@@ -90,9 +90,20 @@ bool zs_comm_is_broken(const zs_comm *c) { return c && c->broken; }
 
 bool zsi_multi(const zs_comm *c) { return c->size > 1; }
 
-double zsi_deadline(const zs_comm *c)
+double zsi_deadline(zs_comm *c)
 {
-    return c->timeout > 0 ? zsi_now() + c->timeout : 0;
+    c->check_at = zsi_now();
+    c->stalled = 0;
+    return c->timeout > 0 ? c->check_at + c->timeout : 0;
+}
+
+bool zsi_expired(zs_comm *c, double dl)
+{
+    double now = zsi_now();
+    if (now - c->check_at > c->stalled)
+        c->stalled = now - c->check_at;
+    c->check_at = now;
+    return dl > 0 && now > dl;
 }
 
 zs_comm *zs_comm_split(zs_comm *c, int color, int key)
@@ -287,7 +298,13 @@ zs_status zsi_timeout(zs_comm *c, const char *op, int n, zsi_req *rq, int peer, 
     char who[256] = "", waited[64] = "";
     if (peer >= 0)
         snprintf(waited, sizeof waited, " waiting for rank %d", peer);
-    if (!ask) /* point-to-point: the peer is the one */
+    if (c->stalled > 0.5 * c->timeout) /* stopped (SIGSTOP) or starved: the
+                                        * others gave up long ago, and a survey
+                                        * now would find their old answers */
+        zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s; this rank "
+                          "itself did not run for %.3g s of it (stopped, or starved of "
+                          "CPU)", op, c->rank, c->timeout, waited, c->stalled);
+    else if (!ask) /* point-to-point: the peer is the one */
         zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s", op, c->rank,
                           c->timeout, waited);
     else if (survey(c, c->timeout, who, sizeof who), who[0])
@@ -312,7 +329,7 @@ zs_status zsi_poll(zs_comm *c, const char *op, int n, zsi_req *rq, double deadli
         zs_status st = c->be->test(c, op, n, rq, &done, NULL);
         if (st != ZS_OK || done)
             return st;
-        if (zsi_now() > deadline) {
+        if (zsi_expired(c, deadline)) {
             *expired = true;
             return ZS_OK;
         }

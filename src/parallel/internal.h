@@ -38,6 +38,9 @@ struct zs_comm {
     uint32_t rings;         /* ring all-reduces started (their tags) */
     zs_request *active;     /* unfinished requests, linked by next */
     int orphans;            /* transfers abandoned on a timeout */
+    double check_at;        /* last deadline check (zsi_expired), seconds */
+    double stalled;         /* longest gap between two checks since the
+                             * last zsi_deadline: this process not running */
 };
 
 struct zs_request {
@@ -73,8 +76,14 @@ void zsi_scale(zs_tensor *t, double s);
 zs_status zsi_agree(zs_comm *c, const char *op, int opid, int dtype,
                     int64_t numel, int root, zs_status local);
 
-/* Deadline for a wait starting now, from c's timeout (0: none). */
-double zsi_deadline(const zs_comm *c);
+/* Deadline for a wait starting now, from c's timeout (0: none). Starts
+ * the stall watch that zsi_expired keeps. */
+double zsi_deadline(zs_comm *c);
+/* True when deadline dl (> 0) has passed. Also records the longest gap
+ * between two calls: a wait that expired while this process itself was
+ * stopped or starved (gap > timeout / 2) is reported as that, not as the
+ * peers' fault (zsi_timeout). */
+bool zsi_expired(zs_comm *c, double dl);
 /* Completes n requests on c before `deadline` (0: none, a blocking wait);
  * *expired says the deadline passed first (the requests are then still
  * pending). */

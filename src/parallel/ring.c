@@ -270,7 +270,7 @@ static void wait_progress(zs_request *r)
                 st = ring_next(r);
             if (st != ZS_OK || !ring || ring_finished(r))
                 complete(r, st);
-        } else if (dl > 0 && zsi_now() > dl) {
+        } else if (zsi_expired(c, dl)) {
             int left = (c->rank + c->size - 1) % c->size;
             complete(r, zsi_timeout(c, ring ? ring_op : "allreduce", 0, NULL,
                                     ring ? left : -1, true));
