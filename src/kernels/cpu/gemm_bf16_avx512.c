@@ -239,7 +239,13 @@ T512 static INL void store_tile(__m512 acc[MR][NV], float *c, int64_t ldc,
 
 /* Asks for the mr rows of a C tile (2 lines each) in L1, for writing: the
  * tile's first touch otherwise stalls the kernel's final stores on misses
- * (C of a K = 384 product is written once, straight to memory). */
+ * (C of a K = 384 product is written once, straight to memory). Measured
+ * on Zen 4 (AMD EPYC, 32 KiB L1d, 1 MiB L2; 1 thread, thread CPU time, the
+ * machine loaded): the kernel inside the driver at (2048, 1152, 384) NT
+ * went from 185-190 to 193-200 GFLOP/s. The kernel alone, panels in
+ * L1/L2, runs 220-226 GFLOP/s (94-96% of the 236 bf16 peak); the whole
+ * GEMM at GPT small's shapes 185-204 (78-86%), packing A taking 3-13%
+ * (most for dw = g^T x: A packed rows-contiguous, 14-wide, ~9 GB/s). */
 TUKR static INL void prefetch_tile(const float *c, int64_t ldc, int mr)
 {
     for (int i = 0; i < mr; i++) {
