@@ -115,6 +115,7 @@ ZSI_ATTRS(layer_norm_attrs);
 /* cross_entropy and cross_entropy_backward (loss.c) */
 typedef struct cross_entropy_attrs {
     int64_t ignore_index; /* rows with this target count for nothing */
+    bool f32_loss; /* bf16/f16 logits give an f32 loss (set under autocast) */
 } cross_entropy_attrs;
 ZSI_ATTRS(cross_entropy_attrs);
 

@@ -15,6 +15,8 @@
  *            instead when one is registered (it computes in f32 and reads
  *            and writes the low dtype: no f32 copy of the activation is
  *            made or saved for backward), as PyTorch's CPU kernels do.
+ *            cross_entropy is such a row: its loss value is f32 (the
+ *            f32_loss attribute zs_cross_entropy sets under autocast).
  *   PROMOTE  add, sub, mul, div, where, concat with mixed float dtypes:
  *            the widest (f32).
  *   DEFAULT  everything else runs in its input's dtype; where the operator
@@ -71,7 +73,8 @@ static const amp_row table[] = {
     {&zsi_def_sum_squares, ZSI_AMP_F32, true},
     /* f32 always: batch statistics, the loss value */
     {&zsi_def_batch_norm, ZSI_AMP_F32, false},
-    {&zsi_def_cross_entropy, ZSI_AMP_F32, false},
+    /* the loss: f32 value; the low kernel reads the low logits */
+    {&zsi_def_cross_entropy, ZSI_AMP_F32, true},
     {&zsi_def_mse, ZSI_AMP_F32, false},
     /* optimizer updates: f32 master weights and state (in place: the
      * driver never casts them; listed for the table) */

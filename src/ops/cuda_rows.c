@@ -156,7 +156,8 @@ static zs_status k_cross_entropy(const zsi_call *c, zs_tensor *out)
     if (st == ZS_OK)
         st = zsk_cuda_cross_entropy(logits->dtype, zsi_ptr(xc), zsi_ptr(tc),
                                     target->dtype == ZS_I64, at->ignore_index, N, C,
-                                    dcount, zsi_ptr(lse), zsi_ptr(loss), zsi_ptr(out));
+                                    dcount, zsi_ptr(lse), zsi_ptr(loss), out->dtype,
+                                    zsi_ptr(out));
     if (st == ZS_OK && cnt)
         st = zsi_device_copy(ZS_CUDA, zsi_ptr(cnt), dcount, sizeof(int64_t),
                              ZS_COPY_ON_DEVICE);

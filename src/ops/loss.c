@@ -17,7 +17,13 @@
  * not itself differentiable.
  * bf16 / f16 logits: computed in f32 (rows widened by the kernel), the
  * loss in the logits' dtype and the logits' gradient too, as torch; the
- * saved logits stay in their dtype and lse is f64 as for f32.
+ * saved logits stay in their dtype and lse is f64 as for f32. Under
+ * autocast (attribute f32_loss, set by zs_cross_entropy when an autocast
+ * scope is open) the loss is f32, as torch's autocast makes it by casting
+ * the logits to f32 first; here the logits are read as they are (the
+ * cast table's reads-lowp class, ops/autocast.c), so no f32 copy of them
+ * is made or saved, and their gradient is written in their dtype, rounded
+ * once: the same values as the f32 copy's gradient cast back.
  *
  * mse_loss = mean((a - b)^2) over equal shapes, a fused sum of squared
  * differences; backward (with zs_* ops): ga = 2 (a - b) g / n, gb = -ga.
@@ -43,11 +49,14 @@ static zs_status mse_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin);
 /* ---- cross entropy ----------------------------------------------------- */
 
 /* target must be logits.shape[:-1], or 1-D with N elements; the output
- * is a 0-d tensor of the logits' dtype. */
+ * is a 0-d tensor of the logits' dtype (f32 for 16-bit logits with
+ * f32_loss). */
 static zs_status infer_cross_entropy(zsi_call *c)
 {
     const zs_tensor *x = c->in[0], *t = c->in[1];
-    c->dtype = x->dtype;
+    const cross_entropy_attrs *at = c->attrs;
+    bool low = x->dtype == ZS_BF16 || x->dtype == ZS_F16;
+    c->dtype = low && at->f32_loss ? ZS_F32 : x->dtype;
     c->ndim = 0;
     zs_status st = zsi_check_float16_dtype("cross_entropy", x);
     if (st == ZS_OK && x->ndim < 1)
@@ -280,7 +289,8 @@ zsi_opdef zsi_def_cross_entropy = {
 zs_tensor *zs_cross_entropy(zs_tensor *logits, zs_tensor *target,
                             int64_t ignore_index)
 {
-    cross_entropy_attrs at = {.ignore_index = ignore_index};
+    cross_entropy_attrs at = {.ignore_index = ignore_index,
+                              .f32_loss = zsi_amp_dtype != ZS_F32};
     return zsi_run(&zsi_def_cross_entropy, 2, (zs_tensor *[]){logits, target}, &at);
 }
 

@@ -7,7 +7,11 @@
  * directly as the descriptor cross_entropy_backward (strided inputs, a
  * count of 0, its errors); mse on odd
  * and >1M sizes; gradient checks in f64; error paths (target shape and
- * dtype, class index out of range, mse shape mismatch).
+ * dtype, class index out of range, mse shape mismatch). Under autocast,
+ * bf16/f16 logits (strided, an ignored row, 1031 classes): the loss in
+ * f32, the logits saved in their own dtype (no f32 copy), their gradient
+ * in their dtype, bit-identical to the f32-copy path it replaces (loss and
+ * gradient) and within the format's rounding of float64.
  *
  * Tolerances (relative to max(1, |ref|)): f32 losses are means of
  * log-sum-exp terms computed with a ~2 ulp exp and double sums: 1e-5;
@@ -15,6 +19,7 @@
  */
 #include <stdlib.h>
 
+#include "autograd/node.h"
 #include "ops/op.h"
 #include "testutil.h"
 
@@ -133,9 +138,10 @@ static void test_cross_entropy(void)
     zt_section("cross_entropy forward and fused backward vs float64");
 }
 
-/* The layout of cross_entropy_attrs (src/ops/loss.c). */
+/* The layout of cross_entropy_attrs (src/ops/attrs.h). */
 typedef struct ce_attrs {
     int64_t ignore_index;
+    bool f32_loss;
 } ce_attrs;
 
 /* cross_entropy_backward called directly, as a backward rule on any
@@ -170,7 +176,7 @@ static void test_ce_descriptor(void)
     zs_tensor *cnt = zs_full(ZS_I64, 0, NULL, (double)count);
     zs_tensor *zero = zs_full(ZS_I64, 0, NULL, 0);
     zs_tensor *g = zs_full(ZS_F64, 0, NULL, 0.7);
-    ce_attrs at = {IGNORE};
+    ce_attrs at = {IGNORE, false};
     zs_tensor *gx = zsi_run(def, 5, (zs_tensor *[]){x, t, lse, cnt, g}, &at);
     double err = gx ? zt_max_err(gx, gref, N * C) : 1;
     ZT_CHECK(gx && zs_same_shape(gx, x) && err <= 1e-12,
@@ -374,12 +380,72 @@ static void test_random_shapes(void)
     zt_section("shapes: cross_entropy mse_loss on 100 random shapes");
 }
 
+/* Under autocast, 16-bit logits are read as they are: the loss is f32,
+ * the node saves the 16-bit logits (no f32 copy) and their gradient is
+ * 16-bit; the same bits as casting them to f32 first (the path before:
+ * to_dtype, the f32 kernel, the gradient cast back) and close to float64. */
+static void test_ce_autocast(void)
+{
+    int64_t N = 37, C = 1031;
+    for (int k = 0; k < 2; k++) {
+        zs_scope_push();
+        zs_dtype dt = k ? ZS_F16 : ZS_BF16;
+        uint64_t seed = 700 + (uint64_t)k;
+        zs_tensor *x = zs_mul_scalar(zt_rand_strided(ZS_F32, ZS_SHAPE(N, C), seed), 6.0);
+        zs_tensor *wide = zs_to_dtype(zs_concat(2, (zs_tensor *[]){x, x}, 1), dt);
+        zs_tensor *a = zs_slice(wide, 1, 0, C, 1); /* strided rows */
+        zs_tensor *b = zs_contiguous(a);
+        zs_set_requires_grad(a, true);
+        zs_set_requires_grad(b, true);
+        int64_t tv[37];
+        zs_tensor *t = make_targets(ZS_I64, 1, &N, C, true, seed, tv);
+        zs_autocast_push(dt);
+        zs_tensor *l = zs_cross_entropy(a, t, IGNORE);
+        zs_autocast_pop();
+        zs_tensor *saved = l && l->node ? l->node->c.saved[0] : NULL;
+        ZT_CHECK(l && l->dtype == ZS_F32 && saved && saved->dtype == dt,
+                 "%s logits under autocast: loss %s, saved logits %s (expected f32, %s)",
+                 zs_dtype_name(dt), l ? zs_dtype_name(l->dtype) : "NULL",
+                 saved ? zs_dtype_name(saved->dtype) : "none", zs_dtype_name(dt));
+        zs_tensor *l2 = zs_cross_entropy(zs_to_dtype(b, ZS_F32), t, IGNORE);
+        bool bw = l && l2 && zs_backward(l, NULL, false) == ZS_OK &&
+                  zs_backward(l2, NULL, false) == ZS_OK;
+        zs_tensor *ga = zs_grad(a), *gb = zs_grad(b);
+        ZT_CHECK(bw && ga && gb && ga->dtype == dt && gb->dtype == dt,
+                 "%s: gradient in %s", zs_dtype_name(dt), ga ? zs_dtype_name(ga->dtype) : "NULL");
+        bool same = bw && ga && gb && zs_item(l) == zs_item(l2);
+        for (int64_t i = 0; same && i < N * C; i++)
+            same = zs_get(ga, i) == zs_get(gb, i);
+        ZT_CHECK(same, "%s: loss and gradient bit-identical to the f32-copy path "
+                 "(seed %llu)", zs_dtype_name(dt), (unsigned long long)seed);
+        double *v = zt_values(a), *gref = malloc((size_t)(N * C) * sizeof *gref);
+        double ref = ce_ref(v, tv, N, C, IGNORE, gref), eg = 0, gmax = 0;
+        for (int64_t i = 0; ga && i < N * C; i++) {
+            eg = fmax(eg, fabs(zs_get(ga, i) - gref[i]));
+            gmax = fmax(gmax, fabs(gref[i]));
+        }
+        double el = l ? fabs(zs_item(l) - ref) / fmax(1, fabs(ref)) : 1;
+        /* the loss in f32 (1e-5 as above); the gradient rounded once to
+         * the format: half an ulp of the largest entry (bf16 2^-9, f16
+         * 2^-12; f16 subnormals below 6e-8 lose more, absolutely) */
+        double gtol = (dt == ZS_BF16 ? 0x1p-8 : 0x1p-11) * gmax + 1e-7;
+        ZT_CHECK(el <= 1e-5 && eg <= gtol, "%s vs float64: loss %.3g, gradient %.3g "
+                 "(tolerance %.3g, seed %llu)", zs_dtype_name(dt), el, eg, gtol,
+                 (unsigned long long)seed);
+        free(v);
+        free(gref);
+        zs_scope_pop();
+    }
+    zt_section("cross_entropy under autocast: 16-bit logits read as they are, f32 loss");
+}
+
 int main(void)
 {
     test_random_shapes();
     test_cross_entropy();
     test_ce_special();
     test_ce_descriptor();
+    test_ce_autocast();
     test_grad();
     test_mse();
     test_errors();

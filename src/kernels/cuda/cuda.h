@@ -166,12 +166,13 @@ zs_status zsk_cuda_layer_norm_backward(zs_dtype dt, zs_dtype pdt, const void *x,
 zs_status zsk_cuda_index_check(const void *idx, bool i64, int64_t n, int64_t hi,
                                int64_t ignore, int64_t *res);
 /* Mean cross entropy of logits x [N, C] (f32, bf16) against targets t:
- * lse[N], loss[N] (double scratch) written, out (one value of dt) = sum of
- * loss in a fixed order / *count (0 when *count is 0). */
+ * lse[N], loss[N] (double scratch) written, out (one value of odt: dt,
+ * or f32 for bf16 logits under autocast) = sum of loss in a fixed order /
+ * *count (0 when *count is 0). */
 zs_status zsk_cuda_cross_entropy(zs_dtype dt, const void *x, const void *t, bool t64,
                                  int64_t ignore, int64_t N, int64_t C,
                                  const int64_t *count, double *lse, double *loss,
-                                 void *out);
+                                 zs_dtype odt, void *out);
 /* gx [N, C] = g / count (softmax(x) - onehot(t)), 0 on ignored rows and
  * everywhere when *count is 0; g one value of gdt (f32 or dt). */
 zs_status zsk_cuda_cross_entropy_backward(zs_dtype dt, const void *x, const void *t,

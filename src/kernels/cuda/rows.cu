@@ -188,7 +188,8 @@ __global__ void ce_forward(const T *x, const void *t, bool t64, int64_t ignore,
     }
 }
 
-/* out (0-d, dtype of the logits) = sum of loss in a fixed order / count */
+/* out (0-d: the dtype of the logits, or f32) = sum of loss in a fixed
+ * order / count */
 template <typename T>
 __global__ void ce_mean(const double *loss, int64_t N, const int64_t *count, T *out)
 {
@@ -421,7 +422,8 @@ extern "C" zs_status zsk_cuda_index_check(const void *idx, bool i64, int64_t n,
 extern "C" zs_status zsk_cuda_cross_entropy(zs_dtype dt, const void *x, const void *t,
                                             bool t64, int64_t ignore, int64_t N,
                                             int64_t C, const int64_t *count,
-                                            double *lse, double *loss, void *out)
+                                            double *lse, double *loss, zs_dtype odt,
+                                            void *out)
 {
     if (N > INT32_MAX)
         return zs_set_error("cuda cross_entropy: %lld rows", (long long)N);
@@ -434,7 +436,10 @@ extern "C" zs_status zsk_cuda_cross_entropy(zs_dtype dt, const void *x, const vo
         if (N)
             ce_forward<<<(int)N, kThreads, 0, stream()>>>(
                 (const __nv_bfloat16 *)x, t, t64, ignore, C, lse, loss);
-        ce_mean<<<1, kThreads, 0, stream()>>>(loss, N, count, (__nv_bfloat16 *)out);
+        if (odt == ZS_F32) /* the f32 loss of autocast */
+            ce_mean<<<1, kThreads, 0, stream()>>>(loss, N, count, (float *)out);
+        else
+            ce_mean<<<1, kThreads, 0, stream()>>>(loss, N, count, (__nv_bfloat16 *)out);
     } else {
         return BAD_DT("cross_entropy", dt);
     }
