@@ -240,9 +240,6 @@ static bool flags_ok(const gpt_cfg *c, int ranks)
     if (c->attention && c->arch)
         snprintf(why, sizeof why, "--attention sparse needs --arch gpt2 (BLOOM's ALiBi "
                  "bias has no sparse kernel)");
-    else if (mp > 1 && (c->recompute || c->attention))
-        snprintf(why, sizeof why, "--recompute and --attention sparse do not work with "
-                 "--tp or --pp yet (the split model has no recomputed or sparse blocks)");
     else if (c->t.zero > 0 && c->sync != ZS_SYNC_ALLREDUCE)
         snprintf(why, sizeof why, "--zero works with --sync allreduce only (a parameter "
                  "server keeps the optimizer state on rank 0)");
