@@ -12,8 +12,9 @@
  *     whole grid: a rank that updated while another skipped would leave
  *     the parts inconsistent and the losses apart), and the losses agree
  *     within 2e-3 relative;
- *   - bf16 with full recomputation of block 0 and selective of none:
- *     the losses of the one-rank bf16 run within 2e-3 relative.
+ *   - bf16 with full recomputation of block 0 (the region replays its tp
+ *     collectives), then with selective recomputation: the losses of the
+ *     one-rank bf16 run with the same setting within 2e-3 relative.
  * Tolerance: the split model rounds to the 16-bit type at other points
  * than one process (a row-parallel linear's partial sums are rounded
  * before the all-reduce, its bias and residual added after the rounding
