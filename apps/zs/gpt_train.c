@@ -83,7 +83,7 @@ static void usage(FILE *f)
             "  --precision NAME  fp32 (default) | bf16 | fp16 (loss scaling) | fp8 (loss\n"
             "                    scaling; linears in fp8 with tile scales, the other\n"
             "                    products in bf16): mixed precision with f32 master\n"
-            "                    weights (docs/precision.md)\n"
+            "                    weights (docs/precision.md); also with --tp/--pp\n"
             "Under mpirun (data parallelism, every rank trains on its share):\n"
             "  --dp N            ranks: must equal mpirun's -np (default: the ranks)\n"
             "  --bucket-mb X     gradient buckets all-reduced while backward runs\n"
@@ -109,7 +109,8 @@ static void usage(FILE *f)
             "  --micro-batches M micro-batches per step and dp rank (default 1)\n"
             "  --pp-schedule S   gpipe (default) | 1f1b\n"
             "  --sequence-parallel  norms on sequence shards (tp > 1)\n"
-            "Memory and compute:\n"
+            "Memory and compute (also with --tp/--pp: the split blocks are recomputed,\n"
+            "their collectives replayed; each rank runs sparse attention on its heads):\n"
             "  --recompute MODE  none (default) | full: recompute each block in backward,\n"
             "                    keeping its input only | selective: recompute the\n"
             "                    attention core only\n"
@@ -240,9 +241,6 @@ static bool flags_ok(const gpt_cfg *c, int ranks)
     if (c->attention && c->arch)
         snprintf(why, sizeof why, "--attention sparse needs --arch gpt2 (BLOOM's ALiBi "
                  "bias has no sparse kernel)");
-    else if (mp > 1 && (c->recompute || c->attention))
-        snprintf(why, sizeof why, "--recompute and --attention sparse do not work with "
-                 "--tp or --pp yet (the split model has no recomputed or sparse blocks)");
     else if (c->t.zero > 0 && c->sync != ZS_SYNC_ALLREDUCE)
         snprintf(why, sizeof why, "--zero works with --sync allreduce only (a parameter "
                  "server keeps the optimizer state on rank 0)");

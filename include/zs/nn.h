@@ -239,6 +239,13 @@ struct zs_sparse_params;
  * cache of zs/infer.h. BLOOM's ALiBi has no sparse kernel: an error. ZS_OK
  * or an error (also for p's bad values, checked for a T of 1). */
 zs_status zs_gpt_set_sparse_attention(zs_module *gpt, const struct zs_sparse_params *p);
+/* The settings above, as set (the model-parallel trainer gives them to
+ * the split model it cuts from this GPT): the recomputation mode and
+ * layers (ZS_OK, or an error for a module that is not a GPT), and the
+ * sparse attention's parameters (borrowed until the next set; NULL:
+ * dense attention or not a GPT). */
+zs_status zs_gpt_get_recompute(const zs_module *gpt, zs_recompute *mode, int64_t *layers);
+const struct zs_sparse_params *zs_gpt_sparse_attention_of(const zs_module *gpt);
 
 /* Generation with a KV cache: zs_llm and zs_engine (zs/infer.h). */
 

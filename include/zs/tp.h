@@ -144,7 +144,8 @@ zs_tensor *zs_tp_vocab_embedding(zs_comm *tp, zs_tensor *w, zs_tensor *idx, int 
  * all are), as zs_cross_entropy, without gathering the logits: the row
  * maxima are all-gathered (P numbers a row), the sums of exponentials and
  * the target logits (from the rank owning each target) are all-reduced,
- * and the gradient stays local. A 0-d tensor, the same on every rank. */
+ * and the gradient stays local. A 0-d tensor, the same on every rank.
+ * 16-bit logits (autocast) are computed in f32, the loss then f32. */
 zs_tensor *zs_tp_vocab_cross_entropy(zs_comm *tp, zs_tensor *logits, zs_tensor *target,
                                      int64_t ignore_index);
 

@@ -197,8 +197,12 @@ typedef struct zs_trainer_config {
      * point (zs_pipe). Gradients are averaged over dp (ZeRO-1 over dp
      * only), clipped by the norm of the whole model, and checkpoints are
      * written and read in the one-process layout (any layout resumes any
-     * other). f32, cpu, all-reduce sync, accum 1 (micro_batches instead),
-     * the default GPT loss. */
+     * other). The cpu, all-reduce sync, accum 1 (micro_batches instead),
+     * the default GPT loss; any precision (the split part's weights cast
+     * once per step, the loss scaler's Inf/NaN agreed over the whole
+     * grid), and the recomputation and sparse attention set on the GPT
+     * (zs_gpt_set_recompute, zs_gpt_set_sparse_attention) apply to the
+     * split blocks. */
     int tp, pp;               /* 0 or 1: no split */
     int dp;                   /* 0: comm's size / (tp pp) */
     zs_pp_schedule pp_schedule;

@@ -386,6 +386,22 @@ zs_status zs_gpt_set_sparse_attention(zs_module *gpt, const zs_sparse_params *p)
     return ZS_OK;
 }
 
+zs_status zs_gpt_get_recompute(const zs_module *gpt, zs_recompute *mode, int64_t *layers)
+{
+    const gpt_impl *g = impl_of(gpt);
+    if (!g)
+        return zs_set_error("gpt_get_recompute: module is not a GPT");
+    *mode = g->recompute;
+    *layers = g->recompute_layers;
+    return ZS_OK;
+}
+
+const zs_sparse_params *zs_gpt_sparse_attention_of(const zs_module *gpt)
+{
+    const gpt_impl *g = impl_of(gpt);
+    return g && g->sparse ? &g->sp : NULL;
+}
+
 /* The block's layers on x [B, n, C] (borrowed): a new x. */
 static zs_tensor *block_body(gpt_impl *g, int64_t l, zs_tensor *x)
 {

@@ -269,7 +269,8 @@ zs_tensor *zs_tp_vocab_cross_entropy(zs_comm *tp, zs_tensor *logits, zs_tensor *
     const char *op = "tp vocab_cross_entropy";
     if (!logits || !target || zsi_check_comm(op, tp) != ZS_OK)
         return NULL;
-    if (zsi_check_float_dtype(op, logits) != ZS_OK)
+    bool half = logits->dtype == ZS_BF16 || logits->dtype == ZS_F16;
+    if (!half && zsi_check_float_dtype(op, logits) != ZS_OK)
         return NULL;
     int64_t N, Vl = logits->ndim ? logits->shape[logits->ndim - 1] : 0;
     char sl[96], st_[96];
@@ -296,7 +297,11 @@ zs_tensor *zs_tp_vocab_cross_entropy(zs_comm *tp, zs_tensor *logits, zs_tensor *
             count += !ignored[i];
         }
         zsi_tracking_pause();
-        zs_tensor *z = zs_reshape(logits, 2, (int64_t[]){N, Vl});
+        zs_tensor *zr = zs_reshape(logits, 2, (int64_t[]){N, Vl});
+        /* 16-bit logits (autocast) in f32, as zs_cross_entropy's class */
+        zs_tensor *z = zr && zr->dtype != ZS_F32 && zr->dtype != ZS_F64
+                           ? zs_to_dtype(zr, ZS_F32) : zs_retain(zr);
+        zs_release(zr);
         loss = N > 0 ? vocab_ce(tp, z, &L, ignored, N, count)
                      : zs_zeros_on(logits->device, logits->dtype, 0, NULL);
         zs_release(z);

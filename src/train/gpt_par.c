@@ -22,6 +22,29 @@
  * several tp ranks, whose ALiBi slopes depend on the head's global
  * number: that path computes softmax(q k^T / sqrt(D) + alibi + mask) v
  * with ordinary operators on this rank's heads.
+ *
+ * Recomputation and sparse attention follow the one-process GPT the part
+ * is cut from (zs_gpt_set_recompute, zs_gpt_set_sparse_attention; their
+ * contracts and memory accounting in src/nn/gpt.c), through the same
+ * library API:
+ *   selective: the attention core (this rank's heads, from qkv to the
+ *     merged heads) runs under zs_checkpoint; it holds no collective.
+ *   full: blocks l < recompute_layers (0: all; global block numbers, so
+ *     the same blocks as one process) run under zs_checkpoint keeping only
+ *     their input. The region holds the block's tp collectives (tp_copy /
+ *     sp_gather in, all-reduce / reduce-scatter out): the replay in
+ *     backward runs the forward collectives again, then the region's
+ *     backward collectives, as Megatron's recomputation does. They match
+ *     across the tp group because every tp rank of a stage runs the same
+ *     schedule on the same micro-batches: the same regions are replayed
+ *     in the same order on each. zs_checkpoint restores the RNG state
+ *     (the seed Megatron's dropout would draw from; this GPT has none).
+ *     Under pp each micro-batch's regions keep that micro-batch's input
+ *     (their node in its graph) until its backward.
+ *   sparse: each rank runs the block-sparse kernel on its heads; the
+ *     layout is the same for every head (zs/attention.h), so the split
+ *     computes exactly the one-process heads. BLOOM has no sparse kernel
+ *     (refused when it is set on the GPT).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -29,11 +52,14 @@
 
 #include "train/par.h"
 #include "zs/attention.h"
+#include "zs/autograd.h"
 #include "zs/linear.h"
 
 typedef struct pblock {
     zs_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
     zs_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+    zsi_pgpt *pg;  /* the part and the block's global number: the ctx */
+    int64_t layer; /* of the block's recomputed regions */
 } pblock;
 
 struct zsi_pgpt {
@@ -46,6 +72,10 @@ struct zsi_pgpt {
     zs_module *m;      /* holds the parameters (owned) */
     zs_tensor *wte, *wpe, *emb_ln_w, *emb_ln_b, *lnf_w, *lnf_b;
     pblock *b;         /* blocks l0 .. l1-1 */
+    zs_recompute recompute; /* the one-process GPT's settings */
+    int64_t recompute_layers;
+    bool sparse;
+    zs_sparse_params sparams;
 };
 
 int64_t zsi_gpt_param_layer(const char *name, int64_t layers)
@@ -166,6 +196,12 @@ zsi_pgpt *zsi_pgpt_new(zs_module *full, zs_comm *tp, bool sp, int64_t l0, int64_
     pg->sp = sp;
     pg->l0 = l0, pg->l1 = l1;
     pg->first = first, pg->last = last;
+    for (int64_t l = l0; l < l1; l++)
+        pg->b[l - l0].pg = pg, pg->b[l - l0].layer = l;
+    const zs_sparse_params *spa = zs_gpt_sparse_attention_of(full);
+    if ((pg->sparse = spa != NULL))
+        pg->sparams = *spa;
+    zs_gpt_get_recompute(full, &pg->recompute, &pg->recompute_layers);
     zs_tensor **ps;
     char **names;
     int n = zs_module_parameters(full, &ps, &names);
@@ -314,7 +350,9 @@ static zs_tensor *attention_core(const zsi_pgpt *pg, zs_tensor *qkv)
         zs_release(s);
     }
     zs_attention_params ap = {.causal = true, .alibi = pg->c.arch == ZS_BLOOM};
-    zs_tensor *a = pg->c.arch == ZS_BLOOM && pg->tn > 1
+    zs_tensor *a = pg->sparse ? zs_sparse_attention(parts[0], parts[1], parts[2],
+                                                    &pg->sparams)
+                   : pg->c.arch == ZS_BLOOM && pg->tn > 1
                        ? alibi_attention(parts[0], parts[1], parts[2], pg->tr * H,
                                          pg->c.heads)
                        : zs_attention(parts[0], parts[1], parts[2], &ap);
@@ -326,14 +364,23 @@ static zs_tensor *attention_core(const zsi_pgpt *pg, zs_tensor *qkv)
     return merged;
 }
 
+/* zs_grad_fn of the selective region: in[0] = qkv, ctx the block. */
+static zs_tensor *core_region(void *ctx, zs_tensor **in)
+{
+    const pblock *b = ctx;
+    return attention_core(b->pg, in[0]);
+}
+
 /* Block l on x (the residual stream, [B, T, C] or its sequence shard). */
-static zs_tensor *block(zsi_pgpt *pg, int64_t l, zs_tensor *x)
+static zs_tensor *block_body(zsi_pgpt *pg, int64_t l, zs_tensor *x)
 {
     pblock *b = &pg->b[l - pg->l0];
     int sd = seq_dim(pg);
+    bool sel = pg->recompute == ZS_RECOMPUTE_SELECTIVE && zs_grad_enabled();
     zs_tensor *h = zs_layer_norm(x, b->ln1_w, b->ln1_b, 1e-5);
     zs_tensor *qkv = zs_tp_column_linear(pg->tp, h, b->attn_w, b->attn_b, false, sd);
-    zs_tensor *mg = qkv ? attention_core(pg, qkv) : NULL;
+    zs_tensor *mg = !qkv ? NULL : sel ? zs_checkpoint(core_region, b, 1, &qkv)
+                                      : attention_core(pg, qkv);
     zs_tensor *a = zs_tp_row_linear(pg->tp, mg, b->proj_w, b->proj_b, true, sd);
     zs_tensor *x2 = a ? zs_add(x, a) : NULL;
     zs_tensor *h2 = x2 ? zs_layer_norm(x2, b->ln2_w, b->ln2_b, 1e-5) : NULL;
@@ -345,6 +392,23 @@ static zs_tensor *block(zsi_pgpt *pg, int64_t l, zs_tensor *x)
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
         zs_release(tmp[i]);
     return x3;
+}
+
+/* zs_grad_fn of the full region: in[0] = the block's input. */
+static zs_tensor *block_region(void *ctx, zs_tensor **in)
+{
+    const pblock *b = ctx;
+    return block_body(b->pg, b->layer, in[0]);
+}
+
+/* Block l on x: under full recomputation (training, l < layers or all)
+ * a checkpointed region keeping x only. */
+static zs_tensor *block(zsi_pgpt *pg, int64_t l, zs_tensor *x)
+{
+    int64_t n = pg->recompute_layers;
+    if (pg->recompute == ZS_RECOMPUTE_FULL && zs_grad_enabled() && (n <= 0 || l < n))
+        return zs_checkpoint(block_region, &pg->b[l - pg->l0], 1, &x);
+    return block_body(pg, l, x);
 }
 
 zs_tensor *zsi_pgpt_blocks(zsi_pgpt *pg, zs_tensor *x)

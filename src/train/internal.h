@@ -84,6 +84,9 @@ zs_status zsi_par_from_full(zs_trainer *t, zs_optim *full, zs_optim *local);
 /* The one-process model (borrowed) and its flat parameters. */
 zs_module *zsi_par_full(zs_trainer *t);
 zs_tensor *zsi_par_full_flat(zs_trainer *t);
+/* The grid's whole communicator (borrowed): what every rank must agree
+ * on, such as the loss scaler's Inf/NaN flag. */
+zs_comm *zsi_par_world(zs_trainer *t);
 /* The pipeline's fields of the profile; their reset. */
 void zsi_par_profile(const zs_trainer *t, zs_train_profile *p);
 void zsi_par_profile_reset(zs_trainer *t);

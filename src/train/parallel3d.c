@@ -45,6 +45,8 @@ typedef struct zsi_par {
     /* pipeline timing, summed over steps: busy (compute) and wall */
     double busy_s, wall_s;
     int64_t pipe_bytes;  /* activations and gradients sent in the last step */
+    size_t step_peak;    /* most bytes the allocator held above a step's start
+                          * (activations, their gradients, temporaries) */
 } zsi_par;
 
 bool zsi_par_wanted(const zs_trainer_config *c) { return c->tp > 1 || c->pp > 1; }
@@ -62,14 +64,12 @@ zs_status zsi_par_check(const zs_trainer_config *c)
         return ZS_OK;
     }
     if (c->sync != ZS_SYNC_ALLREDUCE || c->zero > 1 || c->accum != 1 || c->graph ||
-        c->precision != ZS_F32 || c->device != ZS_CPU || c->loss ||
-        c->optim.kind == ZS_ONEBIT_ADAM)
+        c->device != ZS_CPU || c->loss || c->optim.kind == ZS_ONEBIT_ADAM)
         return zs_set_error("trainer: model parallelism (tp %d, pp %d) runs all-reduce "
                             "data parallelism with ZeRO 0 or 1, accum 1 (micro-batches "
-                            "instead), eager f32 on the cpu, AdamW or SGD and the GPT "
-                            "loss (here: ZeRO %d, accum %lld%s%s)", c->tp, c->pp,
-                            c->zero, (long long)c->accum, c->graph ? ", graph" : "",
-                            c->precision != ZS_F32 ? ", mixed precision" : "");
+                            "instead), eager on the cpu, AdamW or SGD and the GPT "
+                            "loss (here: ZeRO %d, accum %lld%s)", c->tp, c->pp,
+                            c->zero, (long long)c->accum, c->graph ? ", graph" : "");
     if (c->sequence_parallel && c->tp < 2)
         return zs_set_error("trainer: sequence parallelism needs tp > 1");
     if ((unsigned)c->pp_schedule > ZS_PP_1F1B)
@@ -164,6 +164,7 @@ void zsi_par_free(zs_trainer *t)
 }
 
 zs_module *zsi_par_full(zs_trainer *t) { return t->par->full; }
+zs_comm *zsi_par_world(zs_trainer *t) { return t->par->grid->world; }
 
 void zsi_par_profile(const zs_trainer *t, zs_train_profile *pr)
 {
@@ -197,6 +198,13 @@ void zsi_par_log_setup(const zs_trainer *t)
 void zsi_par_log_end(const zs_trainer *t)
 {
     const zsi_par *p = t->par;
+    static const char *rc[] = {"none", "selective", "full"};
+    zs_recompute mode = ZS_RECOMPUTE_NONE;
+    int64_t layers = 0;
+    zs_gpt_get_recompute(p->full, &mode, &layers);
+    fprintf(t->c.log, "step memory (world rank 0): peak %.3f MiB above the step's start "
+            "(activations, gradients, temporaries; recompute %s)\n",
+            (double)p->step_peak / 1048576, (unsigned)mode < 3 ? rc[mode] : "?");
     if (p->stages < 2 || p->busy_s <= 0)
         return;
     fprintf(t->c.log, "pipeline %s pp %d m %d: measured bubble %.3f (stage 0: idle / "
@@ -240,7 +248,10 @@ static zs_status forward(zs_trainer *t, mb_state *s, zs_tensor *x, zs_tensor *y,
         zs_tensor *l = zsi_pgpt_loss(p->pg, o, y);
         zs_release(o);
         *loss_sum += l ? zs_item(l) : NAN;
-        o = l ? zs_mul_scalar(l, 1.0 / p->m) : NULL;
+        /* 1 / m, times the loss scale for f16 and fp8 (the same on every
+         * rank: the scaler's skips are agreed over the world) */
+        double f = (t->scaler ? zs_grad_scaler_get_scale(t->scaler) : 1) / p->m;
+        o = l ? zs_mul_scalar(l, f) : NULL;
         zs_release(l);
     }
     *busy += zsi_train_now() - t0;
@@ -393,11 +404,24 @@ zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
     if (!xs)
         return zs_set_error_code(ZS_ERR_NOMEM, "trainer: out of memory");
     double sum = 0;
+    /* mixed precision: the schedule's forwards under autocast, this part's
+     * weights converted once per step (backward runs with autocast off) */
+    zs_status st = zsi_train_amp_begin(t, true);
+    bool amp = st == ZS_OK;
+    zs_alloc_stats a0, a1;
+    zs_alloc_get_stats(&a0);
+    zs_alloc_reset_peak();
     zs_scope_push();
-    zs_status st = micro_batches(t, step, xs, xs + p->m);
+    if (st == ZS_OK)
+        st = micro_batches(t, step, xs, xs + p->m);
     if (st == ZS_OK)
         st = run_schedule(t, xs, xs + p->m, &sum);
     zs_scope_pop();
+    if (amp)
+        zsi_train_amp_end(t);
+    zs_alloc_get_stats(&a1);
+    if (a1.peak_bytes > a0.current_bytes + p->step_peak)
+        p->step_peak = a1.peak_bytes - a0.current_bytes;
     free(xs);
     double t0 = zsi_train_now();
     if (t->dp && zs_dp_finish(t->dp) != ZS_OK && st == ZS_OK)

@@ -74,13 +74,17 @@ zs_status zsi_train_unscale(zs_trainer *t, bool *skip)
     t->step_scale = t->scaler ? zs_grad_scaler_get_scale(t->scaler) : 1;
     if (!t->scaler)
         return ZS_OK;
-    int n;
-    zs_tensor **ps = zs_optim_params(t->o, &n);
+    int n = 1;
+    /* model parallelism: the part's whole gradient (its norm is taken
+     * over tp and pp from every parameter, ZeRO-1's shards included), and
+     * the flag agreed by every rank of the grid (each checked its part) */
+    zs_tensor **ps = t->par ? &t->fp : zs_optim_params(t->o, &n);
+    zs_comm *all = t->par ? zsi_par_world(t) : t->comm;
     zs_status st = zs_grad_scaler_unscale(t->scaler, n, ps);
     bool found = zs_grad_scaler_found_inf(t->scaler);
-    if (st == ZS_OK && t->size > 1) { /* ZeRO: each rank checked its shard */
+    if (st == ZS_OK && zs_comm_size(all) > 1) { /* ZeRO: each rank checked its shard */
         zs_tensor *f = zs_scalar(ZS_F64, found ? 1 : 0);
-        st = f ? zs_comm_allreduce(t->comm, f, false, ZS_ALLREDUCE_MPI) : ZS_ERR_NOMEM;
+        st = f ? zs_comm_allreduce(all, f, false, ZS_ALLREDUCE_MPI) : ZS_ERR_NOMEM;
         found = st == ZS_OK && zs_item(f) > 0;
         zs_release(f);
         zs_grad_scaler_set_found_inf(t->scaler, found);

@@ -508,9 +508,12 @@ double zs_trainer_validate(zs_trainer *t)
 {
     if (!t->c.eval)
         return NAN;
-    if (t->par) { /* the whole model, gathered */
+    if (t->par) { /* the whole model, gathered; its weights cast on use */
         zs_no_grad_push();
-        double v = zsi_par_validate(t);
+        bool amp = zsi_train_amp_begin(t, false) == ZS_OK;
+        double v = amp ? zsi_par_validate(t) : NAN;
+        if (amp)
+            zsi_train_amp_end(t);
         zs_no_grad_pop();
         return v;
     }

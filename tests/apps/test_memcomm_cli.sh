@@ -81,8 +81,10 @@ losses "$tmp/gsp1" > "$tmp/l.gsp1"
 check "--graph --attention sparse: the eager sparse losses" \
   '[ -s "$tmp/l.sp1" ] && cmp -s "$tmp/l.sp1" "$tmp/l.gsp1" && ! cmp -s "$tmp/l.sp1" "$tmp/l.none"'
 
-refused "recomputation with tensor parallelism" "do not work with --tp" "$zs" train gpt \
-  "${common[@]}" --tp 2 --recompute full --out "$tmp/x"
+# with --tp the flags are accepted (tests/train/test_parallel3d.sh trains
+# them); one process is refused for the layout alone
+refused "recomputation with --tp 2 in one process" "start it with mpirun -np 2" "$zs" \
+  train gpt "${common[@]}" --tp 2 --recompute full --out "$tmp/x"
 refused "unknown recompute mode" "--recompute" "$zs" train gpt "${common[@]}" --recompute half \
   --out "$tmp/x"
 refused "sparse block outside 16..128" "--sparse-block" "$zs" train gpt "${common[@]}" \

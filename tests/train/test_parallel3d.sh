@@ -9,7 +9,12 @@
 # Checkpoints are written in the one-process layout: a run stopped at
 # tp 2 (and at tp 2 x pp 2 x dp 2 with ZeRO-1) resumes in one process, and
 # one process's in 3D and at pp 4, with the uninterrupted losses. Bad
-# layouts are refused with a message.
+# layouts are refused with a message. Issue 29 on the split model:
+# --recompute full|selective (and --recompute-layers), --attention sparse
+# and --precision bf16|fp16|fp8 at tp 2, pp 2 and in 8-rank 3D runs give
+# the losses of one process with the same flags (f32: 1e-5; mixed
+# precision: 1e-3, see below), and full recomputation lowers the step's
+# peak memory (both printed).
 set -uo pipefail
 zs="$ZS_BIN"
 if ! command -v mpirun >/dev/null; then
@@ -33,29 +38,40 @@ for arch in gpt2 bloom; do
 done
 # col FILE KEY: the values of KEY on the step lines of metrics.jsonl.
 col() { grep '"loss"' "$1" | sed "s/.*\"$2\":\([-0-9.e+]*\).*/\1/"; }
-# same NAME REF DIR: DIR's 10 step losses and gradient norms equal REF's.
+# same NAME REF DIR: DIR's 10 step losses and gradient norms equal REF's
+# within $tol relative (the losses) and $ntol (the norms); 1e-5 in f32.
+tol=1e-5 ntol=1e-5
 same() {
   local worst
   worst=$(paste <(col "$2/metrics.jsonl" loss) <(col "$3/metrics.jsonl" loss) \
                 <(col "$2/metrics.jsonl" grad_norm) <(col "$3/metrics.jsonl" grad_norm) |
           awk '{for (k = 1; k <= 3; k += 2) {d = ($k - $(k+1)) / $k; if (d < 0) d = -d;
-                if (d > w) w = d}; n++}
-               END {if (n != 10) print "missing"; else printf "%.2e\n", w}')
-  if [ "$worst" != "missing" ] && awk "BEGIN{exit !($worst <= 1e-5)}"; then
-    echo "ok $1: 10 step losses and gradient norms equal one process's within $worst relative"
+                if (d > w[k]) w[k] = d}; n++}
+               END {if (n != 10) print "missing"; else printf "%.2e %.2e\n", w[1], w[3]}')
+  if [ "$worst" != "missing" ] &&
+     awk -v t="$tol" -v nt="$ntol" "BEGIN{split(\"$worst\", w, \" \"); exit !(w[1] <= t && w[2] <= nt)}"; then
+    echo "ok $1: 10 step losses and gradient norms equal one process's within" \
+         "${worst% *} and ${worst#* } relative (bounds $tol, $ntol)"
   else
-    echo "FAIL $1: worst relative difference $worst"; fail=1
+    echo "FAIL $1: worst relative differences (losses, norms) $worst (bounds $tol, $ntol)"; fail=1
   fi
 }
-# par ARCH NP NAME FLAGS...: mpirun -np NP zs train gpt FLAGS, compared.
+# par ARCH NP NAME FLAGS...: mpirun -np NP zs train gpt FLAGS, compared
+# with the one-process run $ref (default: one-ARCH).
 par() {
   local arch=$1 np=$2 name=$3; shift 3
   if "${mpi[@]}" -np "$np" "$zs" train gpt "${common[@]}" --arch $arch "$@" \
       --out "$tmp/$name" >/dev/null 2>"$tmp/$name.log"; then
-    same "$name ($arch, $np ranks: $*)" "$tmp/one-$arch" "$tmp/$name"
+    same "$name ($arch, $np ranks: $*)" "$tmp/${ref:-one-$arch}" "$tmp/$name"
   else
     echo "FAIL $name (mpirun -np $np $*):"; cat "$tmp/$name.log"; fail=1
   fi
+}
+# one NAME FLAGS...: the one-process reference run with FLAGS.
+one() {
+  local name=$1; shift
+  "$zs" train gpt "${common[@]}" "$@" --out "$tmp/$name" >/dev/null 2>"$tmp/$name.log" \
+    || { echo "FAIL one-process $name:"; cat "$tmp/$name.log"; fail=1; }
 }
 par gpt2 2 tp2 --tp 2
 par bloom 2 tp2-bloom --tp 2
@@ -78,6 +94,68 @@ if grep -q "tp groups: \[0 1\] \[2 3\] \[4 5\] \[6 7\]" "$tmp/3d.log" &&
 else
   echo "FAIL no rank layout"; cat "$tmp/3d.log"; fail=1
 fi
+
+# Issue 29 in the split model, each against one process with the same
+# flags: recomputation (the regions under tp replay their collectives;
+# under pp each micro-batch keeps its own inputs), block-sparse attention
+# on each rank's heads, mixed precision.
+one one-full --recompute full
+ref=one-full par gpt2 2 tp2-full --tp 2 --recompute full
+ref=one-full par gpt2 2 pp2-full --pp 2 --micro-batches 4 --pp-schedule 1f1b --recompute full
+ref=one-full par gpt2 8 3d-full --tp 2 --pp 2 --dp 2 --micro-batches 2 --zero 1 --recompute full
+one one-sel --recompute selective
+ref=one-sel par gpt2 2 tp2-sel --tp 2 --sequence-parallel --recompute selective
+ref=one-sel par gpt2 2 pp2-sel --pp 2 --micro-batches 4 --recompute selective
+ref=one-sel par gpt2 8 3d-sel --tp 2 --pp 2 --dp 2 --micro-batches 2 --recompute selective
+one one-full1 --recompute full --recompute-layers 3
+ref=one-full1 par gpt2 4 pp4-full1 --pp 4 --micro-batches 4 --recompute full --recompute-layers 3
+# 64 tokens in blocks of 16: 9 of the 16 blocks (local 0, global 1, random 1)
+sparse=(--seq 64 --attention sparse --sparse-block 16 --local 0 --global 1 --random 1)
+one one-sparse "${sparse[@]}"
+ref=one-sparse par gpt2 2 tp2-sparse --tp 2 "${sparse[@]}"
+ref=one-sparse par gpt2 2 pp2-sparse --pp 2 --micro-batches 2 "${sparse[@]}"
+ref=one-sparse par gpt2 8 3d-sparse --tp 2 --pp 2 --dp 2 --micro-batches 2 --recompute full \
+  "${sparse[@]}"
+# Mixed precision against one process in the same precision. The split
+# model rounds to the 16-bit type at other points (a row-parallel
+# linear's partial sums are rounded before the all-reduce, bias, GeLU and
+# residual applied after the rounding instead of in the GEMM's epilogue;
+# fp8: the tile scales of each rank's weight shard), one rounding (2^-9
+# relative in bf16) per activation: over 10 steps the losses move by up
+# to ~5e-4 relative (measured; f32 and bf16 one-process runs differ by
+# as much) and the gradient norms, a sum of squares dominated by few
+# entries, by up to ~6e-3 (fp8). Bounds: 1e-3 for the losses, 2e-2 for
+# the norms. The loss scaler's skips are checked by
+# test_parallel3d_precision.
+tol=1e-3 ntol=2e-2
+for p in bf16 fp16 fp8; do one "one-$p" --precision $p; done
+ref=one-bf16 par gpt2 2 tp2-bf16 --tp 2 --precision bf16
+ref=one-bf16 par gpt2 2 pp2-bf16 --pp 2 --micro-batches 2 --precision bf16
+ref=one-bf16 par gpt2 8 3d-bf16 --tp 2 --pp 2 --dp 2 --micro-batches 2 --zero 1 \
+  --precision bf16 --recompute selective
+ref=one-fp16 par gpt2 8 3d-fp16 --tp 2 --pp 2 --dp 2 --micro-batches 2 --sequence-parallel \
+  --precision fp16
+ref=one-fp8 par gpt2 2 tp2-fp8 --tp 2 --precision fp8
+tol=1e-5 ntol=1e-5
+if grep -q '"precision":"bf16"' "$tmp/3d-bf16/metrics.jsonl" &&
+   grep -q '"precision":"fp16","loss_scale":65536' "$tmp/3d-fp16/metrics.jsonl"; then
+  echo "ok the mixed-precision runs log their precision and loss scale"
+else
+  echo "FAIL no precision in metrics.jsonl"; head -2 "$tmp/3d-bf16/metrics.jsonl"; fail=1
+fi
+# Full recomputation keeps only each block's input: the step's peak (rank
+# 0, above the step's start) falls.
+for lay in tp2 pp2-1f1b; do
+  full=${lay%-1f1b}-full
+  a=$(sed -n 's/^step memory.*: peak \([0-9.]*\) MiB.*/\1/p' "$tmp/$lay.log")
+  b=$(sed -n 's/^step memory.*: peak \([0-9.]*\) MiB.*/\1/p' "$tmp/$full.log")
+  if [ -n "$a" ] && [ -n "$b" ] && awk "BEGIN{exit !($b < $a)}"; then
+    echo "ok $lay: step peak $a MiB without recomputation, $b MiB with --recompute full"
+  else
+    echo "FAIL $lay: step peak '$a' MiB without recomputation, '$b' with"; fail=1
+  fi
+done
+
 bub=$(grep "measured bubble" "$tmp/pp4-1f1b.log")
 echo "$bub" | grep -q "formula (p-1)/m = 0.375" && echo "ok $bub" \
   || { echo "FAIL no bubble line: '$bub'"; fail=1; }
