@@ -38,6 +38,8 @@ struct zs_comm {
     uint32_t rings;         /* ring all-reduces started (their tags) */
     zs_request *active;     /* unfinished requests, linked by next */
     int orphans;            /* transfers abandoned on a timeout */
+    int64_t tp_sent;        /* bytes sent by the tensor-parallel operators
+                             * (tp.c) on this group, ring volume */
 };
 
 struct zs_request {

@@ -620,6 +620,8 @@ zs_status zs_trainer_run(zs_trainer *t)
         if (r)
             break;
     }
+    if (t->par)
+        zsi_par_log_memory(t);
     log_end(t);
     return ZS_OK;
 }
