@@ -431,7 +431,12 @@ zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
         st = ZS_ERR_STATE;
     if (st == ZS_OK)
         st = complete_grads(t);
-    t->comm_bytes = zsi_train_step_bytes(t, false) + p->pipe_bytes;
+    /* the dp average's ring volume (ZeRO-1's reduce-scatter + all-gather
+     * moves the same), at this rank's place in its dp group (t->rank is
+     * the world rank) */
+    t->comm_bytes = (t->size > 1 ? zs_onebit_ring_bytes(zs_numel(t->fp), 4, t->size,
+                                                        zs_comm_rank(t->comm)) : 0) +
+                    p->pipe_bytes;
     p->tp_bytes = zs_tp_bytes_sent(p->grid->tp) - tp0;
     /* the loss: the last stage's mean over micro-batches, to every stage,
      * then averaged over dp */
