@@ -381,8 +381,10 @@ static zs_status memory_options(const gpt_cfg *c, const zs_gpt_config *g,
     return ZS_OK;
 }
 
-/* Builds the trainer over m and runs it; the exit status. */
-static int train(const gpt_cfg *c, const zs_gpt_config *g, zs_module *m,
+/* Builds the trainer over *m and runs it; the exit status. Under model
+ * parallelism the trainer keeps its own part: *m is freed (and NULLed)
+ * once the trainer is made, so no rank holds the whole model. */
+static int train(const gpt_cfg *c, const zs_gpt_config *g, zs_module **m,
                  const zs_text_corpus *tc, run *r)
 {
     char path[4200], meta[1024];
@@ -399,8 +401,12 @@ static int train(const gpt_cfg *c, const zs_gpt_config *g, zs_module *m,
     tcfg.checkpoint = path;
     zs_gpt_config_to_metadata(g, meta, sizeof meta);
     tcfg.metadata = meta;
-    zs_trainer *t = zs_trainer_new(m, &tcfg);
+    zs_trainer *t = zs_trainer_new(*m, &tcfg);
     int rc = t ? 0 : 1;
+    if (t && (tcfg.tp > 1 || tcfg.pp > 1)) {
+        zs_module_free(*m);
+        *m = NULL;
+    }
     if (!rc && c->resume && zs_trainer_resume(t, path, NULL) != ZS_OK)
         rc = 2; /* another model or tokenizer: the shapes differ */
     if (!rc && !(r->log = zs_train_log_open(c->out, c->resume, r->lead)))
@@ -435,7 +441,7 @@ int cmd_train_gpt(int argc, char **argv)
     zs_module *m = NULL;
     int rc = check_setup(&c, &g) == ZS_OK && corpus(&c, &tc) == ZS_OK &&
              (m = model(&c, &g, tc.bpe, r.lead)) &&
-             memory_options(&c, &g, m, r.lead) == ZS_OK ? train(&c, &g, m, &tc, &r) : 2;
+             memory_options(&c, &g, m, r.lead) == ZS_OK ? train(&c, &g, &m, &tc, &r) : 2;
     if (rc)
         fprintf(stderr, "%szs train gpt: %s\n", r.tty ? "\n" : "", zs_last_error());
     zs_module_free(m);

@@ -192,6 +192,18 @@ typedef struct zs_parallel {
                           * from stage 2, weights at stage 3) live on host */
     zs_recompute recompute;
     zs_precision precision;
+    /* Like for like with an engine that differs from the chapter's
+     * model (all zero: the chapter's, as described above), used by
+     * zs_memory_analyze_stage: */
+    int act_bytes;       /* bytes of an activation element; 0: 2 (16-bit) */
+    bool flash;          /* fused attention: no s^2 terms (scores,
+                          * softmax, its dropout); keeps the attention
+                          * output and its log-sum-exp per head and row */
+    bool no_dropout;     /* no dropout, so no masks */
+    double optim_bytes;  /* optimizer state per parameter; 0: 12 (fp32
+                          * master, m, v); fp32 AdamW keeps m and v: 8 */
+    bool gpipe;          /* GPipe: all m micro-batches in flight (else
+                          * 1F1B: min(pp - stage, m)) */
 } zs_parallel;
 /* Checks sizes, that batch is a multiple of micro_batch * dp, that
  * n_kv_head (hence n_head) is a multiple of tp and that pp <= n_layer
@@ -225,6 +237,29 @@ typedef struct zs_memory_report {
  * * per-layer bytes (1F1B schedule; the first stage holds min(p, m)). */
 zs_status zs_memory_analyze(const zs_model_config *c, const zs_parallel *p,
                             zs_memory_report *out);
+/* One rank of pipeline stage `stage` (of p->pp) holding `layers` blocks,
+ * placed as Megatron-LM and Zhisuan's split GPT place them: the first
+ * stage also holds the token (and position) embedding, the last the
+ * final norm and the head (the tied token table again when pp > 1); tp
+ * splits the vocabulary and the blocks' matrices (their norms are
+ * replicated). Activations per layer as zs_activation_bytes_layer with
+ * p's like-for-like options (act_bytes, flash, no_dropout), times the
+ * micro-batches the stage holds at once (1F1B: min(pp - stage, m);
+ * GPipe: m), plus on the last stage the head's: the final norm's input
+ * and output (2sbh) and the vocabulary-parallel logits and their
+ * softmax (2sbV/t), for one micro-batch. */
+typedef struct zs_stage_memory {
+    double params;          /* elements on one rank of the stage */
+    zs_state_bytes state;   /* weights, gradients, optimizer (ZeRO over dp) */
+    double act_layer;       /* bytes per layer per micro-batch */
+    int64_t in_flight;      /* micro-batches held at once */
+    double act_head;        /* the last stage's head (one micro-batch) */
+    double act;             /* layers * in_flight * act_layer + act_head */
+    double total;           /* state.total + act */
+} zs_stage_memory;
+zs_status zs_memory_analyze_stage(const zs_model_config *c, const zs_parallel *p,
+                                  int64_t stage, int64_t layers, zs_stage_memory *out);
+
 /* Smallest number of devices of device_bytes that can hold total_bytes:
  * ceil(total / device); < 0 + error when device_bytes <= 0. */
 int64_t zs_min_devices(double total_bytes, double device_bytes);
@@ -255,6 +290,13 @@ typedef struct zs_comm_report {
                              * recomputation) */
     double pp_p2p;          /* activations forward + gradients backward:
                              * 2 * m * b*s*h elements per stage boundary */
+    double tp_embed;        /* per step: the vocabulary-parallel embedding's
+                             * forward all-reduce (first stage) and the
+                             * head's backward all-reduce of its input (last
+                             * stage), b*s*h each per micro-batch: for the
+                             * stage holding one of them (pp > 1), both
+                             * when pp = 1; not in total, which keeps the
+                             * chapter's count */
     double total;
     int64_t micro_batches;
     double bubble_gpipe, bubble_1f1b;

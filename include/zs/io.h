@@ -39,6 +39,48 @@ void zs_tensor_set_free(zs_tensor_set *s);
 /* Borrowed tensor by name, NULL if absent. */
 zs_tensor *zs_tensor_set_get(const zs_tensor_set *s, const char *name);
 
+/* ---- safetensors one tensor at a time (src/io/safetensors_stream.c) ---- */
+
+/* A tensor's name (borrowed), dtype and shape, without its data. */
+typedef struct zs_tensor_info {
+    const char *name;
+    zs_dtype dtype;
+    int ndim;
+    int64_t shape[ZS_MAX_DIMS];
+} zs_tensor_info;
+
+/* Writes a safetensors file piece by piece, for a checkpoint never held
+ * in memory at once: the same layout and header as zs_safetensors_save
+ * (tensors in name order), made atomic as it is. _new writes the header
+ * of the n tensors described (infos borrowed during the call) into a
+ * temporary file; _put writes nbytes of tensor `name`'s contiguous,
+ * little-endian data starting at byte `at` of it; _finish fails unless
+ * every byte was put, else fsyncs and renames over path; both _finish and
+ * _abort free w, _abort removing the temporary file. NULL / < 0 + error. */
+typedef struct zs_safetensors_writer zs_safetensors_writer;
+zs_safetensors_writer *zs_safetensors_writer_new(const char *path, int n,
+                                                 const zs_tensor_info *infos,
+                                                 const char *metadata_json);
+zs_status zs_safetensors_writer_put(zs_safetensors_writer *w, const char *name,
+                                    size_t at, const void *data, size_t nbytes);
+zs_status zs_safetensors_writer_finish(zs_safetensors_writer *w);
+void zs_safetensors_writer_abort(zs_safetensors_writer *w);
+
+/* Reads pieces of a safetensors file: _open reads and checks the header
+ * only (dtypes, shapes, offsets within the file); _info describes tensor
+ * `name` (out->name borrowed from r), _read copies nbytes of its data from
+ * byte `at` into dst; _metadata is the __metadata__ object as JSON
+ * (borrowed) or NULL. A missing name is ZS_ERR_FORMAT naming the file. */
+typedef struct zs_safetensors_reader zs_safetensors_reader;
+zs_safetensors_reader *zs_safetensors_open(const char *path);
+zs_status zs_safetensors_reader_info(const zs_safetensors_reader *r, const char *name,
+                                     zs_tensor_info *out);
+zs_status zs_safetensors_reader_read(const zs_safetensors_reader *r, const char *name,
+                                     size_t at, void *dst, size_t nbytes);
+int zs_safetensors_reader_count(const zs_safetensors_reader *r);
+const char *zs_safetensors_reader_metadata(const zs_safetensors_reader *r);
+void zs_safetensors_reader_close(zs_safetensors_reader *r);
+
 /* ---- image classification data ------------------------------------- */
 
 typedef struct zs_image_data {

@@ -161,6 +161,13 @@ zs_tensor *zs_tp_shard(zs_tensor *full, int dim, int blocks, int rank, int size)
  * tensor (new, no autograd). Collective. */
 zs_tensor *zs_tp_unshard(zs_comm *tp, zs_tensor *shard, int dim, int blocks);
 
+/* Bytes this rank has sent on tp through the tensor-parallel operators
+ * above (tp_allreduce, tp_allgather, tp_reduce_scatter, forward and
+ * backward), counted at the ring algorithm's volume as zs_comm_analyze
+ * models it: 2 (P-1)/P of an all-reduced tensor, (P-1)/P of a gathered
+ * or reduce-scattered one (the whole tensor's bytes); 0 for NULL. */
+int64_t zs_tp_bytes_sent(const zs_comm *tp);
+
 /* The dropout seed of a region: `split` regions (the outputs of a
  * column-parallel layer, attention heads) differ between tp ranks,
  * replicated regions (after a row-parallel layer, with sequence

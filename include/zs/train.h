@@ -186,8 +186,9 @@ typedef struct zs_trainer_config {
     /* Model parallelism (issue 28, src/train/parallel3d.c): with tp or pp
      * > 1 the trainer cuts comm into a dp x tp x pp grid (zs/tp.h: tp
      * fastest, pp slowest), prints the rank layout, and trains the GPT it
-     * is given (a zs_gpt_new model, the same on every rank; it stays the
-     * one-process copy that validation and checkpoints use) split
+     * is given (a zs_gpt_new model, the same on every rank; zs_trainer_new
+     * copies this rank's shards out of it and never uses it again, so the
+     * caller frees it right after to hold only its part) split
      * Megatron-style: blocks over pp stages (embeddings on the first,
      * ln_f, the tied head and the loss on the last), each block over tp
      * (attention by heads, MLP column then row, vocabulary-parallel
@@ -209,6 +210,14 @@ typedef struct zs_trainer_config {
     int64_t micro_batches;    /* per step and dp rank; 0: 1 */
     bool sequence_parallel;   /* norms on sequence shards (tp > 1) */
     const int64_t *pp_layers; /* blocks of each of the pp stages; NULL: even */
+    /* Model parallelism validates on the split model itself (forward
+     * only, every rank taking part, the loss computed by the last stage as
+     * in training): the mean GPT loss of batches 0 .. eval_batches - 1 of
+     * eval_batch (rows as for batch). NULL with eval = zs_token_eval: its
+     * zs_token_source's batches; another eval function is refused. */
+    zs_batch_fn eval_batch;
+    void *eval_batch_ctx;
+    int64_t eval_batches;     /* 0: 1 */
 } zs_trainer_config;
 
 /* "fp32", "bf16", "fp16", "fp8" for ZS_F32, ZS_BF16, ZS_F16, ZS_F8E4M3
@@ -280,6 +289,9 @@ typedef struct zs_train_profile {
      * its pipe sent (activations and their gradients) in the last step */
     double pp_busy_s, pp_wall_s;
     int64_t pp_bytes;
+    int64_t tp_bytes;             /* the tensor-parallel operators' bytes
+                                   * sent in the last step (forward and
+                                   * backward; zs_tp_bytes_sent) */
 } zs_train_profile;
 void zs_trainer_profile(const zs_trainer *t, zs_train_profile *p);
 void zs_trainer_profile_reset(zs_trainer *t);

@@ -64,6 +64,7 @@ zs_status zs_comm_analyze(const zs_model_config *c, const zs_parallel *p,
     o->tp_layer = 4 * one;
     o->tp_step = ar * one * (double)zs_parallel_layers_per_stage(c, p) * (double)m;
     o->pp_p2p = p->pp > 1 ? 2 * (double)m * act : 0;
+    o->tp_embed = (p->pp > 1 ? 1 : 2) * one * (double)m;
     o->total = o->dp_allreduce + o->zero3_gather + o->tp_step + o->pp_p2p;
     o->bubble_gpipe = zs_pipeline_bubble(p->pp, m);
     o->bubble_1f1b = zs_pipeline_bubble(p->pp, m);

@@ -82,27 +82,34 @@ int64_t zs_parallel_micro_batches(const zs_parallel *p)
     return p->batch / (p->micro_batch * p->dp);
 }
 
-double zs_activation_bytes_layer(const zs_model_config *c, int64_t b,
-                                 int64_t s, int64_t tp, zs_recompute rc)
+/* Per layer, per micro-batch, per tp rank: the chapter's count, or with
+ * like-for-like options (p: act_bytes, flash, no_dropout; NULL: none). */
+static double act_layer(const zs_model_config *c, int64_t b, int64_t s, int64_t tp,
+                        zs_recompute rc, const zs_parallel *p)
 {
+    double e = p && p->act_bytes > 0 ? p->act_bytes : 2;
     double sb = (double)s * (double)b, h = (double)c->d_model;
     double qd = (double)(c->n_head * c->d_head);
     double kvd = (double)(c->n_kv_head * c->d_head);
     double ff = (double)c->d_ff, t = (double)tp;
     if (rc == ZS_RECOMPUTE_FULL)
-        return 2 * sb * h;
-    double kept = 2 * sb * h * 2   /* norm inputs */
-                  + 2 * sb * h     /* QKV input */
-                  + 2 * sb * h     /* MLP input */
-                  + 2 * sb * h;    /* dropout masks, 1 byte each */
-    double split = 2 * sb * (qd + 2 * kvd)  /* Q, K, V */
-                   + 2 * sb * qd;           /* out-proj input */
-    split += c->mlp == ZS_MLP_GELU ? 2 * 2 * sb * ff : 3 * 2 * sb * ff;
-    double scores = 5 * (double)c->n_head * (double)s * sb; /* 5as^2b */
+        return e * sb * h;
+    double kept = e * sb * h * 4                           /* norm inputs, QKV, MLP inputs */
+                  + (p && p->no_dropout ? 0 : 2 * sb * h); /* masks, 1 byte */
+    double split = e * sb * (qd + 2 * kvd) + e * sb * qd;  /* Q, K, V; out-proj input */
+    split += (c->mlp == ZS_MLP_GELU ? 2 : 3) * e * sb * ff;
+    double scores = p && p->flash ? e * sb * qd + 4 * (double)c->n_head * sb
+                                  : 5 * (double)c->n_head * (double)s * sb;
     double total = kept + split / t;
-    if (rc == ZS_RECOMPUTE_NONE)
+    if (rc == ZS_RECOMPUTE_NONE || (p && p->flash))
         total += scores / t;
     return total;
+}
+
+double zs_activation_bytes_layer(const zs_model_config *c, int64_t b,
+                                 int64_t s, int64_t tp, zs_recompute rc)
+{
+    return act_layer(c, b, s, tp, rc, NULL);
 }
 
 void zs_state_bytes_zero(const zs_state_bytes *replica, int64_t dp, int stage,
@@ -161,6 +168,43 @@ zs_status zs_memory_analyze(const zs_model_config *c, const zs_parallel *p,
     o->act_device = o->act_layer[p->recompute] * (double)o->layers_per_stage *
                     (double)o->micro_batches_in_flight;
     o->device_total = o->device.total + o->act_device;
+    return ZS_OK;
+}
+
+zs_status zs_memory_analyze_stage(const zs_model_config *c, const zs_parallel *p,
+                                  int64_t stage, int64_t layers, zs_stage_memory *o)
+{
+    zs_status st = zs_parallel_check(c, p);
+    if (st != ZS_OK)
+        return st;
+    if (stage < 0 || stage >= p->pp || layers < 0 || layers > c->n_layer)
+        return zs_set_error("analyze: stage %lld of %lld with %lld layers of %lld",
+                            (long long)stage, (long long)p->pp, (long long)layers,
+                            (long long)c->n_layer);
+    memset(o, 0, sizeof *o);
+    zs_param_count pc;
+    zs_model_params(c, &pc);
+    double t = (double)p->tp;
+    bool first = stage == 0, last = stage == p->pp - 1;
+    o->params = (double)layers * ((pc.attention + pc.mlp) / t + pc.norms);
+    if (first)
+        o->params += pc.embedding / t + pc.position + pc.embed_norm;
+    if (last)
+        o->params += pc.final_norm + (c->tied_embeddings ? (first ? 0 : pc.embedding / t)
+                                                         : pc.logit / t);
+    double w = p->precision == ZS_PREC_FP32 ? 4 : 2;
+    double ob = p->optim_bytes > 0 ? p->optim_bytes : 12;
+    zs_state_bytes rep = {o->params * w, o->params * w, o->params * ob, 0};
+    zs_state_bytes_zero(&rep, p->dp, p->zero, &o->state);
+    int64_t m = zs_parallel_micro_batches(p);
+    o->in_flight = p->gpipe ? m : (m < p->pp - stage ? m : p->pp - stage);
+    o->act_layer = act_layer(c, p->micro_batch, p->seq, p->tp, p->recompute, p);
+    double e = p->act_bytes > 0 ? p->act_bytes : 2;
+    double sb = (double)p->micro_batch * (double)p->seq;
+    if (last)
+        o->act_head = e * sb * (2 * (double)c->d_model + 2 * (double)c->vocab / t);
+    o->act = (double)layers * (double)o->in_flight * o->act_layer + o->act_head;
+    o->total = o->state.total + o->act;
     return ZS_OK;
 }
 

@@ -23,6 +23,7 @@
 #include "core/checked.h"
 #include "core/internal.h"
 #include "io/fileio.h"
+#include "io/st_internal.h"
 #include "zs/ops.h"
 #include "zs/io.h"
 #include "zs/ops.h"
@@ -40,6 +41,13 @@ static int parse_dtype(const char *s)
             return i;
     return -1;
 }
+
+const char *zsi_safetensors_dtype_name(zs_dtype dt)
+{
+    return (unsigned)dt < ZS_DTYPE_COUNT ? st_names[dt] : NULL;
+}
+
+int zsi_safetensors_dtype_parse(const char *s) { return parse_dtype(s); }
 
 static bool little_endian(void)
 {

@@ -41,6 +41,8 @@ struct zs_comm {
     double check_at;        /* last deadline check (zsi_expired), seconds */
     double stalled;         /* longest gap between two checks since the
                              * last zsi_deadline: this process not running */
+    int64_t tp_sent;        /* bytes sent by the tensor-parallel operators
+                             * (tp.c) on this group, ring volume */
 };
 
 struct zs_request {

@@ -137,9 +137,22 @@ static zs_tensor *scratch(zs_dtype dt, int64_t n)
     return t;
 }
 
+/* Counts what this rank sends in a ring collective over c: all-reduce
+ * 2 (P-1)/P of the tensor, all-gather and reduce-scatter (P-1)/P of the
+ * whole (gathered, or reduced) tensor: `factor` times (P-1)/P x bytes. */
+static void count_sent(zs_comm *c, int factor, size_t bytes)
+{
+    int P = zs_comm_size(c);
+    if (P > 1)
+        c->tp_sent += (int64_t)factor * (int64_t)bytes * (P - 1) / P;
+}
+
+int64_t zs_tp_bytes_sent(const zs_comm *tp) { return tp ? tp->tp_sent : 0; }
+
 static zs_status k_allreduce(const zsi_call *c, zs_tensor *out)
 {
     const tp_attrs *a = c->attrs;
+    count_sent(a->comm, 2, zs_nbytes(out));
     zs_status st = zsi_copy_host(out, c->in[0]);
     return st == ZS_OK ? zs_comm_allreduce(a->comm, out, false, ZS_ALLREDUCE_MPI) : st;
 }
@@ -154,6 +167,7 @@ static zs_status k_allgather(const zsi_call *c, zs_tensor *out)
     geom(x, (int)a->dim, &A, &D, &B);
     int P = zs_comm_size(a->comm);
     zs_status st;
+    count_sent(a->comm, 1, zs_nbytes(out));
     if (A == 1) {
         st = zs_comm_allgather(a->comm, x, out);
     } else {
@@ -196,6 +210,7 @@ static zs_status k_reduce_scatter(const zsi_call *c, zs_tensor *out)
     int P = zs_comm_size(a->comm);
     int64_t n = D / P;
     zs_status st;
+    count_sent(a->comm, 1, zs_nbytes(x));
     if (A == 1) {
         st = zs_comm_reduce_scatter(a->comm, x, out);
     } else {

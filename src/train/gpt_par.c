@@ -433,3 +433,5 @@ zs_tensor *zsi_pgpt_loss(zsi_pgpt *pg, zs_tensor *x, zs_tensor *y)
     zs_release(logits);
     return loss;
 }
+
+zs_recompute zsi_pgpt_recompute(const zsi_pgpt *pg) { return pg->recompute; }

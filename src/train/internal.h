@@ -73,17 +73,19 @@ zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss);
 /* The norm of the whole model's gradient (over tp and pp, each
  * parameter once). Collective. */
 double zsi_par_grad_norm(zs_trainer *t);
-/* Validation of the whole model (gathered), the same on every rank. */
+/* Validation on the split model (forward only, the loss by the last
+ * stage), the same on every rank. Collective. */
 double zsi_par_validate(zs_trainer *t);
-/* The one-process model and, with full (over its flat parameters) and
- * local (over t->fp), the optimizer state: gathered from every rank's
- * part (collective; every rank ends with the whole), or copied back into
- * this rank's part (local). */
-zs_status zsi_par_to_full(zs_trainer *t, zs_optim *local, zs_optim *full);
-zs_status zsi_par_from_full(zs_trainer *t, zs_optim *full, zs_optim *local);
-/* The one-process model (borrowed) and its flat parameters. */
-zs_module *zsi_par_full(zs_trainer *t);
-zs_tensor *zsi_par_full_flat(zs_trainer *t);
+/* Checkpoints in the one-process layout (par_ckpt.c), gathered to and
+ * written by world rank 0 one parameter at a time (meta: its metadata,
+ * read there only), or read by every rank for its part; local: the
+ * optimizer over t->fp whose moments go with the parameters (NULL:
+ * none). Collective; every rank returns the same status. */
+zs_status zsi_par_save(zs_trainer *t, const char *path, const char *meta, zs_optim *local);
+zs_status zsi_par_load(zs_trainer *t, const char *path, zs_optim *local, char **meta);
+/* Every rank's parameters, model state and allocator bytes (now, peak),
+ * printed by world rank 0 to the log. Collective. */
+void zsi_par_log_memory(zs_trainer *t);
 /* The grid's whole communicator (borrowed): what every rank must agree
  * on, such as the loss scaler's Inf/NaN flag. */
 zs_comm *zsi_par_world(zs_trainer *t);

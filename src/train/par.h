@@ -28,6 +28,8 @@ bool zsi_gpt_param_split(const char *name, int *dim, int *blocks);
  * the vocabulary). */
 zsi_pgpt *zsi_pgpt_new(zs_module *full, zs_comm *tp, bool sp, int64_t l0, int64_t l1,
                        bool first, bool last);
+/* The recomputation mode the split model runs (the one-process GPT's). */
+zs_recompute zsi_pgpt_recompute(const zsi_pgpt *pg);
 void zsi_pgpt_free(zsi_pgpt *pg);
 /* The module holding this rank's parameters (borrowed), named as in the
  * one-process GPT, in its order. */
@@ -49,5 +51,44 @@ zs_tensor *zsi_pgpt_blocks(zsi_pgpt *pg, zs_tensor *x);
 /* Last stage: ln_f, the tied vocabulary-parallel head and cross-entropy
  * against y [B, T]: the mean loss, a 0-d tensor alike on every tp rank. */
 zs_tensor *zsi_pgpt_loss(zsi_pgpt *pg, zs_tensor *x, zs_tensor *y);
+
+/* ---- the trainer's model-parallel state (parallel3d.c, par_ckpt.c) ---- */
+
+/* A parameter of the one-process GPT: its name and shape, its element
+ * offset in the one-process flat buffer (and the flat optimizer moments),
+ * the stage that owns it, and its index in this rank's part (-1: not
+ * held here). */
+typedef struct zsi_pinfo {
+    char *name;
+    int ndim;
+    int64_t shape[ZS_MAX_DIMS];
+    int64_t off, numel;
+    int stage, local;
+} zsi_pinfo;
+
+typedef struct zsi_par {
+    zs_grid *grid;
+    zsi_pgpt *pg;
+    zsi_pinfo *info;     /* the one-process parameters, in their order */
+    int ninfo;
+    int64_t full_numel;  /* the one-process model's parameters */
+    zs_comm *emb;        /* the first and last stage (tied wte); NULL if pp 1 */
+    zs_pipe *pipe;
+    int64_t *bounds;     /* pp + 1 layer bounds */
+    int stage, stages, m;
+    int64_t width;       /* the GPT's */
+    bool first, last;
+    /* pipeline timing, summed over steps: busy (compute) and wall */
+    double busy_s, wall_s;
+    int64_t pipe_bytes;  /* activations and gradients sent in the last step */
+    int64_t tp_bytes;    /* tp collectives' bytes of the last step */
+    size_t step_peak;    /* most bytes the allocator held above a step's start
+                          * (activations, their gradients, temporaries) */
+} zsi_par;
+
+/* The table of the one-process parameters of full (borrowed) and where
+ * each lives (p->bounds, p->pg set). */
+zs_status zsi_par_layout(zsi_par *p, zs_module *full);
+void zsi_par_layout_free(zsi_par *p);
 
 #endif

@@ -32,23 +32,6 @@
 #include "train/internal.h"
 #include "train/par.h"
 
-typedef struct zsi_par {
-    zs_grid *grid;
-    zsi_pgpt *pg;
-    zs_module *full;     /* borrowed: the caller's GPT */
-    zs_tensor *full_fp;  /* its flat parameters (borrowed from it) */
-    zs_comm *emb;        /* the first and last stage (tied wte); NULL if pp 1 */
-    zs_pipe *pipe;
-    int64_t *bounds;     /* pp + 1 layer bounds */
-    int stage, stages, m;
-    bool first, last;
-    /* pipeline timing, summed over steps: busy (compute) and wall */
-    double busy_s, wall_s;
-    int64_t pipe_bytes;  /* activations and gradients sent in the last step */
-    size_t step_peak;    /* most bytes the allocator held above a step's start
-                          * (activations, their gradients, temporaries) */
-} zsi_par;
-
 bool zsi_par_wanted(const zs_trainer_config *c) { return c->tp > 1 || c->pp > 1; }
 
 zs_status zsi_par_check(const zs_trainer_config *c)
@@ -70,6 +53,9 @@ zs_status zsi_par_check(const zs_trainer_config *c)
                             "instead), eager on the cpu, AdamW or SGD and the GPT "
                             "loss (here: ZeRO %d, accum %lld%s)", c->tp, c->pp,
                             c->zero, (long long)c->accum, c->graph ? ", graph" : "");
+    if (c->eval && !c->eval_batch && c->eval != zs_token_eval)
+        return zs_set_error("trainer: model parallelism validates on the split model: "
+                            "give eval_batch (a custom eval function cannot run on it)");
     if (c->sequence_parallel && c->tp < 2)
         return zs_set_error("trainer: sequence parallelism needs tp > 1");
     if ((unsigned)c->pp_schedule > ZS_PP_1F1B)
@@ -106,7 +92,6 @@ zs_status zsi_par_setup(zs_trainer *t)
     if (!p)
         return zs_set_error_code(ZS_ERR_NOMEM, "trainer: out of memory");
     t->par = p;
-    p->full = t->m;
     p->grid = zs_grid_new(t->comm, c->dp, c->tp > 1 ? c->tp : 1, c->pp > 1 ? c->pp : 1);
     if (!p->grid)
         return ZS_ERR_ARG;
@@ -115,15 +100,16 @@ zs_status zsi_par_setup(zs_trainer *t)
     p->first = p->stage == 0;
     p->last = p->stage == p->stages - 1;
     p->m = c->micro_batches > 0 ? (int)c->micro_batches : 1;
+    p->width = g->width;
     zs_status st = stage_bounds(p, c, g->layers);
     if (st != ZS_OK)
         return st;
-    if (zs_module_flatten(p->full, &p->full_fp, NULL) != ZS_OK)
-        return ZS_ERR_STATE;
-    p->pg = zsi_pgpt_new(p->full, p->grid->tp, c->sequence_parallel,
+    p->pg = zsi_pgpt_new(t->m, p->grid->tp, c->sequence_parallel,
                          p->bounds[p->stage], p->bounds[p->stage + 1], p->first, p->last);
     if (!p->pg)
         return ZS_ERR_ARG;
+    if ((st = zsi_par_layout(p, t->m)) != ZS_OK)
+        return st;
     if (p->stages > 1) {
         p->emb = zs_comm_split(p->grid->pp, p->first || p->last ? 0 : 1, p->stage);
         p->pipe = zs_pipe_new(p->grid->pp);
@@ -157,13 +143,13 @@ void zsi_par_free(zs_trainer *t)
     zs_pipe_free(p->pipe);
     zs_comm_free(p->emb);
     zsi_pgpt_free(p->pg);
+    zsi_par_layout_free(p);
     zs_grid_free(p->grid);
     free(p->bounds);
     free(p);
     t->par = NULL;
 }
 
-zs_module *zsi_par_full(zs_trainer *t) { return t->par->full; }
 zs_comm *zsi_par_world(zs_trainer *t) { return t->par->grid->world; }
 
 void zsi_par_profile(const zs_trainer *t, zs_train_profile *pr)
@@ -172,13 +158,13 @@ void zsi_par_profile(const zs_trainer *t, zs_train_profile *pr)
     pr->pp_busy_s = p->busy_s;
     pr->pp_wall_s = p->wall_s;
     pr->pp_bytes = p->pipe_bytes;
+    pr->tp_bytes = p->tp_bytes;
 }
 
 void zsi_par_profile_reset(zs_trainer *t)
 {
     t->par->busy_s = t->par->wall_s = 0;
 }
-zs_tensor *zsi_par_full_flat(zs_trainer *t) { return t->par->full_fp; }
 
 void zsi_par_log_setup(const zs_trainer *t)
 {
@@ -199,9 +185,7 @@ void zsi_par_log_end(const zs_trainer *t)
 {
     const zsi_par *p = t->par;
     static const char *rc[] = {"none", "selective", "full"};
-    zs_recompute mode = ZS_RECOMPUTE_NONE;
-    int64_t layers = 0;
-    zs_gpt_get_recompute(p->full, &mode, &layers);
+    zs_recompute mode = zsi_pgpt_recompute(p->pg);
     fprintf(t->c.log, "step memory (world rank 0): peak %.3f MiB above the step's start "
             "(activations, gradients, temporaries; recompute %s)\n",
             (double)p->step_peak / 1048576, (unsigned)mode < 3 ? rc[mode] : "?");
@@ -211,6 +195,41 @@ void zsi_par_log_end(const zs_trainer *t)
             "compute), formula (p-1)/m = %.3f\n", zs_pp_schedule_name(t->c.pp_schedule),
             p->stages, p->m, (p->wall_s - p->busy_s) / p->busy_s,
             zs_pp_bubble(p->stages, p->m));
+}
+
+/* This rank's model state in bytes: parameters, gradients, the
+ * optimizer's moments (under ZeRO its shards'). */
+static double state_bytes(zs_trainer *t)
+{
+    const char *nm[8];
+    zs_tensor *ts[8];
+    int k = t->o ? zs_optim_state(t->o, 8, nm, ts) : 0;
+    double b = (double)zs_nbytes(t->fp) + (t->fg ? (double)zs_nbytes(t->fg) : 0);
+    for (int i = 0; i < k; i++)
+        b += (double)zs_nbytes(ts[i]);
+    return b;
+}
+
+void zsi_par_log_memory(zs_trainer *t)
+{
+    zsi_par *p = t->par;
+    int W = zs_comm_size(p->grid->world);
+    zs_alloc_stats as;
+    zs_alloc_get_stats(&as);
+    double mine[4] = {(double)zs_numel(t->fp), state_bytes(t), (double)as.current_bytes,
+                      (double)as.peak_bytes};
+    zs_tensor *one = zs_from_data(ZS_F64, 1, (int64_t[]){4}, mine);
+    zs_tensor *all = zs_empty(ZS_F64, 1, (int64_t[]){4 * (int64_t)W});
+    zs_status st = one && all ? zs_comm_allgather(p->grid->world, one, all) : ZS_ERR_NOMEM;
+    for (int r = 0; st == ZS_OK && t->c.log && p->grid->rank == 0 && r < W; r++) {
+        const double *v = (const double *)zs_data(all) + 4 * r;
+        fprintf(t->c.log, "model parallel memory, world rank %d: parameters %.0f of the "
+                "model's %lld; model state %.0f B (parameters, gradients, optimizer); "
+                "allocator now %.0f B, peak %.0f B\n", r, v[0], (long long)p->full_numel,
+                v[1], v[2], v[3]);
+    }
+    zs_release(one);
+    zs_release(all);
 }
 
 /* ---- the pipelined step ------------------------------------------------ */
@@ -234,7 +253,7 @@ static zs_status forward(zs_trainer *t, mb_state *s, zs_tensor *x, zs_tensor *y,
     } else {
         int64_t T = x->shape[1], P = p->grid->dims.tp;
         int64_t n = t->c.sequence_parallel ? T / P : T;
-        int64_t C = zs_gpt_config_of(p->full)->width;
+        int64_t C = p->width;
         s->in = zs_empty(ZS_F32, 3, (int64_t[]){x->shape[0], n, C});
         st = s->in ? zs_pipe_recv(p->pipe, ZS_PIPE_ACT, i, s->in) : ZS_ERR_NOMEM;
         if (st == ZS_OK)
@@ -291,24 +310,28 @@ static zs_status backward(zs_trainer *t, mb_state *s, int i, bool last_one, doub
     return st;
 }
 
-/* This dp rank's rows of the global batch `index`, as m micro-batches. */
-static zs_status micro_batches(zs_trainer *t, int64_t index, zs_tensor **xs, zs_tensor **ys)
+/* This dp rank's rows of global batch `index` made by fn (ctx), as m
+ * micro-batches; train: the step's (its targets counted). */
+static zs_status micro_batches(zs_trainer *t, zs_batch_fn fn, void *ctx, int64_t index,
+                               bool train, zs_tensor **xs, zs_tensor **ys)
 {
     zsi_par *p = t->par;
     zs_tensor *x, *y;
-    zs_status st = t->c.batch(t->c.batch_ctx, index, &x, &y);
+    zs_status st = fn(ctx, index, &x, &y);
     if (st != ZS_OK)
         return st;
     int64_t parts = (int64_t)t->size * p->m;
     if (!x || !y || x->ndim != 2 || y->ndim != 2 || x->shape[0] != y->shape[0] ||
         x->shape[0] % parts != 0)
-        return zs_set_error("trainer: batch %lld has %lld rows; model parallelism needs "
-                            "[B, T] ids and targets with B divisible by dp %d x "
-                            "micro-batches %d", (long long)index,
+        return zs_set_error("trainer: %s batch %lld has %lld rows; model parallelism "
+                            "needs [B, T] ids and targets with B divisible by dp %d x "
+                            "micro-batches %d", train ? "training" : "validation",
+                            (long long)index,
                             (long long)(x && x->ndim ? x->shape[0] : -1), t->size, p->m);
     if ((st = zsi_pgpt_check_seq(p->pg, x->shape[1])) != ZS_OK)
         return st;
-    t->targets += zs_numel(y);
+    if (train)
+        t->targets += zs_numel(y);
     zsi_train_my_rows(&x, &y, zs_comm_rank(t->comm), t->size);
     int64_t b = x->shape[0] / p->m;
     for (int i = 0; i < p->m; i++) {
@@ -412,8 +435,9 @@ zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
     zs_alloc_get_stats(&a0);
     zs_alloc_reset_peak();
     zs_scope_push();
+    int64_t tp0 = zs_tp_bytes_sent(p->grid->tp);
     if (st == ZS_OK)
-        st = micro_batches(t, step, xs, xs + p->m);
+        st = micro_batches(t, t->c.batch, t->c.batch_ctx, step, true, xs, xs + p->m);
     if (st == ZS_OK)
         st = run_schedule(t, xs, xs + p->m, &sum);
     zs_scope_pop();
@@ -428,7 +452,13 @@ zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
         st = ZS_ERR_STATE;
     if (st == ZS_OK)
         st = complete_grads(t);
-    t->comm_bytes = zsi_train_step_bytes(t, false) + p->pipe_bytes;
+    /* the dp average's ring volume (ZeRO-1's reduce-scatter + all-gather
+     * moves the same), at this rank's place in its dp group (t->rank is
+     * the world rank) */
+    t->comm_bytes = (t->size > 1 ? zs_onebit_ring_bytes(zs_numel(t->fp), 4, t->size,
+                                                        zs_comm_rank(t->comm)) : 0) +
+                    p->pipe_bytes;
+    p->tp_bytes = zs_tp_bytes_sent(p->grid->tp) - tp0;
     /* the loss: the last stage's mean over micro-batches, to every stage,
      * then averaged over dp */
     zs_tensor *l = st == ZS_OK ? zs_scalar(ZS_F64, sum / p->m) : NULL;
@@ -471,148 +501,56 @@ double zsi_par_grad_norm(zs_trainer *t)
     return n;
 }
 
-/* ---- the one-process layout -------------------------------------------- */
 
-/* The stage owning a parameter of the one-process model. */
-static int owner(const zsi_par *p, const char *name)
-{
-    int64_t L = p->bounds[p->stages];
-    int64_t l = zsi_gpt_param_layer(name, L);
-    if (l < 0)
-        return 0;
-    if (l >= L)
-        return p->stages - 1;
-    int s = 0;
-    while (s + 1 < p->stages && l >= p->bounds[s + 1])
-        s++;
-    return s;
-}
+/* ---- validation on the split model ------------------------------------- */
 
-/* A view of n elements of flat (f32) at element off, shaped like like. */
-static zs_tensor *flat_view(zs_tensor *flat, int64_t off, const zs_tensor *like)
-{
-    return zs_from_blob(ZS_F32, like->ndim, like->shape, (float *)zs_data(flat) + off);
-}
-
-static int64_t offset_in(const zs_tensor *flat, const zs_tensor *p)
-{
-    return (const float *)zs_data(p) - (const float *)zs_data(flat);
-}
-
-/* Optimizer moments kept per parameter (AdamW: m and v). */
-static int kinds(const zs_trainer *t)
-{
-    return t->c.optim.kind == ZS_SGD ? (t->c.optim.momentum > 0) : 2;
-}
-
-/* dst (full, contiguous) = this tp group's shards of src gathered. */
-static zs_status unshard_into(zsi_par *p, zs_tensor *src, zs_tensor *dst, const char *name)
-{
-    int dim, blocks;
-    zs_tensor *f = zsi_gpt_param_split(name, &dim, &blocks)
-                       ? zs_tp_unshard(p->grid->tp, src, dim, blocks) : zs_retain(src);
-    zs_status st = f && zs_nbytes(f) == zs_nbytes(dst) ? ZS_OK : ZS_ERR_STATE;
-    if (st == ZS_OK)
-        memcpy(zs_data(dst), zs_data(f), zs_nbytes(f));
-    zs_release(f);
-    return st;
-}
-
-zs_status zsi_par_to_full(zs_trainer *t, zs_optim *local, zs_optim *full)
+/* The mean loss of the last stage's micro-batches of one validation
+ * batch: every stage forwards its micro-batches in order (no backward,
+ * under the caller's no-grad), the last one adding up their losses. */
+static zs_status validate_batch(zs_trainer *t, zs_batch_fn fn, void *ctx, int64_t b,
+                                double *sum)
 {
     zsi_par *p = t->par;
-    zs_tensor **ps;
-    char **names;
-    int n = zs_module_parameters(p->full, &ps, &names);
-    zs_module *lm = t->m;
-    int k = 0, w = full ? kinds(t) : 0;
-    zs_status st = n > 0 ? ZS_OK : ZS_ERR_STATE;
-    zs_no_grad_push();
-    for (int i = 0; st == ZS_OK && i < n; i++) {
-        int own = owner(p, names[i]);
-        int64_t off = offset_in(p->full_fp, ps[i]);
-        if (own == p->stage) {
-            while (k < lm->nparams && strcmp(lm->param_names[k], names[i]))
-                k++;
-            zs_tensor *mine = k < lm->nparams ? lm->params[k] : NULL;
-            st = mine ? unshard_into(p, mine, ps[i], names[i]) : ZS_ERR_STATE;
-            for (int j = 0; st == ZS_OK && j < w; j++) {
-                zs_tensor *src = flat_view(zs_optim_moment(local, j, 0),
-                                           offset_in(t->fp, mine), mine);
-                zs_tensor *dst = flat_view(zs_optim_moment(full, j, 0), off, ps[i]);
-                st = src && dst ? unshard_into(p, src, dst, names[i]) : ZS_ERR_NOMEM;
-                zs_release(src);
-                zs_release(dst);
-            }
-        }
-        if (st == ZS_OK && p->stages > 1)
-            st = zs_comm_broadcast(p->grid->pp, ps[i], own);
-        for (int j = 0; st == ZS_OK && p->stages > 1 && j < w; j++) {
-            zs_tensor *v = flat_view(zs_optim_moment(full, j, 0), off, ps[i]);
-            st = v ? zs_comm_broadcast(p->grid->pp, v, own) : ZS_ERR_NOMEM;
-            zs_release(v);
-        }
+    zs_tensor **xs = calloc(2 * (size_t)p->m, sizeof *xs);
+    if (!xs)
+        return zs_set_error_code(ZS_ERR_NOMEM, "trainer: out of memory");
+    double busy = 0;
+    zs_scope_push();
+    zs_status st = micro_batches(t, fn, ctx, b, false, xs, xs + p->m);
+    for (int i = 0; st == ZS_OK && i < p->m; i++) {
+        mb_state ms = {NULL, NULL};
+        st = forward(t, &ms, xs[i], xs[p->m + i], i, sum, &busy);
+        zs_release(ms.in);
+        zs_release(ms.out);
     }
-    zs_no_grad_pop();
-    if (n >= 0)
-        zs_names_free(n, ps, names);
-    return st != ZS_OK && !zs_last_error()[0]
-               ? zs_set_error_code(st, "model parallel: gathering the model failed") : st;
-}
-
-zs_status zsi_par_from_full(zs_trainer *t, zs_optim *full, zs_optim *local)
-{
-    zsi_par *p = t->par;
-    zs_status st = zsi_pgpt_from_full(p->pg, p->full);
-    if (st != ZS_OK || !full)
-        return st;
-    zs_tensor **ps;
-    char **names;
-    int n = zs_module_parameters(p->full, &ps, &names);
-    zs_module *lm = t->m;
-    int k = 0, P = p->grid->dims.tp, r = p->grid->me.tp;
-    for (int i = 0; st == ZS_OK && i < n; i++) {
-        if (!zsi_pgpt_holds(p->pg, names[i]))
-            continue;
-        while (k < lm->nparams && strcmp(lm->param_names[k], names[i]))
-            k++;
-        if (k == lm->nparams)
-            return ZS_ERR_STATE;
-        zs_tensor *mine = lm->params[k];
-        int dim, blocks;
-        bool split = zsi_gpt_param_split(names[i], &dim, &blocks);
-        for (int j = 0; st == ZS_OK && j < kinds(t); j++) {
-            zs_tensor *src = flat_view(zs_optim_moment(full, j, 0),
-                                       offset_in(p->full_fp, ps[i]), ps[i]);
-            zs_tensor *s = src ? zs_tp_shard(src, dim, blocks, split ? r : 0,
-                                             split ? P : 1) : NULL;
-            float *dst = (float *)zs_data(zs_optim_moment(local, j, 0)) +
-                         offset_in(t->fp, mine);
-            st = s && zs_numel(s) == zs_numel(mine) ? ZS_OK : ZS_ERR_STATE;
-            if (st == ZS_OK)
-                memcpy(dst, zs_data(s), zs_nbytes(s));
-            zs_release(src);
-            zs_release(s);
-        }
-    }
-    zs_names_free(n, ps, names);
+    if (st == ZS_OK && p->pipe)
+        st = zs_pipe_flush(p->pipe);
+    zs_scope_pop();
+    free(xs);
     return st;
 }
 
 double zsi_par_validate(zs_trainer *t)
 {
     zsi_par *p = t->par;
-    if (zsi_par_to_full(t, NULL, NULL) != ZS_OK)
-        return NAN;
-    double v = NAN;
-    if (p->grid->rank == 0) {
-        zs_module_train(p->full, false);
-        v = t->c.eval(t->c.eval_ctx, p->full);
-        zs_module_train(p->full, true);
-    }
-    zs_tensor *s = zs_scalar(ZS_F64, v);
-    zs_status st = s ? zs_comm_broadcast(p->grid->world, s, 0) : ZS_ERR_NOMEM;
-    v = st == ZS_OK ? zs_item(s) : NAN;
-    zs_release(s);
+    zs_batch_fn fn = t->c.eval_batch ? t->c.eval_batch : zs_token_batch;
+    void *ctx = t->c.eval_batch ? t->c.eval_batch_ctx : t->c.eval_ctx;
+    int64_t n = t->c.eval_batch ? t->c.eval_batches
+                                : ((const zs_token_source *)ctx)->eval_batches;
+    n = n > 0 ? n : 1;
+    double sum = 0;
+    zs_status st = ZS_OK;
+    for (int64_t b = 0; st == ZS_OK && b < n; b++)
+        st = validate_batch(t, fn, ctx, b, &sum);
+    /* the last stage's mean, to every stage, averaged over dp */
+    zs_tensor *l = st == ZS_OK ? zs_scalar(ZS_F64, sum / (double)(p->m * n)) : NULL;
+    if (l && p->stages > 1)
+        st = zs_comm_broadcast(p->grid->pp, l, p->stages - 1);
+    if (l && st == ZS_OK && t->size > 1)
+        st = zs_comm_allreduce(t->comm, l, true, ZS_ALLREDUCE_MPI);
+    if (st != ZS_OK && grid_broken(p))
+        name_groups(p);
+    double v = l && st == ZS_OK ? zs_item(l) : NAN;
+    zs_release(l);
     return v;
 }

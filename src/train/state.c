@@ -76,39 +76,32 @@ static char *metadata(const zs_trainer *t, double val_loss)
     return out;
 }
 
-/* Model parallelism: the one-process model and optimizer state gathered
- * on every rank, written by world rank 0 (to_full), or read on every rank
- * and cut into this rank's part. Collective. */
+/* Model parallelism (par_ckpt.c): the one-process layout, gathered to
+ * world rank 0 one parameter at a time, or read back into this rank's
+ * part; under ZeRO-1 the optimizer state of this rank's part is gathered
+ * over dp first (and cut again after reading). Collective. */
 static zs_status par_state(zs_trainer *t, const char *path, double val_loss,
                            bool save, char **meta_out)
 {
-    zs_tensor *ffp = zsi_par_full_flat(t);
     zs_optim *local = t->z ? zs_optim_new(&t->c.optim, 1, &t->fp) : t->o;
-    zs_optim *full = zs_optim_new(&t->c.optim, 1, &ffp);
-    zs_status st = local && full ? ZS_OK : zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
+    zs_status st = local ? ZS_OK : zs_set_error_code(ZS_ERR_NOMEM, "out of memory");
     if (save) {
         if (st == ZS_OK && t->z)
             st = zero_state(t, local, true);
-        if (st == ZS_OK)
-            st = zsi_par_to_full(t, local, full);
         char *meta = st == ZS_OK && t->rank == 0 ? metadata(t, val_loss) : NULL;
-        if (st == ZS_OK && t->rank == 0) {
-            zs_optim_set_steps(full, zs_optim_steps(t->o));
-            st = meta ? zs_module_save(path, zsi_par_full(t), full, meta)
-                      : zs_set_error_code(ZS_ERR_NOMEM, "checkpoint: out of memory");
-        }
+        if (st == ZS_OK && t->rank == 0 && !meta)
+            st = zs_set_error_code(ZS_ERR_NOMEM, "checkpoint: out of memory");
+        if (st == ZS_OK)
+            st = zsi_par_save(t, path, meta, local);
         free(meta);
     } else {
         if (st == ZS_OK)
-            st = zs_module_load(path, zsi_par_full(t), full, meta_out);
-        if (st == ZS_OK)
-            st = zsi_par_from_full(t, full, local);
+            st = zsi_par_load(t, path, local, meta_out);
         if (st == ZS_OK && t->z)
             st = zero_state(t, local, false);
     }
     if (t->z)
         zs_optim_free(local);
-    zs_optim_free(full);
     return st;
 }
 

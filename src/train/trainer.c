@@ -508,7 +508,7 @@ double zs_trainer_validate(zs_trainer *t)
 {
     if (!t->c.eval)
         return NAN;
-    if (t->par) { /* the whole model, gathered; its weights cast on use */
+    if (t->par) { /* the split model; its weights cast on use */
         zs_no_grad_push();
         bool amp = zsi_train_amp_begin(t, false) == ZS_OK;
         double v = amp ? zsi_par_validate(t) : NAN;
@@ -623,6 +623,8 @@ zs_status zs_trainer_run(zs_trainer *t)
         if (r)
             break;
     }
+    if (t->par)
+        zsi_par_log_memory(t);
     log_end(t);
     return ZS_OK;
 }

@@ -6,6 +6,8 @@
 # (gpt2 and bloom, with and without sequence parallelism), pipeline
 # parallel (GPipe and 1F1B, pp 2 and pp 4 with 8 micro-batches), and
 # tp 2 x pp 2 x dp 2 with and without ZeRO-1 and sequence parallelism.
+# No rank keeps a copy of the whole model: the parameters a rank reports
+# are its shard, and its allocator holds little beyond its model state.
 # Checkpoints are written in the one-process layout: a run stopped at
 # tp 2 (and at tp 2 x pp 2 x dp 2 with ZeRO-1) resumes in one process, and
 # one process's in 3D and at pp 4, with the uninterrupted losses. Bad
@@ -156,6 +158,24 @@ for lay in tp2 pp2-1f1b; do
   fi
 done
 
+# No rank holds the whole model (the caller's copy is freed once the
+# trainer has cut its part; checkpoints and validation work on the parts):
+# at the end of the tp 2 x pp 2 x dp 2 run world rank 0 (stage 0, tp 0)
+# holds exactly its shard, counted here from the sizes (vocabulary 300,
+# width 64, context 128; blocks 0 and 1): wte/2 + wpe + 2 x ((12 C^2 + 7 C)
+# / 2 + 6 C) = 9600 + 8192 + 2 x 25184 = 68160 of the model's 227456; and
+# no rank's allocator holds, beyond its model state, half the whole
+# model's parameter bytes (a full copy would add all 909824 of them).
+mem=$(grep "model parallel memory, world rank" "$tmp/3d.log")
+memck=$(echo "$mem" | sed 's/.*world rank \([0-9]*\): parameters \([0-9]*\) of the model.s \([0-9]*\); model state \([0-9]*\) B.*allocator now \([0-9]*\) B.*/\1 \2 \3 \4 \5/' |
+        awk '{n++; extra = $5 - $4; if (extra > w) w = extra;
+              if ($5 - $4 >= 2 * $3) bad = bad " rank " $1 " holds " extra " B beyond its state;";
+              if ($1 == 0 && $2 != 68160) bad = bad " rank 0 has " $2 " parameters;"}
+             END {if (n != 8) print "FAIL " n " memory lines"; else if (bad != "") print "FAIL" bad;
+                  else print "ok each of 8 ranks holds its shard only: rank 0 68160 of 227456 " \
+                             "parameters; at most " w " B beyond the model state (< 909824 / 2)"}')
+echo "$memck"
+case "$memck" in ok*) ;; *) echo "$mem"; fail=1 ;; esac
 bub=$(grep "measured bubble" "$tmp/pp4-1f1b.log")
 echo "$bub" | grep -q "formula (p-1)/m = 0.375" && echo "ok $bub" \
   || { echo "FAIL no bubble line: '$bub'"; fail=1; }
