@@ -298,23 +298,24 @@ zs_status zsi_timeout(zs_comm *c, const char *op, int n, zsi_req *rq, int peer, 
     char who[256] = "", waited[64] = "";
     if (peer >= 0)
         snprintf(waited, sizeof waited, " waiting for rank %d", peer);
-    if (c->stalled > 0.5 * c->timeout) /* stopped (SIGSTOP) or starved: the
-                                        * others gave up long ago, and a survey
-                                        * now would find their old answers */
-        zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s; this rank "
-                          "itself did not run for %.3g s of it (stopped, or starved of "
-                          "CPU)", op, c->rank, c->timeout, waited, c->stalled);
-    else if (!ask) /* point-to-point: the peer is the one */
-        zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s", op, c->rank,
-                          c->timeout, waited);
+    /* A rank stopped (SIGSTOP) or starved through much of its own wait:
+     * its peers may have given up long ago, and the survey's answers may
+     * be old ones; say so beside them. */
+    char stall[128] = "";
+    if (c->stalled > 0.5 * c->timeout)
+        snprintf(stall, sizeof stall, "; this rank itself did not run for %.3g s of "
+                 "the wait (stopped, or starved of CPU)", c->stalled);
+    if (!ask) /* point-to-point: the peer is the one */
+        zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s%s", op, c->rank,
+                          c->timeout, waited, stall);
     else if (survey(c, c->timeout, who, sizeof who), who[0])
         zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s; rank%s %s "
-                          "did not answer", op, c->rank, c->timeout, waited,
-                          strchr(who, ',') ? "s" : "", who);
+                          "did not answer%s", op, c->rank, c->timeout, waited,
+                          strchr(who, ',') ? "s" : "", who, stall);
     else
         zs_set_error_code(ZS_ERR_IO, "%s: rank %d timed out after %.3g s%s; every rank "
-                          "answered the survey (a rank may be in another collective)",
-                          op, c->rank, c->timeout, waited);
+                          "answered the survey (a rank may be in another collective)%s",
+                          op, c->rank, c->timeout, waited, stall);
     return zsi_break(c, ZS_ERR_IO);
 }
 
