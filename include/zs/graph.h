@@ -1,6 +1,7 @@
 /*
  * zs/graph.h - graph mode: a computation (a training step: forward,
- * backward, the gradient norm) recorded once as a static list of operator
+ * backward, the gradient norm, the clip factor and the optimizer update)
+ * recorded once as a static list of operator
  * calls, optimised by passes and replayed without allocating its results
  * or looking kernels up (../shared/DESIGN.md, "Autograd and graphs").
  *
@@ -24,7 +25,12 @@
  * What a capture cannot see, and the caller must keep fixed: anything
  * computed on the host between calls (a value read back with zs_item and
  * passed as an attribute is frozen at its captured value; control flow
- * taken on the host is frozen too) and the shapes. A caller replays only
+ * taken on the host is frozen too) and the shapes. Values that change
+ * every step go through memory instead: zs_trainer writes the step's lr
+ * and count into a small f64 tensor (a graph input) before each replay,
+ * the clip factor is computed from the norm by a node (zs_clip_coef_of),
+ * and the update reads all three when it runs (zs_optim_step_dyn,
+ * zs/optim.h). A caller replays only
  * a step whose signature (batch shapes and dtypes, dropout rates, training
  * mode) equals the captured one; zs_trainer does this and runs other
  * steps eagerly.

@@ -21,14 +21,14 @@
  *   generator's offset then and advances it as eager would: nothing to do
  *   here, and a replayed step is bit-identical to the eager one.
  * - Host values that change every step (the learning rate, Adam's bias
- *   corrections, the clipping scale computed from the norm read back):
- *   zs_trainer captures forward, backward and the gradient norm's
- *   sum-of-squares and runs the clip factor and the optimizer update
- *   eagerly after the replay (src/train/graph_step.c): the update is in
- *   place on the flat buffers, one or two driver calls that allocate
- *   nothing, so capturing it would save nothing, while replaying it would
- *   need per-replay attributes (the values are computed on the host from
- *   the norm read back mid-step).
+ *   corrections, the clip factor): not attributes, which a replay would
+ *   freeze, but memory the kernels read when they run: zs_trainer fills
+ *   an f64 {lr, step} tensor before each replay, a clip_coef node turns
+ *   the in-graph sum of squares into the factor, and the update
+ *   (adam_update_dyn / sgd_update_dyn, ops/optim_update.c) computes its
+ *   float scalars from them exactly as the eager update does (same
+ *   bits). So the whole step, optimizer included, is one replay
+ *   (src/train/graph_step.c).
  * - Pointwise fusion (graph/fuse.c, zs_graph_fuse): a vectorised
  *   interpreter of the group over cache-sized tiles, not C generated and
  *   compiled at run time: it reuses each member's own kernel (ISA
