@@ -116,6 +116,20 @@ int zs_graph_fuse(zs_graph *g, int nkeep, zs_tensor *const *keep);
  * Returns the number of nodes removed, or < 0 + error. */
 int zs_graph_fuse_slices(zs_graph *g, int nkeep, zs_tensor *const *keep);
 
+/* Rematerialization (graph/remat.c): a value the forward makes and the
+ * backward reads again much later (readers at least 8 nodes apart), when
+ * it is a cheap function of tensors alive through that gap anyway - a
+ * layer_norm output (from x, weight, bias), a contiguous copy (from its
+ * source), an f32 linear_gelu output (from its saved pre-activation, by
+ * the GEMM epilogue's own GeLU) - is made again by a new node right
+ * before its first late reader, into a fresh buffer the late readers read
+ * instead; the memory plan then reuses its bytes during the gap (as
+ * PyTorch's min-cut partitioner recomputes cheap pointwise values). Same
+ * bits: the same function on the same, unwritten inputs. Run after
+ * fusion, before the memory plan. Returns the number of nodes added, or <
+ * 0 + error. */
+int zs_graph_remat(zs_graph *g, int nkeep, zs_tensor *const *keep);
+
 /* Memory planning by liveness: every storage the nodes make lives from
  * the node that makes it to the last node that uses it (to the end for
  * keep[0..nkeep)); each gets an offset in one arena (64-byte aligned,

@@ -38,8 +38,9 @@
  * stays eager too.
  *
  * Passes after a capture: dead-code elimination keeping the loss and the
- * sum of squares, pointwise fusion, then the memory plan (every
- * intermediate in one arena). With dump_graph the graph is written before
+ * sum of squares, the slice-gradient pass, pointwise fusion,
+ * rematerialization, then the memory plan (every intermediate in one
+ * arena). With dump_graph the graph is written before
  * and after them.
  */
 #include <math.h>
@@ -187,6 +188,9 @@ static zs_status optimise(zs_trainer *t)
     int fused = zs_graph_fuse(t->graph, nkeep, keep);
     if (fused < 0)
         return ZS_ERR_STATE;
+    int remat = zs_graph_remat(t->graph, nkeep, keep);
+    if (remat < 0)
+        return ZS_ERR_STATE;
     if ((st = zs_graph_plan_memory(t->graph, nkeep, keep)) != ZS_OK)
         return st;
     if (t->c.dump_graph && (st = dump(t, "a", "after dce, fusion and the memory plan")) != ZS_OK)
@@ -196,9 +200,9 @@ static zs_status optimise(zs_trainer *t)
     t->garena = s.planned_bytes;
     if (t->c.log && t->rank == 0) {
         fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed), slice "
-                "gradients (%d folded) and fusion (%d folded), %.1f MFLOP; intermediates %.2f MiB, planned "
-                "arena %.2f MiB\n", (long long)t->step, s.nodes, removed, gathered, fused,
-                s.flops / 1e6,
+                "gradients (%d folded), fusion (%d folded) and rematerialization (%d "
+                "recomputed), %.1f MFLOP; intermediates %.2f MiB, planned arena %.2f MiB\n",
+                (long long)t->step, s.nodes, removed, gathered, fused, remat, s.flops / 1e6,
                 (double)s.intermediate_bytes / 1048576,
                 (double)s.planned_bytes / 1048576);
         fprintf(t->c.log, "graph: memory: eager (capture) step peak %.2f MiB above "
