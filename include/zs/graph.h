@@ -1,6 +1,7 @@
 /*
  * zs/graph.h - graph mode: a computation (a training step: forward,
- * backward, the gradient norm) recorded once as a static list of operator
+ * backward, the gradient norm, the clip factor and the optimizer update)
+ * recorded once as a static list of operator
  * calls, optimised by passes and replayed without allocating its results
  * or looking kernels up (../shared/DESIGN.md, "Autograd and graphs").
  *
@@ -24,7 +25,12 @@
  * What a capture cannot see, and the caller must keep fixed: anything
  * computed on the host between calls (a value read back with zs_item and
  * passed as an attribute is frozen at its captured value; control flow
- * taken on the host is frozen too) and the shapes. A caller replays only
+ * taken on the host is frozen too) and the shapes. Values that change
+ * every step go through memory instead: zs_trainer writes the step's lr
+ * and count into a small f64 tensor (a graph input) before each replay,
+ * the clip factor is computed from the norm by a node (zs_clip_coef_of),
+ * and the update reads all three when it runs (zs_optim_step_dyn,
+ * zs/optim.h). A caller replays only
  * a step whose signature (batch shapes and dtypes, dropout rates, training
  * mode) equals the captured one; zs_trainer does this and runs other
  * steps eagerly.
@@ -109,6 +115,20 @@ int zs_graph_fuse(zs_graph *g, int nkeep, zs_tensor *const *keep);
  * slot of the copy's result. Same bits. Run before the memory plan.
  * Returns the number of nodes removed, or < 0 + error. */
 int zs_graph_fuse_slices(zs_graph *g, int nkeep, zs_tensor *const *keep);
+
+/* Rematerialization (graph/remat.c): a value the forward makes and the
+ * backward reads again much later (readers at least 8 nodes apart), when
+ * it is a cheap function of tensors alive through that gap anyway - a
+ * layer_norm output (from x, weight, bias), a contiguous copy (from its
+ * source), an f32 linear_gelu output (from its saved pre-activation, by
+ * the GEMM epilogue's own GeLU) - is made again by a new node right
+ * before its first late reader, into a fresh buffer the late readers read
+ * instead; the memory plan then reuses its bytes during the gap (as
+ * PyTorch's min-cut partitioner recomputes cheap pointwise values). Same
+ * bits: the same function on the same, unwritten inputs. Run after
+ * fusion, before the memory plan. Returns the number of nodes added, or <
+ * 0 + error. */
+int zs_graph_remat(zs_graph *g, int nkeep, zs_tensor *const *keep);
 
 /* Memory planning by liveness: every storage the nodes make lives from
  * the node that makes it to the last node that uses it (to the end for

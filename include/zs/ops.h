@@ -123,6 +123,29 @@ zs_status zs_sgd_update_(zs_tensor *p, const zs_tensor *g, zs_tensor *momentum_b
  * p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps). */
 zs_status zs_adam_update_(zs_tensor *p, const zs_tensor *g, zs_tensor *exp_avg,
                           zs_tensor *exp_avg_sq, const zs_adam_step *s);
+/* The same updates with the scalars that change every step read from
+ * device memory when the kernel runs, not frozen into the call: what a
+ * captured training step (zs/graph.h) replays with new values. sched: a
+ * contiguous f64 [2] on p's device holding {lr, step} (step: the 1-based
+ * count, a whole number); coef: one f64 element there, the gradient scale
+ * (zs_clip_coef_of's result), or NULL for 1. s gives the other
+ * hyper-parameters; its lr, step and grad_scale are not used. Same bits as
+ * zs_sgd_update_ / zs_adam_update_ given those values. A step < 1 or a
+ * scale that is not positive and finite (a NaN gradient norm) fails when
+ * the kernel runs, before anything is written. */
+zs_status zs_sgd_update_dyn_(zs_tensor *p, const zs_tensor *g, zs_tensor *momentum_buf,
+                             const zs_sgd_step *s, zs_tensor *sched, zs_tensor *coef);
+zs_status zs_adam_update_dyn_(zs_tensor *p, const zs_tensor *g, zs_tensor *exp_avg,
+                              zs_tensor *exp_avg_sq, const zs_adam_step *s,
+                              zs_tensor *sched, zs_tensor *coef);
+/* The clip factor of a gradient whose sum of squares is sumsq (one f64
+ * element, zs_sum_squares' result): zs_clip_coef(sqrt(sumsq), max_norm)
+ * (PyTorch's clip_grad_norm_ factor, min(1, max_norm / (norm + 1e-6)),
+ * except that a norm <= max_norm gives exactly 1: PyTorch's is just below
+ * 1 for norms less than 1e-6 under max_norm), computed on the
+ * device, as a new 0-d f64 tensor; NaN when sumsq is NaN, so an update
+ * reading it refuses to run. max_norm > 0. Not differentiable. */
+zs_tensor *zs_clip_coef_of(zs_tensor *sumsq, double max_norm);
 /* acc + the sum of x[i]^2, accumulated in double, as a new 0-d f64 tensor
  * on x's device (acc: a 1-element f64 tensor there, or NULL for 0). A
  * gradient norm over many tensors passes each result on as the next acc

@@ -62,6 +62,16 @@ zs_status zs_optim_step(zs_optim *o, double lr);
  * left unscaled. Equal to scaling the gradients in f32 first (the product
  * is rounded to f32 before use, as PyTorch's in-place clip does). */
 zs_status zs_optim_step_scaled(zs_optim *o, double lr, double grad_scale);
+/* The update of zs_optim_step_scaled with lr, the step count and the
+ * gradient scale read from device memory when the kernels run
+ * (zs_sgd_update_dyn_, zs_adam_update_dyn_): sched an f64 [2] {lr, step}
+ * on the parameters' device, coef one f64 there (zs_clip_coef_of) or NULL
+ * for 1. For a captured step (zs/graph.h) that a replay runs with the
+ * values of its own step. The caller fills sched (step = zs_optim_steps(o)
+ * + 1) and counts the step (zs_optim_set_steps) itself: a replay does not
+ * run this function. Same bits as zs_optim_step_scaled with those values.
+ * SGD, Adam, AdamW; 1-bit Adam refused. */
+zs_status zs_optim_step_dyn(zs_optim *o, zs_tensor *sched, zs_tensor *coef);
 int64_t zs_optim_steps(const zs_optim *o);
 /* The state tensors (momentum / first and second moments), borrowed, and
  * the step counter, for checkpoints: names "exp_avg.<i>", "exp_avg_sq.<i>",

@@ -21,14 +21,14 @@
  *   generator's offset then and advances it as eager would: nothing to do
  *   here, and a replayed step is bit-identical to the eager one.
  * - Host values that change every step (the learning rate, Adam's bias
- *   corrections, the clipping scale computed from the norm read back):
- *   zs_trainer captures forward, backward and the gradient norm's
- *   sum-of-squares and runs the clip factor and the optimizer update
- *   eagerly after the replay (src/train/graph_step.c): the update is in
- *   place on the flat buffers, one or two driver calls that allocate
- *   nothing, so capturing it would save nothing, while replaying it would
- *   need per-replay attributes (the values are computed on the host from
- *   the norm read back mid-step).
+ *   corrections, the clip factor): not attributes, which a replay would
+ *   freeze, but memory the kernels read when they run: zs_trainer fills
+ *   an f64 {lr, step} tensor before each replay, a clip_coef node turns
+ *   the in-graph sum of squares into the factor, and the update
+ *   (adam_update_dyn / sgd_update_dyn, ops/optim_update.c) computes its
+ *   float scalars from them exactly as the eager update does (same
+ *   bits). So the whole step, optimizer included, is one replay
+ *   (src/train/graph_step.c).
  * - Pointwise fusion (graph/fuse.c, zs_graph_fuse): a vectorised
  *   interpreter of the group over cache-sized tiles, not C generated and
  *   compiled at run time: it reuses each member's own kernel (ISA
@@ -65,6 +65,29 @@
  *   per replayed node (282 nodes) is microseconds against seconds. The
  *   1.15x tokens/s target is therefore out of reach of graph passes on
  *   this CPU at this size: the step is GEMM-bound.
+ * - Measured (issue 27, third round: the optimizer in the graph and
+ *   rematerialization, graph/remat.c; bench/gpt --graph-only --quick,
+ *   GPT small, 8 x 256, 2 threads, AMD EPYC with AVX-512 under a load
+ *   average of 23-27 on 2 cores, so the times are noise): fp32: the
+ *   plan's arena 286.5 MiB against the captured step's eager peak 382.5
+ *   (0.75x; GPT tiny in test_remat 0.77x); a replayed step's memory
+ *   (its transient peak + the arena) 292.9 MiB against eager's 382.5 =
+ *   0.766x; the whole run's allocator peak 0.902x (the capture step
+ *   itself runs eagerly at eager's peak, and parameters, gradients and
+ *   Adam's moments count in both). bf16: arena 213.0 MiB against 249.0
+ *   (0.86x), a replayed step 246.7 MiB against eager's 225.0 (1.10x:
+ *   the bf16 GEMMs' f32 scratch blocks, ~34 MiB, are the kernels' own
+ *   temporaries, outside the plan, and the GeLU output is not recomputed
+ *   in bf16: its saved pre-activation is rounded, so the bits would
+ *   differ). Tokens/s graph/eager: fp32 0.956, bf16 1.069 (3 timed steps
+ *   on the loaded machine). Predicted cost of the recomputation: 6 GeLUs
+ *   over 12.6 MB, 12 layer norms and 6 copies over 3.1 MB, ~150 MB of
+ *   traffic and 2.4e7 GeLU evaluations, ~40-60 ms of a ~2.5 s step
+ *   (2%); the in-graph update runs the same one pass over the flat
+ *   buffers as eager (no gain expected, none measured beyond noise).
+ *   Where the rest of a step goes is unchanged from the second round: the
+ *   GEMMs (142 GFLOP), so the 1.15x target stays out of reach of graph
+ *   passes here.
  * - Replay runs under no-grad with scope tracking paused: kernels that
  *   call operators inside themselves record nothing and leak nothing.
  */

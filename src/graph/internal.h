@@ -29,6 +29,7 @@ struct zsi_gnode {
     void *impl;              /* run's state, freed by impl_free */
     void (*impl_free)(void *impl);
     const char *label;       /* NULL: the operator's name */
+    bool recomputed;         /* added by remat.c (a value made again) */
 };
 
 /* Storage sets over a graph (passes): a small open-addressing table of

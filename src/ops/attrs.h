@@ -47,6 +47,22 @@ typedef struct adam_update_attrs {
 } adam_update_attrs;
 ZSI_ATTRS(adam_update_attrs);
 
+/* sgd_update_dyn, adam_update_dyn (optim_update.c): the hyper-parameters
+ * (the step struct's lr, step and grad_scale are read from the inputs),
+ * the state buffers among the inputs, whether a gradient scale follows. */
+typedef struct update_dyn_attrs {
+    zs_sgd_step sgd;   /* sgd_update_dyn */
+    zs_adam_step adam; /* adam_update_dyn */
+    int32_t nstate;
+    bool coef;
+} update_dyn_attrs;
+ZSI_ATTRS(update_dyn_attrs);
+
+typedef struct clip_coef_attrs {
+    double max_norm;
+} clip_coef_attrs;
+ZSI_ATTRS(clip_coef_attrs);
+
 /* copy and to_dtype (views.c): the dtype of the copy */
 typedef struct copy_attrs {
     int64_t dtype; /* zs_dtype */

@@ -80,6 +80,8 @@ static const amp_row table[] = {
      * driver never casts them; listed for the table) */
     {&zsi_def_sgd_update, ZSI_AMP_F32, false},
     {&zsi_def_adam_update, ZSI_AMP_F32, false},
+    {&zsi_def_sgd_update_dyn, ZSI_AMP_F32, false},
+    {&zsi_def_adam_update_dyn, ZSI_AMP_F32, false},
     /* mixed float dtypes: the widest */
     {&zsi_def_add, ZSI_AMP_PROMOTE, false},
     {&zsi_def_sub, ZSI_AMP_PROMOTE, false},

@@ -14,8 +14,13 @@
  * beta is close to 1). "sum_squares" (x[, acc]) adds the squares of x to a
  * running f64 total kept on x's device, so a norm over many tensors is
  * read back once. None is differentiable.
+ *
+ * The _dyn updates and clip_coef are the same steps with the changing
+ * scalars (lr, step, clip factor) read from device memory when the kernel
+ * runs: what a captured training step (zs/graph.h) replays.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/cpu/optim.h"
@@ -135,6 +140,28 @@ static zs_status done(zs_tensor *r)
     return ZS_OK;
 }
 
+/* The float scalars of a step, computed in double and rounded once: the
+ * one place for the eager updates and the _dyn ones (same bits). */
+static zsk_sgd_args sgd_args(const zs_sgd_step *s)
+{
+    return (zsk_sgd_args){(float)s->lr, (float)s->weight_decay, (float)s->momentum,
+                          (float)s->grad_scale, s->nesterov, s->step == 1};
+}
+
+static zsk_adam_args adam_args(const zs_adam_step *s)
+{
+    double t = (double)s->step;
+    return (zsk_adam_args){
+        .b2 = (float)s->beta2, .one_m_b1 = (float)(1 - s->beta1),
+        .one_m_b2 = (float)(1 - s->beta2), .eps = (float)s->eps,
+        .wd = (float)s->weight_decay,
+        .decay = s->adamw ? (float)(1 - s->lr * s->weight_decay) : 1.0f,
+        .step_size = (float)(s->lr / (1 - pow(s->beta1, t))),
+        .bc2_sqrt = (float)sqrt(1 - pow(s->beta2, t)),
+        .gscale = (float)s->grad_scale, .decoupled = s->adamw,
+    };
+}
+
 static zs_status check_step(const char *op, int64_t step)
 {
     if (step < 1)
@@ -148,9 +175,7 @@ zs_status zs_sgd_update_(zs_tensor *p, const zs_tensor *g, zs_tensor *momentum_b
 {
     if (check_step("sgd_update", s->step) != ZS_OK)
         return ZS_ERR_ARG;
-    sgd_update_attrs a = {{(float)s->lr, (float)s->weight_decay,
-                           (float)s->momentum, (float)s->grad_scale,
-                           s->nesterov, s->step == 1}};
+    sgd_update_attrs a = {sgd_args(s)};
     zs_tensor *in[3] = {p, (zs_tensor *)g, momentum_buf};
     return done(zsi_run(&zsi_def_sgd_update, momentum_buf ? 3 : 2, in, &a));
 }
@@ -160,18 +185,200 @@ zs_status zs_adam_update_(zs_tensor *p, const zs_tensor *g, zs_tensor *exp_avg,
 {
     if (check_step("adam_update", s->step) != ZS_OK)
         return ZS_ERR_ARG;
-    double t = (double)s->step;
-    adam_update_attrs a = {{
-        .b2 = (float)s->beta2, .one_m_b1 = (float)(1 - s->beta1),
-        .one_m_b2 = (float)(1 - s->beta2), .eps = (float)s->eps,
-        .wd = (float)s->weight_decay,
-        .decay = s->adamw ? (float)(1 - s->lr * s->weight_decay) : 1.0f,
-        .step_size = (float)(s->lr / (1 - pow(s->beta1, t))),
-        .bc2_sqrt = (float)sqrt(1 - pow(s->beta2, t)),
-        .gscale = (float)s->grad_scale, .decoupled = s->adamw,
-    }};
+    adam_update_attrs a = {adam_args(s)};
     zs_tensor *in[4] = {p, (zs_tensor *)g, exp_avg, exp_avg_sq};
     return done(zsi_run(&zsi_def_adam_update, 4, in, &a));
+}
+
+/* ---- sgd_update_dyn, adam_update_dyn, clip_coef ---------------------------- */
+
+/* The updates with the step's changing scalars in device memory (graph
+ * mode: a replay reads the values the trainer wrote before it, where the
+ * eager descriptors' attributes would be frozen at the captured step).
+ * Inputs: p, g, the state buffers (nstate: SGD 0 or 1, Adam 2), sched
+ * (f64 [2]: lr, the 1-based step) and, with attrs.coef, the gradient scale
+ * (one f64: clip_coef's result). The kernel fills the host step struct
+ * from them and computes the float scalars with sgd_args / adam_args, so
+ * the bits are the eager update's for the same values. */
+
+static zs_status infer_update_dyn(zsi_call *c)
+{
+    const update_dyn_attrs *a = c->attrs;
+    const char *op = c->def->op.name;
+    int n = 2 + (int)a->nstate, want = n + 1 + (a->coef ? 1 : 0);
+    if (c->nin != want || a->nstate < 0)
+        return zs_set_error("%s: %d inputs, expected %d (the parameter, its gradient, "
+                            "%lld state buffers, the step scalars%s)", op, c->nin, want,
+                            (long long)a->nstate, a->coef ? ", the gradient scale" : "");
+    zsi_call big = *c;
+    big.nin = n;
+    zs_status st = infer_update(&big);
+    if (st != ZS_OK)
+        return st;
+    const zs_tensor *sc = c->in[n], *k = a->coef ? c->in[n + 1] : NULL;
+    if (sc->dtype != ZS_F64 || zs_numel(sc) != 2 || !zs_is_contiguous(sc) ||
+        (k && (k->dtype != ZS_F64 || zs_numel(k) != 1))) {
+        char b1[96], b2[160] = "";
+        if (k)
+            snprintf(b2, sizeof b2, " and scale %s %s", zs_dtype_name(k->dtype),
+                     zs_shape_str(k, b1, sizeof b1));
+        return zs_set_error("%s: step scalars %s %s%s, expected a contiguous f64 [2] "
+                            "(lr, step) and one f64 gradient scale", op,
+                            zs_dtype_name(sc->dtype), zs_shape_str(sc, b1, sizeof b1), b2);
+    }
+    zsi_out_like(c, c->in[0]);
+    return ZS_OK;
+}
+
+/* The lr, step and gradient scale the kernel reads, checked as the eager
+ * path checks them (check_step, zs_optim_step_scaled's scale). */
+static zs_status read_dyn(const zsi_call *c, double *lr, int64_t *step, double *gs)
+{
+    const update_dyn_attrs *a = c->attrs;
+    int n = 2 + (int)a->nstate;
+    const double *sc = zs_data(c->in[n]);
+    *lr = sc[0];
+    *step = (int64_t)sc[1];
+    *gs = a->coef ? zs_get(c->in[n + 1], 0) : 1.0;
+    if ((double)*step != sc[1] || *step < 1)
+        return zs_set_error("%s: step %g, expected the 1-based count of this update (a "
+                            "whole number >= 1)", c->def->op.name, sc[1]);
+    if (!(*gs > 0) || !isfinite(*gs))
+        return zs_set_error("%s: gradient scale %g is not a positive finite number (the "
+                            "gradient norm was %s); nothing updated", c->def->op.name, *gs,
+                            isnan(*gs) ? "NaN" : "not finite");
+    return ZS_OK;
+}
+
+static zs_status cpu_sgd_dyn(const zsi_call *c, zs_tensor *p)
+{
+    const update_dyn_attrs *a = c->attrs;
+    zs_sgd_step s = a->sgd;
+    zs_status st = read_dyn(c, &s.lr, &s.step, &s.grad_scale);
+    if (st != ZS_OK)
+        return st;
+    step_job j = {.s = sgd_args(&s), .p = zs_data(p), .g = zs_data(c->in[1]),
+                  .m = a->nstate ? zs_data(c->in[2]) : NULL};
+    zs_parallel_for(zs_numel(p), 16384, step_body, &j);
+    return ZS_OK;
+}
+
+static zs_status cpu_adam_dyn(const zsi_call *c, zs_tensor *p)
+{
+    const update_dyn_attrs *a = c->attrs;
+    zs_adam_step s = a->adam;
+    zs_status st = read_dyn(c, &s.lr, &s.step, &s.grad_scale);
+    if (st != ZS_OK)
+        return st;
+    step_job j = {.adam = true, .a = adam_args(&s), .p = zs_data(p), .g = zs_data(c->in[1]),
+                  .m = zs_data(c->in[2]), .v = zs_data(c->in[3])};
+    zs_parallel_for(zs_numel(p), 16384, step_body, &j);
+    return ZS_OK;
+}
+
+/* update_cost's figures for the large inputs; the scalars are a few bytes
+ * (the first step's SGD counts as a later one: the step is not known). */
+static zsi_cost update_dyn_cost(const zsi_call *c, const zs_tensor *p)
+{
+    const update_dyn_attrs *a = c->attrs;
+    double n = (double)zs_numel(p), per;
+    if (c->def == &zsi_def_adam_update_dyn)
+        per = a->adam.adamw ? 15 : 16;
+    else
+        per = 5 + (a->nstate ? 2 + (a->sgd.nesterov ? 2 : 0) : 0);
+    zsi_cost k = {per * n, 0, 0};
+    for (int i = 0; i < 2 + (int)a->nstate; i++) {
+        k.bytes_read += (double)zs_nbytes(c->in[i]);
+        if (i != 1)
+            k.bytes_written += (double)zs_nbytes(c->in[i]);
+    }
+    return k;
+}
+
+zsi_opdef zsi_def_sgd_update_dyn = {
+    .op = {.name = "sgd_update_dyn"}, .arity = 0, .inplace = true,
+    .infer = infer_update_dyn, .cost = update_dyn_cost,
+    .attr_size = sizeof(update_dyn_attrs),
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_sgd_dyn}},
+};
+
+zsi_opdef zsi_def_adam_update_dyn = {
+    .op = {.name = "adam_update_dyn"}, .arity = 0, .inplace = true,
+    .infer = infer_update_dyn, .cost = update_dyn_cost,
+    .attr_size = sizeof(update_dyn_attrs),
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_adam_dyn}},
+};
+
+/* the inputs after the buffers: sched, then coef when given */
+static int dyn_inputs(zs_tensor **in, int n, zs_tensor *sched, zs_tensor *coef)
+{
+    in[n++] = sched;
+    if (coef)
+        in[n++] = coef;
+    return n;
+}
+
+zs_status zs_sgd_update_dyn_(zs_tensor *p, const zs_tensor *g, zs_tensor *momentum_buf,
+                             const zs_sgd_step *s, zs_tensor *sched, zs_tensor *coef)
+{
+    update_dyn_attrs a = {.sgd = *s, .nstate = momentum_buf ? 1 : 0, .coef = coef != NULL};
+    zs_tensor *in[5] = {p, (zs_tensor *)g, momentum_buf};
+    if (!sched)
+        return ZS_ERR_ARG; /* a failed call made it: its message is kept */
+    int n = dyn_inputs(in, momentum_buf ? 3 : 2, sched, coef);
+    return done(zsi_run(&zsi_def_sgd_update_dyn, n, in, &a));
+}
+
+zs_status zs_adam_update_dyn_(zs_tensor *p, const zs_tensor *g, zs_tensor *exp_avg,
+                              zs_tensor *exp_avg_sq, const zs_adam_step *s,
+                              zs_tensor *sched, zs_tensor *coef)
+{
+    update_dyn_attrs a = {.adam = *s, .nstate = 2, .coef = coef != NULL};
+    zs_tensor *in[6] = {p, (zs_tensor *)g, exp_avg, exp_avg_sq};
+    if (!sched)
+        return ZS_ERR_ARG;
+    int n = dyn_inputs(in, 4, sched, coef);
+    return done(zsi_run(&zsi_def_adam_update_dyn, n, in, &a));
+}
+
+/* clip_coef(sq) = zsk_clip_coef(sqrt(sq), max_norm), NaN for a NaN sq: a
+ * 0-d f64 on sq's device. */
+static zs_status infer_clip_coef(zsi_call *c)
+{
+    const clip_coef_attrs *a = c->attrs;
+    const zs_tensor *q = c->in[0];
+    if (q->dtype != ZS_F64 || zs_numel(q) != 1) {
+        char b[96];
+        return zs_set_error("clip_coef: sum of squares %s %s, expected one f64 element "
+                            "(zs_sum_squares' result)", zs_dtype_name(q->dtype),
+                            zs_shape_str(q, b, sizeof b));
+    }
+    if (!(a->max_norm > 0) || !isfinite(a->max_norm))
+        return zs_set_error("clip_coef: max_norm %g, expected a positive finite number",
+                            a->max_norm);
+    c->dtype = ZS_F64;
+    c->ndim = 0;
+    return ZS_OK;
+}
+
+static zs_status cpu_clip_coef(const zsi_call *c, zs_tensor *out)
+{
+    const clip_coef_attrs *a = c->attrs;
+    double norm = sqrt(zs_get(c->in[0], 0)); /* as zs_grad_norm */
+    *(double *)zs_data(out) = isnan(norm) ? NAN : zsk_clip_coef(norm, a->max_norm);
+    return ZS_OK;
+}
+
+zsi_opdef zsi_def_clip_coef = {
+    .op = {.name = "clip_coef"}, .arity = 1, .flops = 3,
+    .infer = infer_clip_coef, .attr_size = sizeof(clip_coef_attrs),
+    .kernel = {[ZS_CPU] = {[ZS_F64] = cpu_clip_coef}},
+};
+
+zs_tensor *zs_clip_coef_of(zs_tensor *sumsq, double max_norm)
+{
+    clip_coef_attrs a = {max_norm};
+    return zsi_run(&zsi_def_clip_coef, 1, &sumsq, &a);
 }
 
 /* ---- sum_squares ------------------------------------------------------------ */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "kernels/cpu/optim.h"
 #include "optim/internal.h"
 #include "zs/ops.h"
 #include "zs/optim.h"
@@ -187,6 +188,38 @@ zs_status zs_optim_step_scaled(zs_optim *o, double lr, double grad_scale)
     return ZS_OK;
 }
 
+zs_status zs_optim_step_dyn(zs_optim *o, zs_tensor *sched, zs_tensor *coef)
+{
+    if (!o)
+        return ZS_ERR_ARG;
+    const zs_optim_config *c = &o->cfg;
+    if (c->kind == ZS_ONEBIT_ADAM)
+        return zs_set_error("optim: 1-bit Adam has no update with device scalars "
+                            "(its frozen steps average the momenta on the host side)");
+    for (int i = 0; i < o->n; i++) { /* as zs_optim_step_scaled: all or none */
+        zs_tensor *p = o->params[i], *g = p->grad;
+        if (g && (g->dtype != ZS_F32 || !zs_is_contiguous(g) || zs_numel(g) != zs_numel(p)))
+            return zs_set_error("optim: gradient of parameter %d is not a "
+                                "contiguous f32 tensor of its shape", i);
+    }
+    /* lr, step and grad_scale come from sched and coef */
+    zs_sgd_step ss = {0, c->momentum, c->weight_decay, c->nesterov, 1, 1};
+    zs_adam_step as = {0, c->beta1, c->beta2, c->eps, c->weight_decay,
+                       c->kind == ZS_ADAMW, 1, 1};
+    for (int i = 0; i < o->n; i++) {
+        zs_tensor *p = o->params[i];
+        if (!p->grad)
+            continue;
+        zs_status st = c->kind == ZS_SGD
+                           ? zs_sgd_update_dyn_(p, p->grad, o->m[i], &ss, sched, coef)
+                           : zs_adam_update_dyn_(p, p->grad, o->m[i], o->v[i], &as,
+                                                 sched, coef);
+        if (st != ZS_OK)
+            return st;
+    }
+    return ZS_OK;
+}
+
 int64_t zs_optim_steps(const zs_optim *o) { return o ? o->steps : 0; }
 void zs_optim_set_steps(zs_optim *o, int64_t steps)
 {
@@ -289,9 +322,7 @@ double zs_grad_norm(int n, zs_tensor **params)
 
 double zs_clip_coef(double norm, double max_norm)
 {
-    if (!isfinite(norm) || max_norm <= 0 || norm <= max_norm)
-        return 1.0;
-    return max_norm / (norm + 1e-6);
+    return zsk_clip_coef(norm, max_norm); /* shared with the clip_coef operator */
 }
 
 double zs_clip_grad_norm(int n, zs_tensor **params, double max_norm)

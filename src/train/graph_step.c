@@ -4,17 +4,25 @@
  *
  * A step: the batch is made (a pure function of the step) and its
  * signature computed: the shapes and dtypes of x and y, the parameters'
- * dtype, and the model's training flags and dropout rates. With a graph
- * of that signature, x and y are copied into the captured batch buffers
- * and the graph replays (forward, backward, the accumulation into the
- * flat gradient, the sum of squares of the gradient); otherwise (the
+ * dtype, and the model's training flags and dropout rates. The step
+ * scalars (t->gsched, f64 {lr from the schedule, the optimizer's 1-based
+ * step}) are written. With a graph of that signature, x and y are copied
+ * into the captured batch buffers and the graph replays; otherwise (the
  * first step, the last shorter batch, a changed dropout rate) the
- * previous graph is dropped and the step is captured: it runs eagerly
- * on fresh batch buffers while being recorded. Then, eagerly, the norm
- * (sqrt of the one value read back), the clip factor and the optimizer
- * update in place, exactly as zsi_train_update does: the learning rate,
- * Adam's bias corrections and the clip factor are host values of the
- * step, so the update stays out of the graph (graph/graph.c says why).
+ * previous graph is dropped and the step is captured: it runs eagerly on
+ * fresh batch buffers while being recorded.
+ *
+ * The graph holds the whole step: forward, backward, the accumulation
+ * into the flat gradient, the gradient's sum of squares, the clip factor
+ * computed from it on the device (zs_clip_coef_of) and the optimizer
+ * update (zs_optim_step_dyn), which reads lr, the step (Adam's bias
+ * corrections) and the clip factor from memory when it runs, so nothing
+ * a step changes is frozen at the captured value. The values and their
+ * float rounding are eager's (zsi_train_update: zs_grad_norm, zs_clip_coef,
+ * zs_optim_step_scaled): the same bits. A NaN norm makes the update
+ * refuse before writing (eager stops before the update too) and the step
+ * fails with eager's message. The loss and the sum of squares are read
+ * back after the replay, for the log.
  *
  * Mixed precision (bf16, fp16, fp8) runs as eager does
  * (zsi_train_accumulate, zsi_train_micro): the capture is under the
@@ -24,13 +32,16 @@
  * write of a graph input and replayed every step; the loss times the
  * loss scale is a node too, so the scale is part of the signature (a new
  * scale, after an overflow or a run of clean steps, is a new capture).
- * With a loss scaler the unscale, the Inf/NaN check, the skip, the norm
- * and the update run eagerly after the replay (zsi_train_update, the
- * eager code itself): skipped steps are eager's.
+ * With a loss scaler (f16, fp8) the unscale, the Inf/NaN check, the skip,
+ * the norm and the update run eagerly after the replay (zsi_train_update,
+ * the eager code itself): skipped steps are eager's. 1-bit Adam's update
+ * stays eager too.
  *
  * Passes after a capture: dead-code elimination keeping the loss and the
- * norm, pointwise fusion, then the memory plan (every intermediate in one
- * arena). With dump_graph the graph is written before and after them.
+ * sum of squares, the slice-gradient pass, pointwise fusion,
+ * rematerialization, then the memory plan (every intermediate in one
+ * arena). With dump_graph the graph is written before
+ * and after them.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -82,7 +93,8 @@ static uint64_t signature(const zs_trainer *t, const zs_tensor *x,
     return module_sig(h, t->m);
 }
 
-void zsi_train_graph_free(zs_trainer *t)
+/* Drops the graph and its buffers (not the step scalars). */
+static void drop_graph(zs_trainer *t)
 {
     zs_graph_free(t->graph);
     zs_release(t->gx);
@@ -91,6 +103,35 @@ void zsi_train_graph_free(zs_trainer *t)
     zs_release(t->gsq);
     t->graph = NULL;
     t->gx = t->gy = t->gloss = t->gsq = NULL;
+}
+
+void zsi_train_graph_free(zs_trainer *t)
+{
+    drop_graph(t);
+    zs_release(t->gsched);
+    t->gsched = NULL;
+}
+
+/* Whether the clip and the update go into the graph: not with a loss
+ * scaler (its unscale, check and skip are host decisions) nor 1-bit Adam. */
+static bool update_in_graph(const zs_trainer *t)
+{
+    zs_optim_config c = t->c.optim;
+    return !t->scaler && c.kind != ZS_ONEBIT_ADAM;
+}
+
+/* Writes the step scalars of step `step`: {lr, the optimizer's next step}. */
+static zs_status fill_sched(zs_trainer *t, int64_t step)
+{
+    if (!t->gsched) {
+        zsi_tracking_pause();
+        t->gsched = zsi_new_tensor_on(t->fp->device, ZS_F64, 1, (int64_t[]){2});
+        zsi_tracking_resume();
+        if (!t->gsched)
+            return ZS_ERR_NOMEM;
+    }
+    double v[2] = {zs_lr_at(&t->c.schedule, step), (double)(zs_optim_steps(t->o) + 1)};
+    return zs_copy_from_buffer(t->gsched, v, sizeof v);
 }
 
 /* A persistent copy of b (outside any scope), for the batch buffers. */
@@ -147,6 +188,9 @@ static zs_status optimise(zs_trainer *t)
     int fused = zs_graph_fuse(t->graph, nkeep, keep);
     if (fused < 0)
         return ZS_ERR_STATE;
+    int remat = zs_graph_remat(t->graph, nkeep, keep);
+    if (remat < 0)
+        return ZS_ERR_STATE;
     if ((st = zs_graph_plan_memory(t->graph, nkeep, keep)) != ZS_OK)
         return st;
     if (t->c.dump_graph && (st = dump(t, "a", "after dce, fusion and the memory plan")) != ZS_OK)
@@ -156,9 +200,9 @@ static zs_status optimise(zs_trainer *t)
     t->garena = s.planned_bytes;
     if (t->c.log && t->rank == 0) {
         fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed), slice "
-                "gradients (%d folded) and fusion (%d folded), %.1f MFLOP; intermediates %.2f MiB, planned "
-                "arena %.2f MiB\n", (long long)t->step, s.nodes, removed, gathered, fused,
-                s.flops / 1e6,
+                "gradients (%d folded), fusion (%d folded) and rematerialization (%d "
+                "recomputed), %.1f MFLOP; intermediates %.2f MiB, planned arena %.2f MiB\n",
+                (long long)t->step, s.nodes, removed, gathered, fused, remat, s.flops / 1e6,
                 (double)s.intermediate_bytes / 1048576,
                 (double)s.planned_bytes / 1048576);
         fprintf(t->c.log, "graph: memory: eager (capture) step peak %.2f MiB above "
@@ -182,10 +226,12 @@ static zs_tensor *own_alias(const zs_tensor *t)
 }
 
 /* Captures the step on batch (x, y): forward, backward, the sum of
- * squares of the flat gradient. */
+ * squares of the flat gradient and, with t->gupdate, the clip factor and
+ * the update. */
 static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig)
 {
-    zsi_train_graph_free(t);
+    drop_graph(t);
+    t->gupdate = update_in_graph(t);
     if (!(t->gx = buffer_like(x)) || !(t->gy = buffer_like(y)))
         return ZS_ERR_NOMEM;
     zs_alloc_stats a0, a1;
@@ -209,9 +255,18 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
     if (amp)
         zsi_train_amp_end(t);
     /* the scaler unscales the gradients first: its norm runs eagerly */
-    zs_tensor *sq = NULL;
+    zs_tensor *sq = NULL, *coef = NULL;
     if (st == ZS_OK && t->c.clip > 0 && !t->scaler && !(sq = zs_sum_squares(t->fg, NULL)))
         st = ZS_ERR_STATE;
+    if (st == ZS_OK && t->gupdate) {
+        if (sq && !(coef = zs_clip_coef_of(sq, t->c.clip)))
+            st = ZS_ERR_STATE;
+        if (st == ZS_OK)
+            st = zs_optim_step_dyn(t->o, t->gsched, coef);
+        if (st != ZS_OK && sq && isnan(zs_item(sq))) /* refused: eager's message */
+            st = zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is "
+                                   "NaN", (long long)t->step);
+    }
     zs_status end = zs_graph_capture_end(t->graph);
     zs_alloc_get_stats(&a1);
     t->gpeak = a1.peak_bytes > a0.current_bytes ? a1.peak_bytes - a0.current_bytes : 0;
@@ -224,7 +279,7 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
     if (st == ZS_OK)
         st = optimise(t);
     if (st != ZS_OK)
-        zsi_train_graph_free(t);
+        drop_graph(t);
     return st;
 }
 
@@ -242,6 +297,8 @@ static zs_status gradients(zs_trainer *t, int64_t step, double *loss, double *sq
                             (long long)(y && y->ndim ? y->shape[0] : -1));
     t->targets += zs_numel(y);
     uint64_t sig = signature(t, x, y);
+    if ((st = fill_sched(t, step)) != ZS_OK)
+        return st;
     double t0 = zsi_train_now();
     if (t->graph && sig == t->gsig) {
         if ((st = zs_copy_(t->gx, x)) == ZS_OK && (st = zs_copy_(t->gy, y)) == ZS_OK)
@@ -249,39 +306,33 @@ static zs_status gradients(zs_trainer *t, int64_t step, double *loss, double *sq
     } else {
         st = capture(t, x, y, sig);
     }
-    t->prof.forward_s += zsi_train_now() - t0; /* forward and backward */
+    t->prof.forward_s += zsi_train_now() - t0; /* forward, backward (and update) */
+    if (t->gsq && isnan(*sq = zs_item(t->gsq))) /* the update refused: eager's message */
+        return zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is NaN",
+                                 (long long)step);
     if (st != ZS_OK)
         return st;
     *loss = zs_item(t->gloss);
-    *sq = t->gsq ? zs_item(t->gsq) : 0;
     return ZS_OK;
 }
 
 zs_status zsi_train_graph_step(zs_trainer *t, int64_t step, double *loss,
                                double *gnorm)
 {
-    double sq = 0, scale = 1;
+    double sq = 0;
     zs_scope_push();
     zs_status st = gradients(t, step, loss, &sq);
     zs_scope_pop();
     *gnorm = 0;
     if (st != ZS_OK)
         return st;
-    if (t->scaler) /* unscale, the Inf/NaN check and skip, norm, update: eager */
+    if (!t->gupdate) /* unscale, the Inf/NaN check and skip, norm, update: eager */
         return zsi_train_update(t, step, gnorm);
     t->skipped = false;
     t->step_scale = 1;
-    double t0 = zsi_train_now();
-    if (t->c.clip > 0) { /* as zsi_train_update: zs_grad_norm's one read */
-        *gnorm = sqrt(sq);
-        if (isnan(*gnorm))
-            return zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is "
-                                     "NaN", (long long)step);
-        scale = zs_clip_coef(*gnorm, t->c.clip);
-    }
-    st = zs_optim_step_scaled(t->o, zs_lr_at(&t->c.schedule, step), scale);
-    t->prof.update_s += zsi_train_now() - t0;
-    return st;
+    *gnorm = t->c.clip > 0 ? sqrt(sq) : 0; /* as zsi_train_update */
+    zs_optim_set_steps(t->o, zs_optim_steps(t->o) + 1); /* the graph updated */
+    return ZS_OK;
 }
 
 zs_status zs_trainer_graph_memory(const zs_trainer *t, size_t *step_peak,

@@ -50,6 +50,10 @@ struct zs_trainer {
     zs_tensor *gx, *gy;      /* the captured batch buffers (owned) */
     zs_tensor *gloss, *gsq;  /* the captured loss and sum of squared
                               * gradients (owned; gsq NULL without clip) */
+    zs_tensor *gsched;       /* f64 [2] {lr, step}: the step scalars the
+                              * captured update reads, filled before each
+                              * capture and replay (owned) */
+    bool gupdate;            /* the graph holds the clip and the update */
     uint64_t gsig;           /* the captured step's signature */
     int64_t captures;        /* graphs captured so far */
     size_t gpeak, garena;    /* the last capture: the allocator's peak

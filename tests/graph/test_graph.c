@@ -2,11 +2,14 @@
  * test_graph.c - captured graphs (zs/graph.h) and the trainer's graph
  * mode.
  *
- * - The trainer with graph = true gives the eager losses and final
- *   parameters bit for bit (f32, 20 steps, clipping on) for GPT (gpt2 and
+ * - The trainer with graph = true gives the eager losses, gradient norms
+ *   and final parameters bit for bit (f32, 20 steps, AdamW, clipping on,
+ *   a warm-up then cosine lr: a new lr every step) for GPT (gpt2 and
  *   bloom, tiny), LeNet and ResNet (small), and for an MLP with dropout
  *   (the replay draws new numbers in the eager order); a last shorter
- *   batch recaptures and still matches.
+ *   batch recaptures and still matches; SGD with momentum (clipping on
+ *   and off) and Adam too. The captured graph holds the clip factor and
+ *   the update (the optimizer runs inside the replay).
  * - Each pass alone on small graphs: dead-code elimination removes what
  *   nobody reads and keeps in-place writes of pre-existing tensors; the
  *   memory plan shares bytes (arena < the intermediates), passes its
@@ -31,15 +34,30 @@
 
 typedef struct losses {
     int n;
-    double v[64];
+    double v[64], norm[64];
 } losses;
 
 static int record_loss(void *ctx, const zs_train_event *e)
 {
     losses *l = ctx;
-    if (l->n < 64)
+    if (l->n < 64) {
+        l->norm[l->n] = e->grad_norm;
         l->v[l->n++] = e->loss;
+    }
     return 0;
+}
+
+/* The optimizer and clipping of the runs (check_model's callers set them). */
+static zs_optim_config g_optim;
+static double g_clip;
+
+/* Nodes of g running op (by name). */
+static int count_op(const zs_graph *g, const char *op)
+{
+    int k = 0;
+    for (int i = 0; g && i < g->n; i++)
+        k += !strcmp(g->nodes[i]->call.def->op.name, op);
+    return k;
 }
 
 /* GPT batches: 4 rows of 12 tokens from 61, index-dependent. */
@@ -106,9 +124,10 @@ static zs_tensor *train(make_fn make, zs_batch_fn batch, void *bctx, bool cnn,
     zs_module *m = make();
     zs_trainer_config c = zs_trainer_defaults();
     c.steps = c.schedule.total_steps = STEPS;
+    c.optim = g_optim;
     c.optim.lr = c.schedule.base_lr = 1e-2;
     c.schedule.warmup_steps = 3;
-    c.clip = 0.5;
+    c.clip = g_clip;
     c.batch = batch, c.batch_ctx = bctx;
     if (cnn)
         c.loss = zs_classifier_loss;
@@ -122,6 +141,13 @@ static zs_tensor *train(make_fn make, zs_batch_fn batch, void *bctx, bool cnn,
     zs_tensor *p = t ? zs_clone(zs_trainer_flat_params(t)) : NULL;
     if (captures)
         *captures = t ? t->captures : 0;
+    if (graph && t) { /* the optimizer ran inside the graph */
+        const char *upd = g_optim.kind == ZS_SGD ? "sgd_update_dyn" : "adam_update_dyn";
+        ZT_CHECK(count_op(t->graph, upd) == 1 &&
+                 count_op(t->graph, "clip_coef") == (g_clip > 0),
+                 "the captured step holds %s and %s clip_coef", upd,
+                 g_clip > 0 ? "a" : "no");
+    }
     zs_trainer_free(t);
     zs_module_free(m);
     return p;
@@ -146,19 +172,28 @@ static void check_model(const char *name, make_fn make, zs_batch_fn batch, void 
              "%.9g vs %.9g, last %.9g vs %.9g)", name, le.n, lg.n, le.v[0], lg.v[0],
              le.v[STEPS - 1], lg.v[STEPS - 1]);
     ZT_CHECK(same_bits(pe, pg), "%s: parameters after %d steps differ", name, STEPS);
+    ZT_CHECK(!memcmp(le.norm, lg.norm, sizeof le.norm[0] * STEPS), "%s: gradient "
+             "norms differ (first %.9g vs %.9g)", name, le.norm[0], lg.norm[0]);
+    int clipped = 0;
+    for (int i = 0; i < le.n; i++)
+        clipped += g_clip > 0 && le.norm[i] > g_clip;
+    ZT_CHECK(g_clip == 0 || clipped > 0, "%s: clipping is exercised (a norm above %g)",
+             name, g_clip);
     ZT_CHECK(caps == want_captures, "%s: %lld captures, expected %lld", name,
              (long long)caps, (long long)want_captures);
     ZT_CHECK(le.v[STEPS - 1] != le.v[0], "%s: the steps change the loss (%.4f -> "
              "%.4f)", name, le.v[0], le.v[STEPS - 1]);
-    printf("%s: %d steps, graph == eager bit for bit (loss %.6f -> %.6f), %lld "
-           "capture%s\n", name, STEPS, lg.v[0], lg.v[STEPS - 1], (long long)caps,
-           caps == 1 ? "" : "s");
+    printf("%s: %d steps, graph == eager bit for bit (loss %.6f -> %.6f; %d steps "
+           "clipped), %lld capture%s\n", name, STEPS, lg.v[0], lg.v[STEPS - 1], clipped,
+           (long long)caps, caps == 1 ? "" : "s");
     zs_release(pe);
     zs_release(pg);
 }
 
 static void test_trainer_models(void)
 {
+    g_optim = zs_trainer_defaults().optim; /* AdamW */
+    g_clip = 0.5;
     check_model("gpt2 tiny", make_gpt2, tok_batch, NULL, false, 1);
     check_model("bloom tiny", make_bloom, tok_batch, NULL, false, 1);
     check_model("lenet", make_lenet, img_batch, NULL, true, 1);
@@ -166,6 +201,16 @@ static void test_trainer_models(void)
     check_model("mlp with dropout 0.3", make_mlp, vec_batch, NULL, true, 1);
     int64_t rows = 3; /* the last batch has 3 rows instead of 4 */
     check_model("gpt2 tiny, shorter last batch", make_gpt2, tok_batch, &rows, false, 2);
+    /* the other optimizers in the graph, clipping on and off */
+    g_optim = (zs_optim_config){ZS_SGD, 0, 0.9, false, 1e-4, 0, 0, 0};
+    check_model("gpt2 tiny, sgd momentum, clip 0.5", make_gpt2, tok_batch, NULL, false, 1);
+    g_clip = 0;
+    check_model("gpt2 tiny, sgd momentum, no clip", make_gpt2, tok_batch, NULL, false, 1);
+    check_model("lenet, sgd momentum, no clip", make_lenet, img_batch, NULL, true, 1);
+    g_optim = (zs_optim_config){ZS_ADAM, 0, 0, false, 0.01, 0.9, 0.999, 1e-8};
+    check_model("bloom tiny, adam, no clip", make_bloom, tok_batch, NULL, false, 1);
+    g_clip = 0.05;
+    check_model("resnet small, adam, clip 0.05", make_resnet, img_batch, NULL, true, 1);
     zt_section("trainer: graph mode equals eager bit for bit");
 }
 

@@ -165,6 +165,27 @@ void zsk_gelu_tanh_f32(float *y, const float *x, int64_t n, bool vector)
         zsk_sgemm_epi_ref(x, n, 1, n, y, n, 0.0f, &ep);
 }
 
+typedef struct gelu_epi_job {
+    zsk_sgemm_epi_fn epi;
+    const float *pre;
+    float *out;
+} gelu_epi_job;
+
+static void gelu_epi_range(void *p, int64_t i0, int64_t i1)
+{
+    const gelu_epi_job *j = p;
+    zsk_epilogue ep = {.gelu = true};
+    j->epi(j->pre + i0, i1 - i0, 1, i1 - i0, j->out + i0, i1 - i0, 0.0f, &ep);
+}
+
+void zsk_sgemm_gelu_of_pre(const float *pre, float *out, int64_t n)
+{
+    /* the descriptor zsk_sgemm_ex runs now; each element alone (lanes
+     * are independent), so the blocking does not change a bit */
+    gelu_epi_job j = {zsk_gemm_desc_for(ZSK_GEMM_F32)->epi, pre, out};
+    zs_parallel_for(n, ZSK_GRAIN, gelu_epi_range, &j);
+}
+
 /* ---- elements ----------------------------------------------------------- */
 
 static size_t elem_size(zsk_gemm_type t)

@@ -90,6 +90,13 @@ void zsk_gelu_tanh_bw_avx512(bool bf16, const void *g, const void *h,
 void zsk_gelu_tanh_bw_avx2(bool bf16, const void *g, const void *h,
                            void *out, int64_t n);
 
+/* out[i] = GeLU(pre[i]) for i < n exactly as zsk_sgemm_ex's epilogue
+ * (ep.gelu, f32) computed it from the pre-activation it stored in ep.pre:
+ * the same descriptor's epilogue function, so the same bits (a graph pass
+ * recomputes a linear_gelu's output from its saved pre-activation instead
+ * of keeping both, graph/remat.c). Over the pool; out must not overlap
+ * pre. */
+void zsk_sgemm_gelu_of_pre(const float *pre, float *out, int64_t n);
 /* gelu_tanh(x) in float, portable (evaluated in double) or AVX-512
  * (vector: ignored when the CPU lacks it); for tests. */
 void zsk_gelu_tanh_f32(float *y, const float *x, int64_t n, bool vector);

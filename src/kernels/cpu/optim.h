@@ -7,6 +7,7 @@
 #ifndef ZS_KERNELS_CPU_OPTIM_H
 #define ZS_KERNELS_CPU_OPTIM_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -30,6 +31,17 @@ void zsk_adam_f32(const zsk_adam_args *a, float *p, float *m, float *v,
 double zsk_sumsq_f32(const float *x, int64_t n);
 /* x[i] *= s over the pool. */
 void zsk_scale_f32(float *x, int64_t n, float s);
+
+/* The factor torch.nn.utils.clip_grad_norm_ applies for a norm, as
+ * zs_clip_coef (zs/optim.h) defines it: max_norm / (norm + 1e-6) when
+ * norm > max_norm > 0, else 1 (also for a NaN or Inf norm). The one
+ * formula for the eager clip (optim.c) and the clip_coef operator. */
+static inline double zsk_clip_coef(double norm, double max_norm)
+{
+    if (!isfinite(norm) || max_norm <= 0 || norm <= max_norm)
+        return 1.0;
+    return max_norm / (norm + 1e-6);
+}
 
 /* The scalars of one SGD step (src/ops/optim_update.c). */
 typedef struct zsk_sgd_args {
