@@ -449,6 +449,8 @@ zs_status zsk_conv2d_forward(zs_dtype dt, const zsk_conv2d_shape *s,
 {
     if (zsk_conv_direct_ok(dt, s))
         return zsk_conv2d_direct_forward(s, x, xs, w, bias, y);
+    if (zsk_conv_direct_avx2_ok(dt, s))
+        return zsk_conv2d_direct_avx2_forward(s, x, xs, w, bias, y);
     job j;
     zs_status st = job_init(&j, dt, s, x, xs, false, false);
     if (st == ZS_OK) {
@@ -564,6 +566,13 @@ zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
         bool gx_direct = s->C >= 16;
         zs_status st = zsk_conv2d_direct_backward(s, x, xs, w, gy,
                                                   gx_direct ? gx : NULL, gw);
+        if (st != ZS_OK || gx_direct || !gx)
+            return st;
+        gw = NULL;
+    } else if (zsk_conv_direct_avx2_ok(dt, s)) {
+        bool gx_direct = zsk_conv_direct_avx2_gx_ok(s);
+        zs_status st = zsk_conv2d_direct_avx2_backward(s, x, xs, w, gy,
+                                                       gx_direct ? gx : NULL, gw);
         if (st != ZS_OK || gx_direct || !gx)
             return st;
         gw = NULL;
