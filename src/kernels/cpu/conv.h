@@ -69,7 +69,10 @@ zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
  * column matrix. zsk_conv2d_forward/backward take it by themselves when
  * zsk_conv_direct_ok(dt, s): f32, one group, an AVX-512 CPU, column stride
  * <= 2, at most 64 taps, and not a 1x1 stride-1 unpadded kernel (where x
- * itself is the column matrix of the GEMM path). */
+ * itself is the column matrix of the GEMM path), unless the result has
+ * few channels on its lanes (conv.c route_of: <= 8 output channels go to
+ * the AVX2 direct path where it applies; the input gradient of < 16
+ * input channels to the AVX2 direct path or the GEMM path). */
 bool zsk_conv_direct_ok(zs_dtype dt, const zsk_conv2d_shape *s);
 /* Turns the direct path on or off (tests and benchmarks compare both);
  * returns the previous setting. Not thread-safe against running convs. */
@@ -85,7 +88,7 @@ zs_status zsk_conv2d_direct_backward(const zsk_conv2d_shape *s,
 
 /* ---- direct f32 path on AVX2 + FMA (conv_direct_avx2.c) ----------------
  * Lanes along an output row, no column matrix. zsk_conv2d_forward/backward
- * take it by themselves when the AVX-512 path does not apply and
+ * take it by themselves when the AVX-512 path does not (see above) and
  * zsk_conv_direct_avx2_ok(dt, s): f32, one group, AVX2 and FMA (as capped
  * by ZS_CPU_ISA), stride 1, a padded input plane set under 2^31 elements,
  * and not a 1x1 unpadded kernel; zsk_conv_set_direct turns it off too.
