@@ -92,8 +92,10 @@ zs_status zsk_conv2d_direct_backward(const zsk_conv2d_shape *s,
  * zsk_conv_direct_avx2_ok(dt, s): f32, one group, AVX2 and FMA (as capped
  * by ZS_CPU_ISA), stride 1, a padded input plane set under 2^31 elements,
  * and not a 1x1 unpadded kernel; zsk_conv_set_direct turns it off too.
- * The input gradient takes it when also zsk_conv_direct_avx2_gx_ok(s)
- * (padding <= (kernel - 1) * dilation on both axes), else the GEMM path. */
+ * The gradients take it for layers of at most 32 input and output channels
+ * (conv.c route_of), the input gradient when also
+ * zsk_conv_direct_avx2_gx_ok(s) (padding <= (kernel - 1) * dilation on
+ * both axes); else the GEMM path. */
 bool zsk_conv_direct_avx2_ok(zs_dtype dt, const zsk_conv2d_shape *s);
 bool zsk_conv_direct_avx2_gx_ok(const zsk_conv2d_shape *s);
 zs_status zsk_conv2d_direct_avx2_forward(const zsk_conv2d_shape *s,
