@@ -24,8 +24,10 @@
  *     matmul             2 per GEMM above (dX, dW): 4NCV + L*2*2N(3C^2 +
  *                        C^2 + 2CF)
  *     layer_norm_backward 10NC each
- *     unary_deriv        gelu'(h) of the fused c_fc: 2NF
- *     mul                GeLU's gradient g * gelu'(h): NF
+ *     linear_gelu_backward GeLU's gradient g * gelu'(h) of the fused
+ *                        c_fc, one pass: 38NF (src/ops/linear.c; on a
+ *                        device without its kernel, CUDA, unary_deriv 2NF
+ *                        and mul NF are counted instead)
  *     sum                bias gradients: 3NC + NC + NF + NC per layer;
  *                        GPT-2 wpe's gradient summed over the batch, NC
  *     attention_backward 2.5 x forward (recomputed q.k, then dv, dp, dq, dk)
@@ -143,8 +145,7 @@ static void backward(zs_engine_flops *o, const zs_model_config *c, double N,
     bwd(o, "matmul", 2 + 8 * L,
         4.0 * NC * V + l * 4.0 * N * (3.0 * C * C + C * C + 2.0 * C * F));
     bwd(o, "layer_norm_backward", norms, 10.0 * NC * (double)norms);
-    bwd(o, "unary_deriv", L, l * 2.0 * NF);
-    bwd(o, "mul", L, l * NF);
+    bwd(o, "linear_gelu_backward", L, l * 38.0 * NF);
     bwd(o, "sum", 4 * L + pos, l * (5.0 * NC + NF) + (double)pos * NC);
     bwd(o, "attention_backward", L, l * 2.5 * attn);
     bwd(o, "add", 4 * L, l * (2.0 * NC + 2.0 * 3.0 * NC));

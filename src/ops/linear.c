@@ -16,8 +16,8 @@
  * (run_bf16) and f64 on the CPU; h is the kernel's aux result, made only
  * when a node is recorded; one node with the backward rule below.
  *
- * Backward (g: [..., N]): gh = g gelu'(h) (GeLU; bf16: one pass,
- * linear_gelu_backward) or g; dx = gh w,
+ * Backward (g: [..., N]): gh = g gelu'(h) (GeLU; bf16 and f32: one pass,
+ * linear_gelu_backward, where the device has its kernel) or g; dx = gh w,
  * dw = gh^T x (over the flattened [M, N] and [M, K]), db = sum of gh over
  * rows, dr = g. Saved: x, w, and h for GeLU.
  * Cost model: 2 M N K FLOPs plus M N per bias and residual add and 30 per
@@ -425,9 +425,13 @@ zs_tensor *zs_linear_residual(zs_tensor *x, zs_tensor *w, zs_tensor *b,
 
 /* Inputs g and h, the same shape and dtype (bf16 or f32): one pass that
  * reads both and writes gh, the derivative computed in f32 (bf16: rounded
- * once). Not differentiable (it runs in backward). The bf16 model's GeLU
- * backward; f32 keeps unary_deriv and mul (its results stay as they
- * were). */
+ * once) by vector code (zsk_gelu_tanh_bw: AVX-512, AVX2 + FMA or portable,
+ * under ZS_CPU_ISA; relative error ~3e-7). Not differentiable (it runs in
+ * backward). The GeLU backward of the bf16 and f32 models on the CPU (and
+ * the test device); a device without this kernel (CUDA) runs unary_deriv
+ * and mul instead (gelu_grad). Cost: GELU_FLOPS + 8 per element, where
+ * unary_deriv + mul count 3 (src/analyze/engine_flops.c counts this
+ * one). */
 static zs_status infer_gelu_bw(zsi_call *c)
 {
     const zs_tensor *g = c->in[0], *h = c->in[1];
@@ -480,10 +484,14 @@ static zs_tensor *gelu_bw_run(zs_tensor *g, zs_tensor *h)
 
 /* ---- backward ----------------------------------------------------------- */
 
-/* g * gelu_tanh'(h), a new reference: one fused pass for bf16. */
+/* g * gelu_tanh'(h), a new reference: one fused pass (f32, bf16) where
+ * g's device has linear_gelu_backward's kernel for g's dtype and h has
+ * that dtype too; else (CUDA; a bf16 g with an f32 h) unary_deriv and
+ * mul. */
 static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
 {
-    if (g->dtype == ZS_BF16 && h->dtype == ZS_BF16)
+    if (g->dtype == h->dtype && (unsigned)g->device < ZS_MAX_DEVICES &&
+        zsi_def_linear_gelu_backward.kernel[g->device][g->dtype])
         return gelu_bw_run(g, h);
     zs_tensor *d = zsi_unary_deriv(h, ZSK_GELU_TANH_GRAD, 0, 0);
     if (!d)

@@ -175,8 +175,10 @@ void zs_kernel_paths_print(FILE *f)
          : vec && c->avx2 && c->fma && c->f16c ? "avx2 (head dim % 8 == 0)"
                                                 : "portable"},
         {"pointwise", pointwise_path()},
-        {"convolution", c->avx512f ? "direct avx512 where it fits, else im2col + gemm"
-                                   : "im2col + gemm"},
+        {"convolution", c->avx512f ? "direct avx512 where it fits (direct avx2 for "
+                                     "<= 8 channels), else im2col + gemm"
+                        : c->avx2 && c->fma ? "direct avx2 (stride 1), else im2col + gemm"
+                                            : "im2col + gemm"},
         {"attention", attention_path()},
         {"softmax, norms, reductions", zsk_isa_name()},
         {"optimizer", zsk_isa_name()},

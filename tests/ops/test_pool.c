@@ -12,6 +12,7 @@
 
 #include <string.h>
 
+#include "kernels/cpu/pool.h"
 #include "ops/op.h"
 #include "testutil.h"
 
@@ -172,6 +173,43 @@ static void test_padding_never_wins(void)
  * gradient (and the indices the forward's node saved) against the
  * reference; and autograd through a forward whose params struct was
  * overwritten after the call. */
+/* The max-pool kernel on ties and NaN (its windows are scanned without
+ * branches, a NaN window again): the first maximum in scan order wins a
+ * tie, the first NaN wins over anything, -inf can win; f32 and f64. Plane
+ * [2, 8], 2x2 windows of stride 2: {1 1; 1 1} -> 1 at 0; {0 NaN; 5 NaN}
+ * -> NaN at 3; {-inf -inf; -inf 2} -> 2 at 13; {NaN 7; 7 -inf} -> NaN
+ * at 6. */
+static void test_max_ties_nan(void)
+{
+    const double X[16] = {1, 1, 0, NAN, -INFINITY, -INFINITY, NAN, 7,
+                          1, 1, 5, NAN, -INFINITY, 2, 7, -INFINITY};
+    const int64_t want_i[4] = {0, 3, 13, 6};
+    const double want_v[4] = {1, NAN, 2, NAN};
+    zsk_pool2d_shape s = {1, 1, 2, 8, 1, 4, 2, 2, 2, 2, 0, 0};
+    int64_t xs[4] = {16, 16, 8, 1}, idx[4];
+    for (int d = 0; d < 2; d++) {
+        float xf[16], yf[4];
+        double xd[16], yd[4];
+        for (int i = 0; i < 16; i++) {
+            xf[i] = (float)X[i];
+            xd[i] = X[i];
+        }
+        if (d == 0)
+            zsk_max_pool2d(ZS_F32, &s, xf, xs, yf, idx);
+        else
+            zsk_max_pool2d(ZS_F64, &s, xd, xs, yd, idx);
+        for (int k = 0; k < 4; k++) {
+            double y = d == 0 ? yf[k] : yd[k];
+            bool ok = idx[k] == want_i[k] &&
+                      (isnan(want_v[k]) ? isnan(y) : y == want_v[k]);
+            ZT_CHECK(ok, "%s window %d: max %g at %lld, expected %g at %lld",
+                     d ? "f64" : "f32", k, y, (long long)idx[k], want_v[k],
+                     (long long)want_i[k]);
+        }
+    }
+    zt_section("max pool: ties, NaN and -inf (kernel)");
+}
+
 static void test_backward_descriptors(void)
 {
     zsi_opdef *bw[2] = {zsi_opdef_find("avg_pool2d_backward"),
@@ -327,6 +365,7 @@ int main(void)
     test_pool_shapes();
     test_reference();
     test_padding_never_wins();
+    test_max_ties_nan();
     test_grad();
     test_backward_descriptors();
     test_errors();

@@ -3,7 +3,9 @@
  *
  * Two paths. f32 on an AVX-512 CPU takes the direct path (conv_direct.c,
  * declared at the end) where it applies: register tiles read straight from
- * padded copies of the images, no column matrix. Everything else (f64,
+ * padded copies of the images, no column matrix; on an AVX2 CPU (or under
+ * ZS_CPU_ISA=avx2) stride-1 convolutions take the AVX2 direct path
+ * (conv_direct_avx2.c). Everything else (f64,
  * groups, 1x1 stride-1 kernels, input gradients of < 16 channels, ...)
  * runs the GEMM path (conv.c), built on gemm.h with im2col / col2im:
  *
@@ -67,7 +69,10 @@ zs_status zsk_conv2d_backward(zs_dtype dt, const zsk_conv2d_shape *s,
  * column matrix. zsk_conv2d_forward/backward take it by themselves when
  * zsk_conv_direct_ok(dt, s): f32, one group, an AVX-512 CPU, column stride
  * <= 2, at most 64 taps, and not a 1x1 stride-1 unpadded kernel (where x
- * itself is the column matrix of the GEMM path). */
+ * itself is the column matrix of the GEMM path), unless the result has
+ * few channels on its lanes (conv.c route_of: <= 8 output channels go to
+ * the AVX2 direct path where it applies; the input gradient of < 16
+ * input channels to the AVX2 direct path or the GEMM path). */
 bool zsk_conv_direct_ok(zs_dtype dt, const zsk_conv2d_shape *s);
 /* Turns the direct path on or off (tests and benchmarks compare both);
  * returns the previous setting. Not thread-safe against running convs. */
@@ -80,5 +85,27 @@ zs_status zsk_conv2d_direct_backward(const zsk_conv2d_shape *s,
                                      const float *x, const int64_t *xs,
                                      const float *w, const float *gy,
                                      float *gx, float *gw);
+
+/* ---- direct f32 path on AVX2 + FMA (conv_direct_avx2.c) ----------------
+ * Lanes along an output row, no column matrix. zsk_conv2d_forward/backward
+ * take it by themselves when the AVX-512 path does not (see above) and
+ * zsk_conv_direct_avx2_ok(dt, s): f32, one group, AVX2 and FMA (as capped
+ * by ZS_CPU_ISA), stride 1, a padded input plane set under 2^31 elements,
+ * and not a 1x1 unpadded kernel; zsk_conv_set_direct turns it off too.
+ * The gradients take it for layers of at most 32 input and output channels
+ * (conv.c route_of), the input gradient when also
+ * zsk_conv_direct_avx2_gx_ok(s) (padding <= (kernel - 1) * dilation on
+ * both axes); else the GEMM path. */
+bool zsk_conv_direct_avx2_ok(zs_dtype dt, const zsk_conv2d_shape *s);
+bool zsk_conv_direct_avx2_gx_ok(const zsk_conv2d_shape *s);
+zs_status zsk_conv2d_direct_avx2_forward(const zsk_conv2d_shape *s,
+                                         const float *x, const int64_t *xs,
+                                         const float *w, const float *bias,
+                                         float *y);
+/* gx and gw as in zsk_conv2d_backward (either may be NULL); no bias. */
+zs_status zsk_conv2d_direct_avx2_backward(const zsk_conv2d_shape *s,
+                                          const float *x, const int64_t *xs,
+                                          const float *w, const float *gy,
+                                          float *gx, float *gw);
 
 #endif

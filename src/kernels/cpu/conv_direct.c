@@ -65,6 +65,15 @@ bool zsk_conv_direct_ok(zs_dtype dt, const zsk_conv2d_shape *s)
              s->ph == 0 && s->pw == 0); /* 1x1: x is the column matrix */
 }
 
+bool zsk_conv_direct_avx2_ok(zs_dtype dt, const zsk_conv2d_shape *s)
+{
+    const zs_cpu_features *f = zs_cpu();
+    int64_t Hp = s->H + 2 * s->ph, Wp = s->W + 2 * s->pw;
+    return use_direct && dt == ZS_F32 && s->G == 1 && f->avx2 && f->fma &&
+           s->sh == 1 && s->sw == 1 && s->C * Hp * Wp < INT32_MAX &&
+           !(s->KH == 1 && s->KW == 1 && s->ph == 0 && s->pw == 0);
+}
+
 /* ---- micro-kernels ------------------------------------------------------ */
 
 /* Pixel tile: t[i * ldt + j] = sum_{c < nc} sum_{k < nt}

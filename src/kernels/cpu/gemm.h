@@ -100,6 +100,9 @@ void zsk_sgemm_gelu_of_pre(const float *pre, float *out, int64_t n);
 /* gelu_tanh(x) in float, portable (evaluated in double) or AVX-512
  * (vector: ignored when the CPU lacks it); for tests. */
 void zsk_gelu_tanh_f32(float *y, const float *x, int64_t n, bool vector);
+/* gelu_tanh(x) by the AVX2 epilogue (the portable one when the capped CPU
+ * lacks AVX2 + FMA); for tests. */
+void zsk_gelu_tanh_f32_avx2(float *y, const float *x, int64_t n);
 /* tanh(x), the AVX-512 routine of the epilogue (falls back to libm when the
  * CPU lacks it); relative error < 1e-6. For tests. */
 void zsk_tanh_f32_avx512(float *y, const float *x, int64_t n);
@@ -231,6 +234,11 @@ void zsk_gemm_pack_f32(zsk_gemm_src s, int64_t rows, int64_t kc, int w,
 void zsk_sgemm_epi_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
                        float *c, int64_t ldc, float beta,
                        const zsk_epilogue *ep);
+/* The AVX2 + FMA epilogue (gemm_epi_avx2.c; 16-bit forms: the portable
+ * one). GeLU error below 1e-6 of max(|gelu|, 1). */
+void zsk_sgemm_epi_avx2(const float *t, int64_t ldt, int64_t m, int64_t n,
+                        float *c, int64_t ldc, float beta,
+                        const zsk_epilogue *ep);
 void zsk_sgemm_epi_avx512(const float *t, int64_t ldt, int64_t m, int64_t n,
                           float *c, int64_t ldc, float beta,
                           const zsk_epilogue *ep);

@@ -1,8 +1,8 @@
 /*
  * gemm_f32_avx2.c - the f32 AVX2+FMA descriptor of the GEMM framework: a
  * 6 x 16 micro-kernel (see gemm.h for the packed panel contract) on the
- * portable f32 packer, with the scalar epilogue. The bf16 / f16 AVX2
- * descriptors (gemm_lowp_avx2.c) run the same kernel on converted panels.
+ * portable f32 packer, with the AVX2 epilogue (gemm_epi_avx2.c). The
+ * bf16 / f16 AVX2 descriptors (gemm_lowp_avx2.c) run the same kernel on converted panels.
  *
  * 12 ymm accumulators (6 rows x 2 vectors), 2 B loads and 6 broadcasts per
  * k step: 12 FMAs cover the FMA latency on two pipes and leave 4 of the 16
@@ -74,5 +74,5 @@ const zsk_gemm_desc zsk_gemm_f32_avx2 = {
     .usable = usable, .mr = MR, .nr = NR, .kstep = 1, .alpha_in_pack = true,
     .kc = 1024, .mc = 42, .nc = 2048, .pack_a = zsk_gemm_pack_f32,
     .pack_b = zsk_gemm_pack_f32, .ukr = zsk_gemm_f32_avx2_6x16,
-    .epi = zsk_sgemm_epi_ref,
+    .epi = zsk_sgemm_epi_avx2,
     .gemv = true};

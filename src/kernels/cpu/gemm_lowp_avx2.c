@@ -286,7 +286,7 @@ static bool usable(void)
         .name = STR, .type = TYPE, .isa = ZSK_GEMM_AVX2, .usable = usable,    \
         .mr = MR, .nr = NR, .kstep = 1, .alpha_in_pack = true,                \
         .kc = 1024, .mc = 42, .nc = 2048, .pack_a = PACK, .pack_b = PACK,     \
-        .ukr = zsk_gemm_f32_avx2_6x16, .epi = zsk_sgemm_epi_ref,              \
+        .ukr = zsk_gemm_f32_avx2_6x16, .epi = zsk_sgemm_epi_avx2,              \
         .small = SMALL}
 
 LOWP_AVX2(zsk_gemm_bf16_avx2, "bf16 avx2 6x16", ZSK_GEMM_BF16, pack_bf16,
