@@ -119,7 +119,9 @@ typedef struct zs_trainer_config {
                                * after the last; 0: after the last only */
     double flops_per_token;   /* model FLOPs per target, for MFU; 0: none */
     double peak_flops;        /* per computing rank; 0: measured (0.1 s) by
-                               * zs_trainer_new when flops_per_token > 0 */
+                               * zs_trainer_new when flops_per_token > 0:
+                               * the FP32 FMA peak, doubled for bf16/fp8 on
+                               * a CPU with AVX512_BF16 */
     int64_t stop_after;       /* stop after this many steps of the run (the
                                * schedule still spans `steps`); 0: none */
     double max_seconds;       /* stop after a step past this; 0: none */

@@ -194,6 +194,18 @@ static zs_status build(zs_trainer *t)
     return zsi_train_onebit_setup(t);
 }
 
+/* The peak MFU is measured against: the FP32 FMA loop's, doubled where
+ * the products run in bf16 on AVX512_BF16 (vdpbf16ps: two multiply-adds
+ * per f32 lane; bf16 and fp8 route their GEMMs there). fp16 widens to f32
+ * on the CPU (F16C), so its peak is the FP32 one; as PyTorch and Megatron
+ * count MFU against the peak of the dtype the products use. */
+static double measured_peak(const zs_trainer_config *cfg)
+{
+    double p = zs_measure_peak_gflops(zs_num_threads(), 0.1) * 1e9;
+    bool bf16 = cfg->precision == ZS_BF16 || cfg->precision == ZS_F8E4M3;
+    return bf16 && cfg->device == ZS_CPU && zs_cpu()->avx512_bf16 ? 2 * p : p;
+}
+
 zs_trainer *zs_trainer_new(zs_module *m, const zs_trainer_config *cfg)
 {
     zs_comm *comm = cfg && cfg->comm ? cfg->comm : zs_comm_world();
@@ -223,8 +235,7 @@ zs_trainer *zs_trainer_new(zs_module *m, const zs_trainer_config *cfg)
         return NULL;
     }
     if (cfg->flops_per_token > 0)
-        t->peak = (cfg->peak_flops > 0 ? cfg->peak_flops
-                   : zs_measure_peak_gflops(zs_num_threads(), 0.1) * 1e9) * t->parts;
+        t->peak = (cfg->peak_flops > 0 ? cfg->peak_flops : measured_peak(cfg)) * t->parts;
     log_setup(t);
     zs_module_train(m, true);
     return t;
