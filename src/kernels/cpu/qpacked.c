@@ -413,9 +413,12 @@ VNNI static void gemv_vnni(zsk_qfmt f, const uint8_t *const *t, int64_t nb,
  * no u8 x s8 -> s32 instruction, vpmaddubsw makes s16 pair sums that must
  * not saturate, and vpmaddwd with ones adds the pairs into the lanes:
  *   Q8_0: the codes u (0 .. 255) times x (-127 .. 127) would saturate a
- *         pair, so w = u - 128 (a xor) and the sign trick: |w| (0 .. 128)
- *         as u8, x with w's sign as s8; |pair| <= 2 * 128 * 127 = 32512.
- *         The lanes then hold sum w x, which is s already (no offset).
+ *         pair, so w = u - 128 (a xor) and the sign trick on the
+ *         activation's side: |x| (0 .. 127) as u8, w with x's sign as s8;
+ *         |pair| <= 2 * 127 * 128 = 32512. |x| is made once per group of
+ *         4 k and serves every weight vector of the group (abs(w) and
+ *         sign(x, w) cost two operations per vector). The lanes then hold
+ *         sum w x, which is s already (no offset).
  *   Q4:   nibbles (0 .. 15) as u8, x as s8: |pair| <= 3810, so a block's 8
  *         groups add in s16 (<= 30480) and one vpmaddwd per half ends it.
  * All integer, so the sums are exactly those of the VNNI and portable paths
@@ -438,11 +441,11 @@ AVX2_INLINE void block_sums_avx2(zsk_qfmt f, const uint8_t *q, const zsk_block_q
         __m256i flip = _mm256_set1_epi8((char)0x80);
         s[0] = s[1] = _mm256_setzero_si256();
         for (int g = 0; g < 8; g++) {
-            __m256i x = bcast4_256(xb->q, g);
+            __m256i x = bcast4_256(xb->q, g), ax = _mm256_abs_epi8(x);
             for (int h = 0; h < 2; h++) {
                 __m256i w = _mm256_xor_si256(
                     _mm256_load_si256((const __m256i *)(q + 64 * g + 32 * h)), flip);
-                __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+                __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, x));
                 s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(p, ones));
             }
         }
@@ -529,12 +532,14 @@ AVX2 static void tile_avx2(zsk_qfmt f, const uint8_t *tile, int64_t nb,
  * the 8 weight vectors (4 streams x 2 halves) that use them, and the 8
  * int32 (Q8_0) or int16 (Q4) sums stay in registers for the block; the
  * f32 accumulators live in acc [STREAMS][16] (L1), touched once a block.
- * Q8_0 takes |x| as vpmaddubsw's unsigned operand and w with x's sign as
- * the signed one (|pair| <= 2 * 127 * 128: no saturation, as before): |x|
- * is made once per group, not once per weight vector, so a weight vector
- * costs xor, sign, vpmaddubsw, vpmaddwd and an add (the first layout-
- * neutral version, abs(w) and sign(x, w) per vector, spilled its
- * broadcasts and ran 0.82 ns per row block hot in L2 on one Zen 4 thread). */
+ * Q8_0 as block_sums_avx2: a weight vector costs xor, vpsignb, vpmaddubsw,
+ * vpmaddwd and an add. The first version (streams inside the group loop,
+ * abs(w) and sign(x, w) per vector) spilled its broadcasts and ran 0.82 ns
+ * per row block of 32 weights hot in L2 on one Zen 4 thread (Q4_0 0.58),
+ * this one 0.55 (0.39); removing the xor too (unbiased Q8_0 bytes on this
+ * path) or vpsignb (xor and subtract with x's sign mask) measured no
+ * faster: neither bounds it (~59 GB/s of tiles from L2; the two multiplies
+ * per vector alone would allow about twice that). */
 AVX2_INLINE void gemv_q8_0_avx2(const uint8_t *const *t, int64_t nb, const zsk_block_q8x *xq,
                                 float acc[STREAMS][ZSK_QTILE])
 {
