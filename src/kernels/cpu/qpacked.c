@@ -32,6 +32,12 @@
  * against the VNNI path's 71% and 74% in the next run; bench/infer
  * decode q8_0 / f32 2.26-2.84x, q4_0 / f32 2.65-3.24x (VNNI: 2.42-2.51x,
  * 3.35-3.41x; portable C: 0.30x, 0.22x).
+ * The M = 1 AVX2 kernels were then rewritten (gemv_q8_0_avx2 /
+ * gemv_q4_avx2): hot in L2, one thread, 0.82 -> 0.55 ns per Q8_0 row
+ * block of 32 weights and 0.58 -> 0.39 per Q4_0 (VNNI 0.34 / 0.25, the
+ * f32 packed kernel 1.21 per 32 weights). Decode on the 2-core VM at load
+ * 6-30 (other jobs): q8_0 / f32 2.3-5.7x and q4_0 / f32 2.9-6.1x for the
+ * old and the new code alike, run to run; the machine's load decides.
  */
 #include "kernels/cpu/qpacked.h"
 
