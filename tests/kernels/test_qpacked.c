@@ -10,7 +10,8 @@
  *     blocks (zsk_quantize_q8x): the block sums are exact integers, so the
  *     only error is f32 scaling and accumulation, within 1e-5 * sum |W' x'|.
  *     Every format, odd M and N, strided x and y.
- * (3) bitwise: the vector (VNNI or AVX2) and portable paths agree; a row alone (M = 1) gives
+ * (3) bitwise: the vector (VNNI or AVX2) and portable paths agree (two
+ *     K, one with an odd block count); a row alone (M = 1) gives
  *     the bits it gives in a batch of 9 (and at any position); 1 and 2
  *     threads agree; bias + GeLU + residual (also y as its own residual)
  *     give exactly zsk_linear_epilogue applied to the plain product.
@@ -154,9 +155,11 @@ static void linear(const run *r, int64_t m0, int64_t M, float *y)
              "linear");
 }
 
-static void check_bitwise(zsk_qfmt f, bool vec)
+/* N = 163: 11 tiles, so the 4-stream M = 1 path and its tails; K = 320
+ * and K = 2080 (65 blocks: an odd count, a last group of one block). */
+static void check_bitwise(zsk_qfmt f, bool vec, int64_t K)
 {
-    int64_t M = 9, N = 163, K = 320, ldx = K + 1; /* 11 tiles: 4-stream M = 1 path and tails */
+    int64_t M = 9, N = 163, ldx = K + 1;
     unsigned char *q = make_blocks(f, N, K, 500 + f);
     float *x = make_x(M * ldx, 600 + f), *bias = make_x(N, 7), *res = make_x(M * N, 8);
     float *y = malloc((size_t)(M * N) * 4), *y1 = malloc((size_t)N * 4);
@@ -172,34 +175,35 @@ static void check_bitwise(zsk_qfmt f, bool vec)
     linear(&plain, 0, M, y2);
     zsk_linear_force_portable(old);
     ZT_CHECK(!vec || memcmp(y, y2, (size_t)(M * N) * 4) == 0,
-             "%s: vector and portable paths differ", fname[f]);
+             "%s K=%lld: vector and portable paths differ", fname[f], (long long)K);
     /* rows alone, rows at other positions */
     for (int64_t m = 0; m < M; m++) {
         linear(&plain, m, 1, y1);
         ZT_CHECK(memcmp(y1, y + m * N, (size_t)N * 4) == 0,
-                 "%s: row %lld alone differs from the batch of %lld", fname[f],
-                 (long long)m, (long long)M);
+                 "%s K=%lld: row %lld alone differs from the batch of %lld", fname[f],
+                 (long long)K, (long long)m, (long long)M);
     }
     linear(&plain, 3, 5, y2);
-    ZT_CHECK(memcmp(y2, y + 3 * N, (size_t)(5 * N) * 4) == 0, "%s: rows 3..7 differ",
-             fname[f]);
+    ZT_CHECK(memcmp(y2, y + 3 * N, (size_t)(5 * N) * 4) == 0, "%s K=%lld: rows 3..7 differ",
+             fname[f], (long long)K);
     zs_set_num_threads(1);
     linear(&plain, 0, M, y2);
-    ZT_CHECK(memcmp(y2, y, (size_t)(M * N) * 4) == 0, "%s: 1 vs 2 threads differ",
-             fname[f]);
+    ZT_CHECK(memcmp(y2, y, (size_t)(M * N) * 4) == 0, "%s K=%lld: 1 vs 2 threads differ",
+             fname[f], (long long)K);
     zs_set_num_threads(2);
     /* epilogue: bias, GeLU, residual; then y as its own residual */
     for (int64_t m = 0; m < M; m++)
         zsk_linear_epilogue(y + m * N, N, bias, res + m * N, ZSK_ACT_GELU_TANH, e + m * N);
     run full = {&p, x, bias, res, ldx, ZSK_ACT_GELU_TANH};
     linear(&full, 0, M, y2);
-    ZT_CHECK(memcmp(y2, e, (size_t)(M * N) * 4) == 0, "%s: fused epilogue differs",
-             fname[f]);
+    ZT_CHECK(memcmp(y2, e, (size_t)(M * N) * 4) == 0, "%s K=%lld: fused epilogue differs",
+             fname[f], (long long)K);
     memcpy(y2, res, (size_t)(M * N) * 4);
     ZT_CHECK(zsk_qpacked_linear(&p, x, M, ldx, bias, y2, N, ZSK_ACT_GELU_TANH, y2, N) ==
              ZS_OK, "in place");
-    ZT_CHECK(memcmp(y2, e, (size_t)(M * N) * 4) == 0, "%s: y += ... in place differs",
-             fname[f]);
+    ZT_CHECK(memcmp(y2, e, (size_t)(M * N) * 4) == 0,
+             "%s K=%lld: y += ... in place differs",
+             fname[f], (long long)K);
     zs_set_num_threads(threads);
     zsk_qpacked_free(&p);
     free(q), free(x), free(bias), free(res), free(y), free(y1), free(y2), free(e);
@@ -280,8 +284,10 @@ int main(void)
     }
     zt_section("linear against float64");
 
-    for (int f = 0; f < 3; f++)
-        check_bitwise((zsk_qfmt)f, vec);
+    for (int f = 0; f < 3; f++) {
+        check_bitwise((zsk_qfmt)f, vec, 320);
+        check_bitwise((zsk_qfmt)f, vec, 2080);
+    }
     zt_section("paths, batch, threads, epilogue (bitwise)");
 
     check_errors();

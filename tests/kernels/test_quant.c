@@ -144,8 +144,8 @@ static void check_act(int64_t n, uint64_t seed)
     free(xq);
 }
 
-/* (1b) The activation quantizer's paths agree bit for bit (the VNNI build
- * has an AVX-512 version): random blocks, exact ties of v / d at k + 0.5,
+/* (1b) The activation quantizer's paths agree bit for bit (AVX-512 and AVX2
+ * versions; the ISA cap picks which): random blocks, exact ties of v / d at k + 0.5,
  * NaN, infinities, -0, denormals and huge values. */
 static void check_act_paths(void)
 {

@@ -290,6 +290,61 @@ VNNI static void q8x_blocks_avx512(const float *x, int64_t nb, zsk_block_q8x *ou
         o->s = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
     }
 }
+
+/* 8 values of round_clamp(v * id, -127, 127) as int32, q8x_lanes on ymm:
+ * the compares give all-ones lanes, so and-ing them with 1.0 adds or
+ * subtracts 1 or 0 (0 only turns -0 into +0); maxps / minps keep their
+ * second operand for NaN, as the portable "t > lo ? t : lo" does. */
+AVX2 static inline __m256i q8x_lanes8(__m256 v, __m256 id)
+{
+    __m256 x = _mm256_mul_ps(v, id);
+    __m256 t = _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, t), one = _mm256_set1_ps(1.0f);
+    __m256 up = _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(0.5f), _CMP_GE_OQ), one);
+    __m256 dn = _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(-0.5f), _CMP_LE_OQ), one);
+    t = _mm256_sub_ps(_mm256_add_ps(t, up), dn);
+    t = _mm256_max_ps(t, _mm256_set1_ps(-127.0f));
+    t = _mm256_min_ps(t, _mm256_set1_ps(127.0f));
+    return _mm256_cvttps_epi32(t);
+}
+
+/* The blocks of zsk_quantize_q8x, AVX2: the portable loop's values (the
+ * test compares them bit for bit). Decode quantizes one row per linear
+ * layer on the calling thread before the pool splits the weights, so on
+ * CPUs without AVX-512 this loop was serial time in every layer. */
+AVX2 static void q8x_blocks_avx2(const float *x, int64_t nb, zsk_block_q8x *out)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < nb; b++) {
+        const float *p = x + b * ZSK_QBLOCK;
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) { /* NaN skipped, as fmaxf */
+            v[i] = _mm256_loadu_ps(p + 8 * i);
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m);
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        zsk_block_q8x *o = out + b;
+        o->d = _mm_cvtss_f32(h) / 127.0f;
+        __m256 id = _mm256_set1_ps(o->d > 0 ? 1.0f / o->d : 0.0f);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++)
+            q[i] = q8x_lanes8(v[i], id);
+        /* |q| <= 127: the saturating packs are exact; they interleave the
+         * 128-bit lanes, which the permute undoes */
+        __m256i q16 = _mm256_packs_epi32(q[0], q[1]), r16 = _mm256_packs_epi32(q[2], q[3]);
+        __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16, r16),
+                                                 _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)o->q, q8);
+        __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+                                     _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        o->s = _mm_cvtsi128_si32(s4);
+    }
+}
 #endif
 
 static bool force_portable = false;
@@ -302,6 +357,10 @@ zs_status zsk_quantize_q8x(const float *x, int64_t n, zsk_block_q8x *out)
 #ifdef ZSK_QUANT_VNNI
     if (!force_portable && zsk_quant_has_vnni()) {
         q8x_blocks_avx512(x, n / ZSK_QBLOCK, out);
+        return ZS_OK;
+    }
+    if (!force_portable && zsk_quant_has_avx2()) {
+        q8x_blocks_avx2(x, n / ZSK_QBLOCK, out);
         return ZS_OK;
     }
 #endif

@@ -88,7 +88,8 @@ zs_status zsk_dequantize_q4_1(const void *in, int64_t n, float *out);
 zs_status zsk_quantize(zsk_qfmt fmt, const float *w, int64_t n, void *out);
 zs_status zsk_dequantize(zsk_qfmt fmt, const void *in, int64_t n, float *out);
 
-/* Activations: x: n floats -> out: n / 32 blocks. */
+/* Activations: x: n floats -> out: n / 32 blocks. The AVX-512, AVX2 and
+ * portable versions (capped ISA) give the same bits. */
 zs_status zsk_quantize_q8x(const float *x, int64_t n, zsk_block_q8x *out);
 
 /* y [M, N] = x [M, K] * W^T, W [N, K] in fmt (N rows of K / 32 blocks).
