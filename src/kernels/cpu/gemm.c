@@ -58,6 +58,8 @@
  * 42 x 2048 block 1-2% and 8-9%, the residual rows then streaming in 8 KiB
  * runs. GeLU adds about 3.5% (its vector math).
  */
+#include <string.h>
+
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_lowp.h"
 #include "kernels/cpu/kernels.h"
@@ -197,6 +199,8 @@ typedef struct job {
     const zsk_epilogue *ep; /* NULL: none */
     int64_t kcb;            /* depth of the K blocks, a multiple of kstep */
     int tm, tn;             /* thread grid */
+    bool out16;             /* ep->out16: sums in a per-thread block */
+    int64_t ncs;            /* out16: columns per block (a multiple of NR) */
 } job;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -249,12 +253,93 @@ static void run_block(const job *j, int64_t m0, int64_t m1, int64_t n0,
     }
 }
 
+/* The epilogue's bf16 output without an M x N f32 buffer (ep->out16):
+ * loops jc, ic, pc, so each MC x NCS block of sums completes in cs (f32,
+ * row stride ldcs) over all K blocks before the epilogue rounds it into
+ * out16. bp holds the B panel packed for every K block of the column
+ * block (block b at b * ku_max units per column), packed once per jc as
+ * in run_block; NCS (job.ncs) is NC divided by the number of K blocks, so
+ * bp is no larger than run_block's. Each element of C gets the micro-kernel
+ * calls of run_block in the same K order: the sums, hence the output, are
+ * bit for bit those of run_block followed by the epilogue. beta != 0 reads
+ * C (when given) into cs first. */
+static void run_block16(const job *j, int64_t m0, int64_t m1, int64_t n0,
+                        int64_t n1, float *ap, float *bp, float *cs,
+                        int64_t ldcs)
+{
+    const zsk_gemm_desc *d = j->d;
+    const int MR = d->mr, NR = d->nr;
+    const size_t es = elem_size(d->type);
+    const float pa = d->alpha_in_pack ? j->alpha : 1.0f;
+    const float ka = d->alpha_in_pack ? 1.0f : j->alpha;
+    const int64_t kum = (j->kcb + d->kstep - 1) / d->kstep;
+    const bool beta = j->beta != 0.0f && j->C;
+    for (int64_t jc = n0; jc < n1; jc += j->ncs) {
+        int64_t nc = min64(j->ncs, n1 - jc), ncp = ceil_to(nc, NR);
+        for (int64_t pc = 0, b = 0; pc < j->K; pc += j->kcb, b++)
+            d->pack_b(src_at(j->b, es, jc, pc), nc, min64(j->kcb, j->K - pc),
+                      NR, 1.0f, bp + b * kum * ncp);
+        for (int64_t ic = m0; ic < m1; ic += d->mc) {
+            int64_t mc = min64(d->mc, m1 - ic);
+            for (int64_t i = 0; beta && i < mc; i++)
+                memcpy(cs + i * ldcs, j->C + (ic + i) * j->ldc + jc,
+                       (size_t)nc * sizeof(float));
+            for (int64_t pc = 0, b = 0; pc < j->K; pc += j->kcb, b++) {
+                int64_t kc = min64(j->kcb, j->K - pc);
+                int64_t ku = (kc + d->kstep - 1) / d->kstep;
+                d->pack_a(src_at(j->a, es, ic, pc), mc, kc, MR, pa, ap);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    const float *bb = bp + b * kum * ncp + jr * ku;
+                    int n = (int)min64(NR, nc - jr);
+                    for (int64_t ir = 0; ir < mc; ir += MR)
+                        d->ukr(ku, ap + ir * ku, bb, cs + ir * ldcs + jr, ldcs,
+                               (int)min64(MR, mc - ir), n, ka,
+                               pc == 0 && beta ? j->beta : pc == 0 ? 0.0f : 1.0f);
+                }
+            }
+            zsk_epilogue at;
+            d->epi(cs, ldcs, mc, nc, cs, ldcs, 0.0f,
+                   zsk_epilogue_at(j->ep, ic, jc, &at));
+        }
+    }
+}
+
+/* out16 without packing: the f32 values v (j->alpha times the sums, plus
+ * beta C) of row i, columns [n0, n0 + n), n <= DIRECT_COLS, through the
+ * epilogue from a stack buffer. */
+#define DIRECT_COLS 64
+
+static void epi_row16(const job *j, int64_t i, int64_t n0, int64_t n,
+                      float *v)
+{
+    zsk_epilogue at;
+    j->d->epi(v, n, 1, n, v, n, 0.0f, zsk_epilogue_at(j->ep, i, n0, &at));
+}
+
 /* Unpacked triple loop over C[m0:m1, n0:n1], the path of last resort when
  * packing buffers cannot be allocated. */
 static void run_direct(const job *j, int64_t m0, int64_t m1, int64_t n0,
                        int64_t n1)
 {
     zsk_gemm_type t = j->d->type;
+    if (j->out16) { /* no C: rows of DIRECT_COLS on the stack */
+        float v[DIRECT_COLS];
+        for (int64_t i = m0; i < m1; i++)
+            for (int64_t c0 = n0; c0 < n1; c0 += DIRECT_COLS) {
+                int64_t nb = min64(DIRECT_COLS, n1 - c0);
+                for (int64_t n = 0; n < nb; n++) {
+                    float acc = 0.0f;
+                    for (int64_t k = 0; k < j->K; k++)
+                        acc += elem(t, j->a.x, i * j->a.rs + k * j->a.ks) *
+                               elem(t, j->b.x, (c0 + n) * j->b.rs + k * j->b.ks);
+                    const float *p = j->C ? j->C + i * j->ldc + c0 + n : NULL;
+                    float bc = j->beta != 0.0f && p ? j->beta * *p : 0.0f;
+                    v[n] = j->K > 0 ? j->alpha * acc + bc : bc; /* K = 0: scale_c */
+                }
+                epi_row16(j, i, c0, nb, v);
+            }
+        return;
+    }
     for (int64_t i = m0; i < m1; i++)
         for (int64_t n = n0; n < n1; n++) {
             float acc = 0.0f;
@@ -294,14 +379,28 @@ static void run_tiles(void *p, int64_t t0, int64_t t1)
         int64_t ku = (j->kcb + d->kstep - 1) / d->kstep;
         size_t na = (size_t)(ceil_to(min64(d->mc, m1 - m0), d->mr) * ku);
         size_t nb = (size_t)(ceil_to(min64(d->nc, n1 - n0), d->nr) * ku);
+        float *cs = NULL;
+        int64_t ldcs = 0;
+        if (j->out16) { /* B for every K block; the block of sums */
+            int64_t nkb = (j->K + j->kcb - 1) / j->kcb;
+            nb = (size_t)(ceil_to(min64(j->ncs, n1 - n0), d->nr) * ku * nkb);
+            ldcs = ceil_to(min64(j->ncs, n1 - n0), d->nr) + 16;
+            cs = zs_alloc((size_t)(min64(d->mc, m1 - m0) * ldcs) *
+                          sizeof(float));
+        }
         float *ap = zs_alloc(na * sizeof(float));
         float *bp = zs_alloc(nb * sizeof(float));
-        if (ap && bp)
-            run_block(j, m0, m1, n0, n1, ap, bp);
-        else /* out of memory: the unpacked loop needs no buffers */
+        if (ap && bp && (cs || !j->out16)) {
+            if (j->out16)
+                run_block16(j, m0, m1, n0, n1, ap, bp, cs, ldcs);
+            else
+                run_block(j, m0, m1, n0, n1, ap, bp);
+        } else { /* out of memory: the unpacked loop needs no buffers */
             run_direct(j, m0, m1, n0, n1);
+        }
         zs_free(ap);
         zs_free(bp);
+        zs_free(cs);
     }
 }
 
@@ -333,6 +432,11 @@ static void run_packed(job *j)
     if ((double)j->M * (double)j->N * (double)j->K < PAR_MIN_MACS)
         T = 1;
     j->kcb = kc_for(j->d, j->K);
+    if (j->out16) { /* NC shared by the K blocks: bp stays NC x KC */
+        int64_t nkb = (j->K + j->kcb - 1) / j->kcb;
+        j->ncs = j->d->nc / nkb / j->d->nr * j->d->nr;
+        j->ncs = j->ncs < j->d->nr ? j->d->nr : j->ncs;
+    }
     zsk_gemm_choose_grid(j->d, j->M, j->N, j->K, T, &j->tm, &j->tn);
     if (T == 1)
         run_tiles(j, 0, 1);
@@ -510,6 +614,12 @@ void zsk_gemm_run(const zsk_gemm_desc *d, bool ta, bool tb, int64_t M,
 {
     if (M <= 0 || N <= 0)
         return;
+    if ((K <= 0 || alpha == 0.0f) && ep && ep->out16) {
+        job j = {.d = d, .K = 0, .ldc = ldc, .beta = beta, .C = C, .ep = ep,
+                 .out16 = true};
+        run_direct(&j, 0, M, 0, N);
+        return;
+    }
     if (K <= 0 || alpha == 0.0f) {
         scale_c(M, N, beta, C, ldc);
         if (ep)
@@ -526,7 +636,7 @@ void zsk_gemm_run(const zsk_gemm_desc *d, bool ta, bool tb, int64_t M,
         return;
     job j = {d, M, N, K, ldc, alpha, beta,
              {A, ta ? 1 : lda, ta ? lda : 1}, {B, tb ? ldb : 1, tb ? 1 : ldb},
-             C, ep, 0, 1, 1};
+             C, ep, 0, 1, 1, ep && ep->out16, 0};
     /* the skinny kernels have no epilogue: with one, M <= 4 packs */
     if (d->small && M <= ZSK_GEMM_SMALL_M && !ep && run_small(&j))
         return;

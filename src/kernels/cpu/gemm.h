@@ -55,8 +55,11 @@ typedef struct zsk_epilogue {
      * pre16 and res16 play bias, pre and res (same strides ldp, ldr; set one
      * form of each, not both); when out16 is set the result, rounded to
      * bf16 (nearest even, NaN kept quiet: zs_f32_to_bf16), is written to
-     * out16[i * ldo + j] instead of C, which then only holds the f32 sums
-     * (scratch). pre16 is the pre-activation rounded to bf16. */
+     * out16[i * ldo + j] instead of C: the driver (zsk_gemm_run) then
+     * keeps the f32 sums in a per-thread block (MC x NC/number of K
+     * blocks) and never writes C, which it reads only for beta != 0 and
+     * which may be NULL when beta == 0 (no M x N f32 buffer exists).
+     * pre16 is the pre-activation rounded to bf16. */
     const uint16_t *bias16;
     uint16_t *pre16;
     const uint16_t *res16;
