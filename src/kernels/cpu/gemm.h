@@ -255,4 +255,21 @@ void zsk_dgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 void zsk_gemm_choose_grid(const zsk_gemm_desc *d, int64_t M, int64_t N,
                           int64_t K, int T, int *tm, int *tn);
 
+/* Row tiles per thread of the packed driver (gemm.c: threads): each of
+ * the T threads' blocks of the zsk_gemm_choose_grid grid is cut into this
+ * many row tiles of whole MC blocks, which the threads claim from a
+ * counter per column band, so a preempted thread's unclaimed tiles go to
+ * the others; a thread packs its band's B once and keeps it (when it
+ * takes at most 8 MiB; else one tile per thread). 1: one tile per thread.
+ * 0 (the default): the driver's choice. Each element of C is computed by
+ * one thread over the same K blocks whatever the tiling: results do not
+ * depend on it. Benchmarks set it; not thread-safe against running
+ * GEMMs. */
+extern int zsk_gemm_tiles_per_thread;
+/* Benchmarks: when zsk_gemm_count_cpu is set, every thread of the packed
+ * driver adds the CPU time it spent in a GEMM (CLOCK_THREAD_CPUTIME_ID,
+ * packing included) to zsk_gemm_cpu_ns. */
+extern bool zsk_gemm_count_cpu;
+extern _Atomic int_fast64_t zsk_gemm_cpu_ns;
+
 #endif
