@@ -234,8 +234,8 @@ static zsk_gemm_src src_at(zsk_gemm_src s, size_t es, int64_t r, int64_t k)
 
 /* ---- packed GEMM -------------------------------------------------------- */
 
-/* Column bands with a claim counter each (more threads: one band per
- * thread at most this many; beyond, one tile per thread). */
+/* Column bands with a claim counter each; with more bands (more threads
+ * than this), one counter over all tiles and one tile per thread. */
 #define MAX_BANDS 64
 /* A thread keeps its band's packed B across row tiles up to this size. */
 #define KEEP_B_MAX ((int64_t)8 << 20)
@@ -507,7 +507,13 @@ static void run_worker(void *p, int64_t w0, int64_t w1)
     double t0 = zsk_gemm_count_cpu ? thread_cpu_seconds() : 0;
     bufs b;
     bool ok = bufs_init(&b, j);
-    for (int i = 0; i < j->tn; i++) {
+    for (int64_t r; j->tn > MAX_BANDS; ) { /* one counter over all tiles */
+        r = atomic_fetch_add_explicit(&j->next[0], 1, memory_order_relaxed);
+        if (r >= (int64_t)j->tm * j->tn)
+            break;
+        run_tile(j, (int)(r % j->tn), r / j->tn, ok ? &b : NULL);
+    }
+    for (int i = 0; j->tn <= MAX_BANDS && i < j->tn; i++) {
         int c = (int)((w0 + i) % j->tn);
         for (;;) {
             int64_t r = atomic_fetch_add_explicit(&j->next[c], 1,
