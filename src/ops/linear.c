@@ -172,10 +172,11 @@ static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
 /* ---- bf16: the BF16 GEMM, an f32 epilogue, one rounding ----------------- */
 
 /* out (bf16) = epilogue(x w^T): the product accumulates in f32 (BF16
- * GEMM) into a scratch block; the GEMM's epilogue adds the bf16 bias,
- * stores h (bf16, may be NULL: the pre-activation GeLU's backward reads),
- * applies GeLU, adds the bf16 residual, all in f32, and writes out rounded
- * once, while the block is in cache. */
+ * GEMM) in the GEMM's per-thread block (no M x N f32 buffer: for the LM
+ * head's 2048 x 4096 that was 32 MiB per call); the GEMM's epilogue adds
+ * the bf16 bias, stores h (bf16, may be NULL: the pre-activation GeLU's
+ * backward reads), applies GeLU, adds the bf16 residual, all in f32, and
+ * writes out rounded once, while the block is in cache. */
 static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
                           zs_tensor *b, zs_tensor *r, zs_tensor *out,
                           zs_tensor *h)
@@ -185,8 +186,7 @@ static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
     if (M == 0 || N == 0)
         return ZS_OK;
     mat m[4] = {{0}};
-    float *acc = zs_alloc((size_t)M * (size_t)N * sizeof(float));
-    zs_status st = acc ? mat_init(&m[0], x, M, K, true) : ZS_ERR_NOMEM;
+    zs_status st = mat_init(&m[0], x, M, K, true);
     if (st == ZS_OK)
         st = mat_init(&m[1], w, N, K, true);
     if (st == ZS_OK && b)
@@ -200,9 +200,8 @@ static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
                            .res16 = r ? m[3].p : NULL,
                            .out16 = zs_data(out), .ldo = N};
         zsk_gemm_bf16_ex(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p,
-                         m[0].ld, m[1].p, m[1].ld, 0.0f, acc, N, &ep);
+                         m[0].ld, m[1].p, m[1].ld, 0.0f, NULL, N, &ep);
     }
-    zs_free(acc);
     mats_release(m, 4);
     return st;
 }

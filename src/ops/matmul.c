@@ -239,8 +239,9 @@ static zs_status run_matmul(const zsi_call *c, zs_tensor *out)
 }
 
 /* bf16 as one GEMM (a [..., M, K] by rows times a 2-D b, or 2-D times
- * 2-D): the f32 sums go to a scratch buffer block by block and the GEMM's
- * epilogue writes out rounded to bf16 while each block is in cache.
+ * 2-D): the f32 sums stay in the GEMM's per-thread block (no rows x N f32
+ * buffer) and its epilogue writes out rounded to bf16 while each block is
+ * in cache.
  * False when the product is batched (the caller then runs it into an f32
  * tensor and rounds that). */
 static bool matmul_bf16_fused(const zsi_call *c, zs_tensor *out,
@@ -258,17 +259,12 @@ static bool matmul_bf16_fused(const zsi_call *c, zs_tensor *out,
     *st = operand_init(&oa, a, at->trans_a);
     if (*st == ZS_OK)
         *st = operand_init(&ob, b, at->trans_b);
-    float *acc = *st == ZS_OK && rows > 0 && N > 0
-                     ? zs_alloc((size_t)rows * (size_t)N * sizeof(float)) : NULL;
-    if (acc) {
+    if (*st == ZS_OK && rows > 0 && N > 0) {
         zsk_epilogue ep = {.out16 = zs_data(out), .ldo = N};
         zsk_gemm_bf16_ex(oa.trans, ob.trans, rows, N, K, 1.0f,
                          zs_data(oa.t), oa.ld, zs_data(ob.t), ob.ld, 0.0f,
-                         acc, N, &ep);
-    } else if (*st == ZS_OK && rows > 0 && N > 0) {
-        *st = zs_set_error_code(ZS_ERR_NOMEM, "matmul: out of memory");
+                         NULL, N, &ep);
     }
-    zs_free(acc);
     zs_release(oa.t);
     zs_release(ob.t);
     return true;

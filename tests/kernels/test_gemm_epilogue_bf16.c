@@ -167,6 +167,86 @@ static void test_rounding(const char *path)
              path, bad, (int)NB);
 }
 
+/* The out16 epilogue through the driver's per-thread block of sums
+ * (C = NULL) against the two-step path it replaced, computed here: the
+ * whole f32 product into C (zsk_gemm_bf16), then the descriptor's
+ * epilogue over all of C. out16 and pre16 must agree bit for bit. Shapes
+ * cross MR, MC (112 on AVX-512), NR, the column block (NC / K blocks:
+ * 512 for vdpbf16ps at K = 1100, 192 for the portable path) and several K
+ * blocks; A and B transposed or not with padded row strides (views into
+ * wider matrices); with beta != 0 C is given and read, not written. */
+static void test_bit_identity(const char *path)
+{
+    static const int64_t dims[][3] = {
+        {130, 530, 1100}, {45, 37, 29}, {113, 33, 1537}, {17, 1030, 64}};
+    const zsk_gemm_desc *d = zsk_gemm_desc_for(ZSK_GEMM_BF16);
+    int cases = 0;
+    for (int s = 0; s < 4; s++)
+        for (int combo = 0; combo < 8; combo++) {
+            int64_t M = dims[s][0], N = dims[s][1], K = dims[s][2];
+            bool ta = combo & 1, tb = combo >> 1 & 1, gelu = combo >> 2 & 1;
+            float beta = s == 1 && combo == 3 ? 0.5f : 0.0f;
+            int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5;
+            int64_t ldo = N + 3, ldr = N + 7, ldc = N + 1;
+            uint16_t *A = rand16((ta ? K : M) * lda, 1.0f);
+            uint16_t *B = rand16((tb ? N : K) * ldb, 1.0f);
+            uint16_t *bias = rand16(N, 2.0f), *res = rand16(M * ldr, 4.0f);
+            float *C = malloc((size_t)(M * ldc) * sizeof *C);
+            float *C0 = malloc((size_t)(M * ldc) * sizeof *C0);
+            float *C1 = malloc((size_t)(M * ldc) * sizeof *C1);
+            uint16_t *o[2], *h[2];
+            for (int v = 0; v < 2; v++) {
+                o[v] = malloc((size_t)(M * ldo) * 2);
+                h[v] = malloc((size_t)(M * ldo) * 2);
+                for (int64_t i = 0; i < M * ldo; i++)
+                    o[v][i] = h[v][i] = SENTINEL;
+            }
+            for (int64_t i = 0; i < M * ldc; i++)
+                C[i] = C0[i] = C1[i] = 3.0f * urand();
+            for (int v = 0; v < 2; v++) {
+                zsk_epilogue ep = {.gelu = gelu, .ldp = ldo, .ldr = ldr,
+                                   .bias16 = combo & 2 ? bias : NULL,
+                                   .pre16 = gelu ? h[v] : NULL,
+                                   .res16 = combo & 1 ? res : NULL,
+                                   .out16 = o[v], .ldo = ldo};
+                if (v == 0) { /* the old two steps */
+                    zsk_gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta,
+                                  C, ldc);
+                    d->epi(C, ldc, M, N, C, ldc, 0.0f, &ep);
+                } else {
+                    zsk_gemm_bf16_ex(ta, tb, M, N, K, 1.0f, A, lda, B, ldb,
+                                     beta, beta != 0.0f ? C0 : NULL, ldc, &ep);
+                }
+            }
+            bool same = !memcmp(o[0], o[1], (size_t)(M * ldo) * 2) &&
+                        !memcmp(h[0], h[1], (size_t)(M * ldo) * 2);
+            bool kept = !memcmp(C0, C1, (size_t)(M * ldc) * sizeof *C0);
+            ZT_CHECK(same && kept, "%s: M %lld N %lld K %lld ta %d tb %d gelu %d "
+                     "beta %g: out16/pre16 %s the two-step path's, C %s (seed %u)",
+                     path, (long long)M, (long long)N, (long long)K, ta, tb, gelu,
+                     beta, same ? "equal" : "differ from", kept ? "kept" : "written",
+                     SEED);
+            cases++;
+            free(A), free(B), free(bias), free(res), free(C), free(C0), free(C1);
+            for (int v = 0; v < 2; v++)
+                free(o[v]), free(h[v]);
+        }
+    printf("  %s: %d bit-identity cases\n", path, cases);
+}
+
+/* Out of memory for the driver's buffers: the unpacked fallback still
+ * writes the right out16 (against float64, as test_epilogues). */
+static void test_oom(const char *path)
+{
+    epi_case e = {.bias = true, .gelu = true, .pre = true, .res = true,
+                  .M = 45, .N = 70, .K = 1100};
+    zs_alloc_fail_after(1);
+    double w = run_case(&e);
+    zs_alloc_fail_after(0);
+    ZT_CHECK(w <= 1.0, "%s: out of memory fallback: error %.3g of the bound "
+             "(seed %u)", path, w, SEED);
+}
+
 /* zsk_gelu_tanh_bw on each of its paths (portable, AVX-512, AVX2) and the
  * threaded entry (whichever path the ISA cap picks). */
 static void test_gelu_bw(void)
@@ -229,6 +309,8 @@ int main(void)
             snprintf(path, sizeof path, "%s, %d thread%s", name, t, t > 1 ? "s" : "");
             test_epilogues(path);
             test_rounding(path);
+            test_bit_identity(path);
+            test_oom(path);
         }
     }
     zsk_lowp_force_fallback = zsk_lowp_force_bf16_as_f32 = false;

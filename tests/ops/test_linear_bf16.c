@@ -17,6 +17,8 @@
  */
 #include <stdlib.h>
 
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_lowp.h"
 #include "ops/op.h"
 #include "testutil.h"
 
@@ -117,6 +119,55 @@ static void test_linear(void)
         for (int wt = 0; wt < 2; wt++)
             check_linear(kind, wt);
     zt_section("bf16 linear, linear_gelu, linear_residual forward and backward");
+}
+
+/* The bf16 linears (whose GEMM keeps its f32 sums in per-thread blocks)
+ * against the two-step path they replaced, computed here from contiguous
+ * copies: the whole product into an f32 buffer (zsk_gemm_bf16), then the
+ * BF16 descriptor's epilogue over all of it. Bit for bit, on strided
+ * views (x, r) and a transposed w, at a size crossing MC, the column
+ * block and two K blocks (x [3, 47, 800], w [530, 800]); GeLU with x
+ * requiring grad (the pre-activation is written too). Seeds 31..34. */
+static void test_linear_bit_identity(void)
+{
+    const int64_t Bt = 3, Tt = 47, Kt = 800, Nt = 530, M = Bt * Tt;
+    zs_tensor *x = zt_rand_strided(ZS_BF16, ZS_SHAPE(Bt, Tt, Kt), 31);
+    zs_tensor *w0 = zt_rand(ZS_BF16, ZS_SHAPE(Kt, Nt), 32);
+    zs_tensor *w = zs_transpose(w0, 0, 1);
+    zs_tensor *b = zt_rand(ZS_BF16, ZS_SHAPE(Nt), 33);
+    zs_tensor *r = zt_rand_strided(ZS_BF16, ZS_SHAPE(Bt, Tt, Nt), 34);
+    zs_tensor *xc = zs_contiguous(x), *wc = zs_contiguous(w);
+    zs_tensor *rc = zs_contiguous(r);
+    float *C = malloc((size_t)(M * Nt) * sizeof *C);
+    uint16_t *want = malloc((size_t)(M * Nt) * 2), *h = malloc((size_t)(M * Nt) * 2);
+    const zsk_gemm_desc *d = zsk_gemm_desc_for(ZSK_GEMM_BF16);
+    zsk_gemm_bf16(false, true, M, Nt, Kt, 1.0f, zs_data(xc), Kt, zs_data(wc),
+                  Kt, 0.0f, C, Nt);
+    for (int kind = 0; kind < 3; kind++) {
+        zs_set_requires_grad(x, kind == 1);
+        zsk_epilogue ep = {.gelu = kind == 1, .ldp = Nt, .ldr = Nt,
+                           .bias16 = zs_data(b), .pre16 = kind == 1 ? h : NULL,
+                           .res16 = kind == 2 ? zs_data(rc) : NULL,
+                           .out16 = want, .ldo = Nt};
+        d->epi(C, Nt, M, Nt, C, Nt, 0.0f, &ep);
+        zs_tensor *y = kind == 0 ? zs_linear(x, w, b)
+                     : kind == 1 ? zs_linear_gelu(x, w, b)
+                                 : zs_linear_residual(x, w, b, r);
+        int64_t diff = y ? 0 : -1;
+        for (int64_t i = 0; y && i < M * Nt; i++)
+            diff += ((const uint16_t *)zs_data(y))[i] != want[i];
+        ZT_CHECK(diff == 0, "%s bf16 [%lld, %lld] x [%lld, %lld]^T (%s): %lld "
+                 "outputs differ from the two-step path (seeds 31-34)",
+                 kind == 0 ? "linear" : kind == 1 ? "linear_gelu" : "linear_residual",
+                 (long long)M, (long long)Kt, (long long)Nt, (long long)Kt, d->name,
+                 (long long)diff);
+        zs_release(y);
+    }
+    free(C), free(want), free(h);
+    zs_tensor *all[] = {x, w0, w, b, r, xc, wc, rc};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        zs_release(all[i]);
+    zt_section("bf16 linears: bit-identical to the two-step GEMM + epilogue");
 }
 
 /* a [2, 5, 33] by b: 2-D (one GEMM, the fused rounding), batched [2, 33,
@@ -224,6 +275,7 @@ int main(void)
 {
     test_binary_contig();
     test_linear();
+    test_linear_bit_identity();
     test_matmul();
     test_gelu_bw_errors();
     return zt_done();

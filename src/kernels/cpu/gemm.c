@@ -38,8 +38,30 @@
  * Threads: C is cut into a tm x tn grid of blocks (tm * tn = threads,
  * blocks aligned to MR / NR), the grid chosen to minimise each thread's
  * padded work plus its packing; a thread packs the A and B parts its block
- * needs, so threads share nothing and never wait for each other. Skinny
- * shapes therefore split N (small M, huge N) or M (small N). For f32,
+ * needs, so threads share nothing. Skinny shapes therefore split N (small
+ * M, huge N) or M (small N). Each thread's block is then cut into
+ * TILES_PER_THREAD row tiles of whole MC blocks, and the tn column bands'
+ * row tiles are claimed from one atomic counter per band: thread w takes
+ * tiles of band w mod tn first, then what is left of the others. On a
+ * shared machine a thread that is preempted, or woken late, leaves its
+ * unclaimed tiles to the one that runs instead of making it idle (with one
+ * block per thread, the caller waited for the whole block of a worker that
+ * had not started). The price is packing: a thread keeps its band's
+ * packed B (every jc and pc block, at most KEEP_B_MAX bytes; above that,
+ * one tile per thread as before) across its row tiles, so B is packed once
+ * per band and thread, as with one block each, and A once per row as
+ * before; what remains is the shorter tiles. Measured on GPT small's 15
+ * training products (bench/gemm_sched: CPU time of the GEMM's threads,
+ * 2 threads, Zen 4, load average 6-7 on 2 cores): bf16 work 213.5 ms
+ * with 1 tile per thread, 213.3 with 2, 212.3 with 4 (no cost seen); f32
+ * 433.9, 438.2, 438.6 (+1%). Without keeping B (each tile packing its
+ * own) the work was +6% (bf16) and +10% (f32) at 4 tiles. Under that
+ * load bench/gemm_lowp --gpt (2 runs each, alternating) gave a bf16
+ * %peak geomean of 109.2 and 108.1 with 4 tiles against 79.6 and 86.3
+ * with 1. ZS_GEMM_TILES (or zsk_gemm_tiles_per_thread) sets the count; 1
+ * is the old static split. Results do not depend on the tiling: each
+ * element is computed by one thread over the same K blocks in the same
+ * order (tests/kernels/test_gemm_sched.c). For f32,
  * M = 1 or N = 1 is a matrix-vector product, memory-bound: no packing,
  * split over the output; the 16-bit descriptors instead have skinny
  * kernels for M <= ZSK_GEMM_SMALL_M (op(A) copied densely, op(B) read in
@@ -57,13 +79,37 @@
  * prefetch recovered only 3 points); per 42 x 256 block 1% and 11%; per
  * 42 x 2048 block 1-2% and 8-9%, the residual rows then streaming in 8 KiB
  * runs. GeLU adds about 3.5% (its vector math).
+ * An epilogue that writes bf16 (ep->out16, a bf16 linear layer) needs no
+ * f32 C: run_block16 keeps each MC x NC block's sums in a per-thread
+ * buffer across the K blocks (loops jc, ic, pc) and rounds the finished
+ * block into out16, with the same micro-kernel calls per element as
+ * run_block, hence the same bits.
  */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_lowp.h"
 #include "kernels/cpu/kernels.h"
 
 /* Below this many multiply-adds a GEMM runs on one thread. */
 #define PAR_MIN_MACS (48 * 48 * 48)
+/* Row tiles per thread when several threads run (gemm.h:
+ * zsk_gemm_tiles_per_thread; measured above). */
+#define TILES_PER_THREAD 4
+
+int zsk_gemm_tiles_per_thread;
+bool zsk_gemm_count_cpu;
+atomic_int_fast64_t zsk_gemm_cpu_ns;
+
+static double thread_cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 bool zsk_lowp_force_fallback;
 bool zsk_lowp_force_bf16_as_f32;
@@ -209,6 +255,12 @@ static zsk_gemm_src src_at(zsk_gemm_src s, size_t es, int64_t r, int64_t k)
 
 /* ---- packed GEMM -------------------------------------------------------- */
 
+/* Column bands with a claim counter each; with more bands (more threads
+ * than this), one counter over all tiles and one tile per thread. */
+#define MAX_BANDS 64
+/* A thread keeps its band's packed B across row tiles up to this size. */
+#define KEEP_B_MAX ((int64_t)8 << 20)
+
 typedef struct job {
     const zsk_gemm_desc *d;
     int64_t M, N, K, ldc;
@@ -216,9 +268,23 @@ typedef struct job {
     zsk_gemm_src a, b; /* rows of op(A); columns of op(B) */
     float *C;
     const zsk_epilogue *ep; /* NULL: none */
-    int64_t kcb;            /* depth of the K blocks, a multiple of kstep */
-    int tm, tn;             /* thread grid */
+    bool out16;             /* ep->out16: sums in a per-thread block */
+    int64_t kcb, nkb;       /* K blocks: depth (a multiple of kstep), count */
+    int64_t ncb;            /* columns of a B block: NC; out16: NC / nkb */
+    int tm, tn;             /* tm row tiles in each of tn column bands */
+    int64_t rq;             /* row tiles: multiples of rq rows */
+    bool keep_b;            /* B packed once per band and thread */
+    atomic_int_fast64_t next[MAX_BANDS]; /* next row tile of each band */
 } job;
+
+/* One thread's buffers, sized for the largest tile and reused for every
+ * tile it claims: A block, B (one block; out16: a column block's K
+ * blocks; keep_b: the whole band's), out16's block of sums. */
+typedef struct bufs {
+    float *ap, *bp, *cs;
+    int64_t ldcs, bstride; /* cs row stride; units between B blocks */
+    int band;              /* keep_b: the band whose B bp holds, or -1 */
+} bufs;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t ceil_to(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
@@ -230,32 +296,41 @@ static int64_t kc_for(const zsk_gemm_desc *d, int64_t K)
     return ceil_to((K + nk - 1) / nk, d->kstep);
 }
 
-/* C[m0:m1, n0:n1] with packing buffers ap (MC x KC units) and bp (KC x NC
- * units). */
+/* Where B block (jb, pb) of the band lies in b->bp. */
+static float *b_block(const job *j, const bufs *b, int64_t jb, int64_t pb)
+{
+    int64_t at = (j->keep_b ? jb * j->nkb : 0) + (j->out16 || j->keep_b ? pb : 0);
+    return b->bp + at * b->bstride;
+}
+
+/* C[m0:m1, n0:n1] (a tile: all of its band's columns); fresh: pack B,
+ * else bp already holds the band's B (keep_b). Loops jc, pc, ic: C holds
+ * the partial sums between K blocks. */
 static void run_block(const job *j, int64_t m0, int64_t m1, int64_t n0,
-                      int64_t n1, float *ap, float *bp)
+                      int64_t n1, const bufs *bf, bool fresh)
 {
     const zsk_gemm_desc *d = j->d;
     const int MR = d->mr, NR = d->nr;
     const size_t es = elem_size(d->type);
     const float pa = d->alpha_in_pack ? j->alpha : 1.0f;
     const float ka = d->alpha_in_pack ? 1.0f : j->alpha;
-    for (int64_t jc = n0; jc < n1; jc += d->nc) {
-        int64_t nc = min64(d->nc, n1 - jc);
-        for (int64_t pc = 0; pc < j->K; pc += j->kcb) {
+    for (int64_t jc = n0, jb = 0; jc < n1; jc += j->ncb, jb++) {
+        int64_t nc = min64(j->ncb, n1 - jc);
+        for (int64_t pc = 0, pb = 0; pc < j->K; pc += j->kcb, pb++) {
             int64_t kc = min64(j->kcb, j->K - pc);
             int64_t ku = (kc + d->kstep - 1) / d->kstep;
-            float beta = pc == 0 ? j->beta : 1.0f;
+            float beta = pc == 0 ? j->beta : 1.0f, *bp = b_block(j, bf, jb, pb);
             bool last = pc + kc >= j->K;
-            d->pack_b(src_at(j->b, es, jc, pc), nc, kc, NR, 1.0f, bp);
+            if (fresh)
+                d->pack_b(src_at(j->b, es, jc, pc), nc, kc, NR, 1.0f, bp);
             for (int64_t ic = m0; ic < m1; ic += d->mc) {
                 int64_t mc = min64(d->mc, m1 - ic);
-                d->pack_a(src_at(j->a, es, ic, pc), mc, kc, MR, pa, ap);
+                d->pack_a(src_at(j->a, es, ic, pc), mc, kc, MR, pa, bf->ap);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const float *b = bp + jr * ku;
                     int n = (int)min64(NR, nc - jr);
                     for (int64_t ir = 0; ir < mc; ir += MR)
-                        d->ukr(ku, ap + ir * ku, b,
+                        d->ukr(ku, bf->ap + ir * ku, b,
                                j->C + (ic + ir) * j->ldc + jc + jr, j->ldc,
                                (int)min64(MR, mc - ir), n, ka, beta);
                 }
@@ -270,12 +345,93 @@ static void run_block(const job *j, int64_t m0, int64_t m1, int64_t n0,
     }
 }
 
+/* The epilogue's bf16 output without an M x N f32 buffer (ep->out16):
+ * loops jc, ic, pc, so each MC x NCB block of sums completes in cs (f32,
+ * row stride ldcs) over all K blocks before the epilogue rounds it into
+ * out16. The B of every K block of the column block is packed first
+ * (b_block); NCB (job.ncb) is NC divided by the number of K blocks, so
+ * those blocks take no more room than run_block's one. Each element of C
+ * gets the micro-kernel calls of run_block in the same K order: the sums,
+ * hence the output, are bit for bit those of run_block followed by the
+ * epilogue. beta != 0 reads C (when given) into cs first. */
+static void run_block16(const job *j, int64_t m0, int64_t m1, int64_t n0,
+                        int64_t n1, const bufs *bf, bool fresh)
+{
+    const zsk_gemm_desc *d = j->d;
+    const int MR = d->mr, NR = d->nr;
+    const size_t es = elem_size(d->type);
+    const float pa = d->alpha_in_pack ? j->alpha : 1.0f;
+    const float ka = d->alpha_in_pack ? 1.0f : j->alpha;
+    const bool beta = j->beta != 0.0f && j->C;
+    float *cs = bf->cs;
+    int64_t ldcs = bf->ldcs;
+    for (int64_t jc = n0, jb = 0; jc < n1; jc += j->ncb, jb++) {
+        int64_t nc = min64(j->ncb, n1 - jc);
+        for (int64_t pc = 0, pb = 0; fresh && pc < j->K; pc += j->kcb, pb++)
+            d->pack_b(src_at(j->b, es, jc, pc), nc, min64(j->kcb, j->K - pc),
+                      NR, 1.0f, b_block(j, bf, jb, pb));
+        for (int64_t ic = m0; ic < m1; ic += d->mc) {
+            int64_t mc = min64(d->mc, m1 - ic);
+            for (int64_t i = 0; beta && i < mc; i++)
+                memcpy(cs + i * ldcs, j->C + (ic + i) * j->ldc + jc,
+                       (size_t)nc * sizeof(float));
+            for (int64_t pc = 0, pb = 0; pc < j->K; pc += j->kcb, pb++) {
+                int64_t kc = min64(j->kcb, j->K - pc);
+                int64_t ku = (kc + d->kstep - 1) / d->kstep;
+                const float *bp = b_block(j, bf, jb, pb);
+                d->pack_a(src_at(j->a, es, ic, pc), mc, kc, MR, pa, bf->ap);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    int n = (int)min64(NR, nc - jr);
+                    for (int64_t ir = 0; ir < mc; ir += MR)
+                        d->ukr(ku, bf->ap + ir * ku, bp + jr * ku,
+                               cs + ir * ldcs + jr, ldcs,
+                               (int)min64(MR, mc - ir), n, ka,
+                               pc == 0 && beta ? j->beta : pc == 0 ? 0.0f : 1.0f);
+                }
+            }
+            zsk_epilogue at;
+            d->epi(cs, ldcs, mc, nc, cs, ldcs, 0.0f,
+                   zsk_epilogue_at(j->ep, ic, jc, &at));
+        }
+    }
+}
+
+/* out16 without packing: the f32 values v (j->alpha times the sums, plus
+ * beta C) of row i, columns [n0, n0 + n), n <= DIRECT_COLS, through the
+ * epilogue from a stack buffer. */
+#define DIRECT_COLS 64
+
+static void epi_row16(const job *j, int64_t i, int64_t n0, int64_t n,
+                      float *v)
+{
+    zsk_epilogue at;
+    j->d->epi(v, n, 1, n, v, n, 0.0f, zsk_epilogue_at(j->ep, i, n0, &at));
+}
+
 /* Unpacked triple loop over C[m0:m1, n0:n1], the path of last resort when
  * packing buffers cannot be allocated. */
 static void run_direct(const job *j, int64_t m0, int64_t m1, int64_t n0,
                        int64_t n1)
 {
     zsk_gemm_type t = j->d->type;
+    if (j->out16) { /* no C: rows of DIRECT_COLS on the stack */
+        float v[DIRECT_COLS];
+        for (int64_t i = m0; i < m1; i++)
+            for (int64_t c0 = n0; c0 < n1; c0 += DIRECT_COLS) {
+                int64_t nb = min64(DIRECT_COLS, n1 - c0);
+                for (int64_t n = 0; n < nb; n++) {
+                    float acc = 0.0f;
+                    for (int64_t k = 0; k < j->K; k++)
+                        acc += elem(t, j->a.x, i * j->a.rs + k * j->a.ks) *
+                               elem(t, j->b.x, (c0 + n) * j->b.rs + k * j->b.ks);
+                    const float *p = j->C ? j->C + i * j->ldc + c0 + n : NULL;
+                    float bc = j->beta != 0.0f && p ? j->beta * *p : 0.0f;
+                    v[n] = j->K > 0 ? j->alpha * acc + bc : bc; /* K = 0: scale_c */
+                }
+                epi_row16(j, i, c0, nb, v);
+            }
+        return;
+    }
     for (int64_t i = m0; i < m1; i++)
         for (int64_t n = n0; n < n1; n++) {
             float acc = 0.0f;
@@ -302,28 +458,100 @@ static void split(int64_t n, int64_t q, int parts, int t, int64_t *b,
     *e = min64(n, nb * (t + 1) / parts * q);
 }
 
-static void run_tiles(void *p, int64_t t0, int64_t t1)
+/* Largest part of n items in blocks of q split into parts parts. */
+static int64_t part_max(int64_t n, int64_t q, int parts)
 {
-    const job *j = p;
+    return min64(n, ((n + q - 1) / q + parts - 1) / parts * q);
+}
+
+/* Units of B of one band (all its blocks) with blocks of stride bstride. */
+static int64_t band_units(const job *j, int64_t nt, int64_t *bstride)
+{
     const zsk_gemm_desc *d = j->d;
-    for (int64_t t = t0; t < t1; t++) {
-        int64_t m0, m1, n0, n1;
-        split(j->M, d->mr, j->tm, (int)(t / j->tn), &m0, &m1);
-        split(j->N, d->nr, j->tn, (int)(t % j->tn), &n0, &n1);
-        if (m0 >= m1 || n0 >= n1)
-            continue;
-        int64_t ku = (j->kcb + d->kstep - 1) / d->kstep;
-        size_t na = (size_t)(ceil_to(min64(d->mc, m1 - m0), d->mr) * ku);
-        size_t nb = (size_t)(ceil_to(min64(d->nc, n1 - n0), d->nr) * ku);
-        float *ap = zs_alloc(na * sizeof(float));
-        float *bp = zs_alloc(nb * sizeof(float));
-        if (ap && bp)
-            run_block(j, m0, m1, n0, n1, ap, bp);
-        else /* out of memory: the unpacked loop needs no buffers */
-            run_direct(j, m0, m1, n0, n1);
-        zs_free(ap);
-        zs_free(bp);
+    int64_t kum = (j->kcb + d->kstep - 1) / d->kstep;
+    *bstride = kum * ceil_to(min64(j->ncb, nt), d->nr);
+    return (nt + j->ncb - 1) / j->ncb * j->nkb * *bstride;
+}
+
+/* False (nothing held) when out of memory. */
+static bool bufs_init(bufs *b, const job *j)
+{
+    const zsk_gemm_desc *d = j->d;
+    int64_t mt = part_max(j->M, j->rq, j->tm), nt = part_max(j->N, d->nr, j->tn);
+    int64_t kum = (j->kcb + d->kstep - 1) / d->kstep;
+    int64_t nb = band_units(j, nt, &b->bstride);
+    if (!j->keep_b)
+        nb = (j->out16 ? j->nkb : 1) * b->bstride;
+    b->band = -1;
+    b->cs = NULL;
+    b->ldcs = ceil_to(min64(j->ncb, nt), d->nr) + 16;
+    if (j->out16)
+        b->cs = zs_alloc((size_t)(min64(d->mc, mt) * b->ldcs) * sizeof(float));
+    b->ap = zs_alloc((size_t)(ceil_to(min64(d->mc, mt), d->mr) * kum) *
+                     sizeof(float));
+    b->bp = zs_alloc((size_t)nb * sizeof(float));
+    if (b->ap && b->bp && (b->cs || !j->out16))
+        return true;
+    zs_free(b->ap);
+    zs_free(b->bp);
+    zs_free(b->cs);
+    return false;
+}
+
+/* Row tile r of band c; b NULL: the unpacked fallback. */
+static void run_tile(const job *j, int c, int64_t r, bufs *b)
+{
+    int64_t m0, m1, n0, n1;
+    split(j->M, j->rq, j->tm, (int)r, &m0, &m1);
+    split(j->N, j->d->nr, j->tn, c, &n0, &n1);
+    if (m0 >= m1 || n0 >= n1)
+        return;
+    if (!b) { /* out of memory: the unpacked loop needs no buffers */
+        run_direct(j, m0, m1, n0, n1);
+        return;
     }
+    bool fresh = !j->keep_b || b->band != c;
+    if (j->out16)
+        run_block16(j, m0, m1, n0, n1, b, fresh);
+    else
+        run_block(j, m0, m1, n0, n1, b, fresh);
+    b->band = c;
+}
+
+/* Thread w of the pool (w0 = w; w1 = w + 1): claims the row tiles of band
+ * w mod tn, then those left in the other bands, so a thread that was
+ * preempted leaves its unclaimed tiles to the others. */
+static void run_worker(void *p, int64_t w0, int64_t w1)
+{
+    job *j = p;
+    (void)w1;
+    double t0 = zsk_gemm_count_cpu ? thread_cpu_seconds() : 0;
+    bufs b;
+    bool ok = bufs_init(&b, j);
+    for (int64_t r; j->tn > MAX_BANDS; ) { /* one counter over all tiles */
+        r = atomic_fetch_add_explicit(&j->next[0], 1, memory_order_relaxed);
+        if (r >= (int64_t)j->tm * j->tn)
+            break;
+        run_tile(j, (int)(r % j->tn), r / j->tn, ok ? &b : NULL);
+    }
+    for (int i = 0; j->tn <= MAX_BANDS && i < j->tn; i++) {
+        int c = (int)((w0 + i) % j->tn);
+        for (;;) {
+            int64_t r = atomic_fetch_add_explicit(&j->next[c], 1,
+                                                  memory_order_relaxed);
+            if (r >= j->tm)
+                break;
+            run_tile(j, c, r, ok ? &b : NULL);
+        }
+    }
+    if (ok) {
+        zs_free(b.ap);
+        zs_free(b.bp);
+        zs_free(b.cs);
+    }
+    if (zsk_gemm_count_cpu)
+        atomic_fetch_add(&zsk_gemm_cpu_ns,
+                         (int64_t)((thread_cpu_seconds() - t0) * 1e9));
 }
 
 /* gemm.h */
@@ -348,17 +576,54 @@ void zsk_gemm_choose_grid(const zsk_gemm_desc *d, int64_t M, int64_t N,
     }
 }
 
+/* ZS_GEMM_TILES (row tiles per thread, 1 to 64), read once; else
+ * TILES_PER_THREAD. */
+static int env_tiles(void)
+{
+    static atomic_int cached;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v == 0) {
+        const char *e = getenv("ZS_GEMM_TILES");
+        v = e ? atoi(e) : 0;
+        v = v >= 1 && v <= 64 ? v : TILES_PER_THREAD;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 static void run_packed(job *j)
 {
+    const zsk_gemm_desc *d = j->d;
     int T = zs_thread_index() == 0 ? zs_num_threads() : 1;
     if ((double)j->M * (double)j->N * (double)j->K < PAR_MIN_MACS)
         T = 1;
-    j->kcb = kc_for(j->d, j->K);
-    zsk_gemm_choose_grid(j->d, j->M, j->N, j->K, T, &j->tm, &j->tn);
+    j->kcb = kc_for(d, j->K);
+    j->nkb = (j->K + j->kcb - 1) / j->kcb;
+    j->ncb = d->nc;
+    if (j->out16) { /* NC shared by the K blocks: as much B as run_block's */
+        j->ncb = d->nc / j->nkb / d->nr * d->nr;
+        j->ncb = j->ncb < d->nr ? d->nr : j->ncb;
+    }
+    int tm;
+    zsk_gemm_choose_grid(d, j->M, j->N, j->K, T, &tm, &j->tn);
+    int S = zsk_gemm_tiles_per_thread > 0 ? zsk_gemm_tiles_per_thread
+          : T > 1 ? env_tiles() : 1;
+    j->tm = tm;
+    j->rq = d->mr;
+    j->keep_b = false;
+    int64_t bs, nt = part_max(j->N, d->nr, j->tn);
+    if (S > 1 && j->tn <= MAX_BANDS &&
+        band_units(j, nt, &bs) * (int64_t)sizeof(float) <= KEEP_B_MAX) {
+        j->tm = tm * S; /* row tiles of whole MC blocks */
+        j->rq = d->mc;
+        j->keep_b = true;
+    }
+    for (int c = 0; c < MAX_BANDS; c++)
+        atomic_init(&j->next[c], 0);
     if (T == 1)
-        run_tiles(j, 0, 1);
+        run_worker(j, 0, 1);
     else
-        zs_parallel_for(T, 1, run_tiles, j);
+        zs_parallel_for(T, 1, run_worker, j);
 }
 
 /* ---- skinny M (16-bit descriptors): op(B) read in place ----------------- */
@@ -531,6 +796,12 @@ void zsk_gemm_run(const zsk_gemm_desc *d, bool ta, bool tb, int64_t M,
 {
     if (M <= 0 || N <= 0)
         return;
+    if ((K <= 0 || alpha == 0.0f) && ep && ep->out16) {
+        job j = {.d = d, .K = 0, .ldc = ldc, .beta = beta, .C = C, .ep = ep,
+                 .out16 = true};
+        run_direct(&j, 0, M, 0, N);
+        return;
+    }
     if (K <= 0 || alpha == 0.0f) {
         scale_c(M, N, beta, C, ldc);
         if (ep)
@@ -545,9 +816,10 @@ void zsk_gemm_run(const zsk_gemm_desc *d, bool ta, bool tb, int64_t M,
         sgemv(d, ta, true, M, K, alpha, B, tb ? 1 : ldb, A, lda, beta, C, ldc,
               ep))
         return;
-    job j = {d, M, N, K, ldc, alpha, beta,
-             {A, ta ? 1 : lda, ta ? lda : 1}, {B, tb ? ldb : 1, tb ? 1 : ldb},
-             C, ep, 0, 1, 1};
+    job j = {.d = d, .M = M, .N = N, .K = K, .ldc = ldc, .alpha = alpha,
+             .beta = beta, .a = {A, ta ? 1 : lda, ta ? lda : 1},
+             .b = {B, tb ? ldb : 1, tb ? 1 : ldb}, .C = C, .ep = ep,
+             .out16 = ep && ep->out16};
     /* the skinny kernels have no epilogue: with one, M <= 4 packs */
     if (d->small && M <= ZSK_GEMM_SMALL_M && !ep && run_small(&j))
         return;

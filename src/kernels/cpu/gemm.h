@@ -55,8 +55,11 @@ typedef struct zsk_epilogue {
      * pre16 and res16 play bias, pre and res (same strides ldp, ldr; set one
      * form of each, not both); when out16 is set the result, rounded to
      * bf16 (nearest even, NaN kept quiet: zs_f32_to_bf16), is written to
-     * out16[i * ldo + j] instead of C, which then only holds the f32 sums
-     * (scratch). pre16 is the pre-activation rounded to bf16. */
+     * out16[i * ldo + j] instead of C: the driver (zsk_gemm_run) then
+     * keeps the f32 sums in a per-thread block (MC x NC/number of K
+     * blocks) and never writes C, which it reads only for beta != 0 and
+     * which may be NULL when beta == 0 (no M x N f32 buffer exists).
+     * pre16 is the pre-activation rounded to bf16. */
     const uint16_t *bias16;
     uint16_t *pre16;
     const uint16_t *res16;
@@ -266,5 +269,22 @@ void zsk_dgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
  * (gemm.c, fp8_gemm.c). */
 void zsk_gemm_choose_grid(const zsk_gemm_desc *d, int64_t M, int64_t N,
                           int64_t K, int T, int *tm, int *tn);
+
+/* Row tiles per thread of the packed driver (gemm.c: threads): each of
+ * the T threads' blocks of the zsk_gemm_choose_grid grid is cut into this
+ * many row tiles of whole MC blocks, which the threads claim from a
+ * counter per column band, so a preempted thread's unclaimed tiles go to
+ * the others; a thread packs its band's B once and keeps it (when it
+ * takes at most 8 MiB; else one tile per thread). 1: one tile per thread.
+ * 0 (the default): the driver's choice. Each element of C is computed by
+ * one thread over the same K blocks whatever the tiling: results do not
+ * depend on it. Benchmarks set it; not thread-safe against running
+ * GEMMs. */
+extern int zsk_gemm_tiles_per_thread;
+/* Benchmarks: when zsk_gemm_count_cpu is set, every thread of the packed
+ * driver adds the CPU time it spent in a GEMM (CLOCK_THREAD_CPUTIME_ID,
+ * packing included) to zsk_gemm_cpu_ns. */
+extern bool zsk_gemm_count_cpu;
+extern _Atomic int_fast64_t zsk_gemm_cpu_ns;
 
 #endif

@@ -26,9 +26,11 @@ void zsk_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                    const uint16_t *B, int64_t ldb, float beta, float *C,
                    int64_t ldc);
 /* zsk_gemm_bf16 followed by the epilogue ep (gemm.h: zsk_epilogue; NULL:
- * none). With ep->out16 the bf16 result goes there and C (M x N, ldc) is
- * scratch for the f32 sums: a linear layer's bias, GeLU and residual in
- * f32 on the block just computed, and one rounding to bf16. */
+ * none). With ep->out16 the bf16 result goes there and C is not written:
+ * the f32 sums stay in a per-thread block of the driver, the epilogue
+ * (a linear layer's bias, GeLU and residual in f32) runs on each block
+ * once its K sum is complete and rounds it to bf16 once; C (M x N, ldc)
+ * is read only for beta != 0 and may be NULL when beta == 0. */
 typedef struct zsk_epilogue zsk_epilogue;
 void zsk_gemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                       float alpha, const uint16_t *A, int64_t lda,
