@@ -30,7 +30,9 @@
  * zs_* operators in the same run (bench/attention). Under ZS_CPU_ISA=avx2
  * on that machine (T = 1024, load 14 on its 2 cores): 31-37 ms forward,
  * 83-109 ms forward + backward (26 and 34 GFLOP/s; the 16-lane body on
- * ymm pairs took 186 and 493 ms).
+ * ymm pairs took 186 and 493 ms). That 8-lane tiling now serves AVX2
+ * only for D % 16 != 0 or D > 128; the rest goes to attention_avx2.c's
+ * register-blocked kernels (figures there).
  *
  * bf16 and f16 (see "bf16 / f16" below) widen into f32 scratch per task
  * and run the f32 task bodies: f32 arithmetic throughout, lse in f32, one
