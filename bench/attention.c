@@ -14,7 +14,23 @@
  * the FlashAttention paper, for both columns. "maxdiff" is the largest
  * |fused - naive| over the outputs and the three input gradients.
  *
- * Usage: attention [--reps N] [--threads N] [--T t1,t2,...]
+ * With --rounds N (the GPT-small shapes: --B 8 --rounds 5 --T 256,1024)
+ * the naive table is replaced by the kernel against the machine's peak:
+ * each round measures the FP32 FMA peak (zs_measure_peak_gflops, on the
+ * bench's threads and on 1) and then the fused forward and backward (best
+ * of --reps each), so a load that moves the peak moves both; a row per
+ * round gives GFLOP/s (forward 2 B H T^2 D, backward 2.5x that: the
+ * matmul FLOPs only, exp and the rescale are extra work), the fraction of
+ * that round's peak, and "cpu%": FLOPs per second of process CPU time
+ * over the best per-core peak in thread CPU time of the run
+ * (zs_measure_peak_gflops_cpu; a second measure, blind to time spent
+ * descheduled, which a loaded machine adds to both wall times). Then min / median / max over rounds, and the
+ * PyTorch peer (bench/attention_torch.py: scaled_dot_product_attention,
+ * or the masked-softmax composition on torch 1.13) on the same shape and
+ * cap, against the median peak.
+ *
+ * Usage: attention [--reps N] [--threads N] [--T t1,t2,...] [--B N]
+ *                  [--rounds N [--no-peer]]
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,14 +42,18 @@
 
 #include "isa_cap.h"
 
-enum { B = 1, H = 6, D = 64, MAXT = 16 };
+enum { H = 6, D = 64, MAXT = 16, MAXR = 64 };
 
-static double now(void)
+static int64_t B = 1; /* --B */
+
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
 
 /* The naive causal attention, every step a recorded zs_* operator. */
 static zs_tensor *naive_attention(zs_tensor *q, zs_tensor *k, zs_tensor *v,
@@ -169,9 +189,146 @@ static int bench_T(int64_t T, int reps)
     return rc;
 }
 
+/* ---- kernel against the peak (--rounds) --------------------------------- */
+
+typedef struct kround {
+    double peak, peak1; /* GFLOP/s: wall on the bench's threads; per core in CPU time */
+    double fwd, bwd;         /* best wall seconds */
+    double fwd_cpu, bwd_cpu; /* process CPU seconds of those passes */
+} kround;
+
+/* One round: the peak, then best-of-reps fused forward and backward. */
+static int kernel_round(zs_tensor **qkv, zs_tensor *g, int reps, kround *r)
+{
+    r->peak = zs_measure_peak_gflops(zs_num_threads(), 0.2);
+    r->peak1 = zs_measure_peak_gflops_cpu(zs_num_threads(), 0.1);
+    r->fwd = r->bwd = INFINITY;
+    zs_attention_params p = {.causal = true};
+    for (int rep = -1; rep < reps; rep++) {
+        double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), t0 = now();
+        zs_tensor *o = zs_attention(qkv[0], qkv[1], qkv[2], &p);
+        double c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID), t1 = now();
+        if (!o || zs_backward(o, g, false) != ZS_OK) {
+            fprintf(stderr, "attention: %s\n", zs_last_error());
+            zs_release(o);
+            return -1;
+        }
+        double c2 = clock_s(CLOCK_PROCESS_CPUTIME_ID), t2 = now();
+        if (rep >= 0 && t1 - t0 < r->fwd)
+            r->fwd = t1 - t0, r->fwd_cpu = c1 - c0;
+        if (rep >= 0 && t2 - t1 < r->bwd)
+            r->bwd = t2 - t1, r->bwd_cpu = c2 - c1;
+        for (int i = 0; i < 3; i++)
+            zs_zero_grad(qkv[i], true);
+        zs_release(o);
+    }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* "min / median / max" of n values into buf. */
+static const char *spread(const double *v, int n, char *buf, size_t cap)
+{
+    double s[MAXR];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    snprintf(buf, cap, "%5.1f / %5.1f / %5.1f", s[0], s[n / 2], s[n - 1]);
+    return buf;
+}
+
+/* The PyTorch peer's best forward and backward seconds; false without it. */
+static bool run_peer(int64_t T, int reps, double *fwd, double *bwd, char *kind)
+{
+    const char *slash = strrchr(__FILE__, '/');
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE %s/usr/bin/python3 "
+             "'%.*s/attention_torch.py' --B %lld --H %d --T %lld --D %d "
+             "--threads %d --reps %d", isa_cap_torch_env(),
+             slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".",
+             (long long)B, H, (long long)T, D, zs_num_threads(), reps);
+    fflush(stdout);
+    FILE *pf = popen(cmd, "r");
+    if (!pf)
+        return false;
+    char line[512];
+    bool got = false;
+    while (fgets(line, sizeof line, pf)) {
+        if (sscanf(line, "zsbench attention %lf %lf %15s", fwd, bwd, kind) == 3)
+            got = *fwd > 0 && *bwd > 0;
+        else
+            fputs(line, stdout);
+    }
+    pclose(pf);
+    return got;
+}
+
+static int bench_rounds(int64_t T, int reps, int rounds, bool peer)
+{
+    zs_tensor *qkv[3];
+    for (int i = 0; i < 3; i++) {
+        qkv[i] = zs_uniform(ZS_F32, ZS_SHAPE(B, H, T, D), -1, 1,
+                            10 + (uint64_t)i);
+        zs_set_requires_grad(qkv[i], true);
+    }
+    zs_tensor *g = zs_uniform(ZS_F32, ZS_SHAPE(B, H, T, D), -1, 1, 20);
+    double ff = 2.0 * (double)B * H * (double)T * (double)T * D, fb = 2.5 * ff;
+    double fp[MAXR], bp[MAXR], fc[MAXR], bc[MAXR], pk[MAXR], p1 = 0;
+    kround r[MAXR];
+    int rc = 0;
+    for (int k = 0; k < rounds && rc == 0; k++) {
+        rc = kernel_round(qkv, g, reps, &r[k]);
+        p1 = fmax(p1, r[k].peak1);
+    }
+    for (int k = 0; k < rounds && rc == 0; k++) {
+        pk[k] = r[k].peak;
+        fp[k] = 100 * ff / r[k].fwd * 1e-9 / r[k].peak;
+        bp[k] = 100 * fb / r[k].bwd * 1e-9 / r[k].peak;
+        fc[k] = 100 * ff / r[k].fwd_cpu * 1e-9 / p1;
+        bc[k] = 100 * fb / r[k].bwd_cpu * 1e-9 / p1;
+        printf("%6lld %5d %8.1f %8.2f %8.1f %6.1f %6.1f %8.2f %8.1f %6.1f "
+               "%6.1f\n", (long long)T, k, r[k].peak, 1e3 * r[k].fwd,
+               ff / r[k].fwd * 1e-9, fp[k], fc[k], 1e3 * r[k].bwd,
+               fb / r[k].bwd * 1e-9, bp[k], bc[k]);
+    }
+    if (rc == 0) {
+        char b1[64], b2[64], b3[64], b4[64], b5[64];
+        printf("%6lld  min / median / max over %d rounds: peak %s GFLOP/s; "
+               "fwd %%peak %s, cpu%% %s; bwd %%peak %s, cpu%% %s "
+               "(per-core CPU-time peak %.1f)\n", (long long)T, rounds,
+               spread(pk, rounds, b1, 64), spread(fp, rounds, b2, 64),
+               spread(fc, rounds, b3, 64), spread(bp, rounds, b4, 64),
+               spread(bc, rounds, b5, 64), p1);
+        double tf, tb, s[MAXR];
+        char kind[16];
+        memcpy(s, pk, (size_t)rounds * sizeof *s);
+        qsort(s, (size_t)rounds, sizeof *s, cmp_double);
+        if (!peer) {
+        } else if (run_peer(T, reps, &tf, &tb, kind)) {
+            printf("%6lld  pytorch (%s): fwd %.2f ms %.1f GFLOP/s %.1f%%, "
+                   "bwd %.2f ms %.1f GFLOP/s %.1f%% of the median peak\n",
+                   (long long)T, kind, 1e3 * tf, ff / tf * 1e-9,
+                   100 * ff / tf * 1e-9 / s[rounds / 2], 1e3 * tb,
+                   fb / tb * 1e-9, 100 * fb / tb * 1e-9 / s[rounds / 2]);
+        } else {
+            printf("%6lld  pytorch: not available\n", (long long)T);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        zs_release(qkv[i]);
+    zs_release(g);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    int reps = 3, threads = 0, nT = 3;
+    int reps = 3, threads = 0, nT = 3, rounds = 0;
+    bool peer = true;
     int64_t Ts[MAXT] = {256, 1024, 4096};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -179,6 +336,12 @@ int main(int argc, char **argv)
             reps = atoi(v), i++;
         } else if (v && !strcmp(argv[i], "--threads")) {
             threads = atoi(v), i++;
+        } else if (v && !strcmp(argv[i], "--B")) {
+            B = atoll(v), i++;
+        } else if (v && !strcmp(argv[i], "--rounds")) {
+            rounds = atoi(v), i++;
+        } else if (!strcmp(argv[i], "--no-peer")) {
+            peer = false;
         } else if (v && !strcmp(argv[i], "--T")) {
             nT = 0;
             for (char *s = (char *)v; *s && nT < MAXT; s += *s == ',')
@@ -186,20 +349,33 @@ int main(int argc, char **argv)
             i++;
         } else {
             fprintf(stderr, "usage: attention [--reps N] [--threads N] "
-                            "[--T t1,t2,...]\n");
+                            "[--T t1,t2,...] [--B N] [--rounds N [--no-peer]]\n");
             return 2;
         }
     }
-    if (reps < 1 || threads < 0) {
-        fprintf(stderr, "attention: --reps must be >= 1, --threads >= 0\n");
+    if (reps < 1 || threads < 0 || B < 1 || rounds < 0 || rounds > MAXR) {
+        fprintf(stderr, "attention: --reps and --B must be >= 1, --threads "
+                        ">= 0, --rounds 0..%d\n", MAXR);
         return 2;
     }
     if (threads)
         zs_set_num_threads(threads);
     static const char *const fam[] = {"attention", "gemm f32", "softmax, norms, reductions"};
-    isa_cap_header(stdout, fam, 3, NULL);
-    printf("attention fwd+bwd, causal f32, B=%d H=%d D=%d, %d threads, best "
-           "of %d\n", B, H, D, zs_num_threads(), reps);
+    isa_cap_header(stdout, fam, 3, rounds && peer ? "PyTorch" : NULL);
+    if (rounds) {
+        printf("attention kernel vs FP32 peak, causal f32, B=%lld H=%d D=%d, "
+               "%d threads, best of %d, %d rounds\n", (long long)B, H, D,
+               zs_num_threads(), reps, rounds);
+        printf("%6s %5s %8s %8s %8s %6s %6s %8s %8s %6s %6s\n", "T", "round",
+               "peak_GF", "fwd_ms", "fwd_GF", "%peak", "cpu%", "bwd_ms",
+               "bwd_GF", "%peak", "cpu%");
+        for (int i = 0; i < nT; i++)
+            if (Ts[i] < 1 || bench_rounds(Ts[i], reps, rounds, peer) != 0)
+                return 1;
+        return 0;
+    }
+    printf("attention fwd+bwd, causal f32, B=%lld H=%d D=%d, %d threads, best "
+           "of %d\n", (long long)B, H, D, zs_num_threads(), reps);
     printf("%6s %9s %9s %9s %10s %9s %9s %10s %8s %8s %9s\n", "T", "fused_fwd",
            "fused_tot", "fused_MiB", "fused_GF/s", "naive_fwd", "naive_tot",
            "naive_MiB", "naive_GF", "speedup", "maxdiff");

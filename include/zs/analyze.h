@@ -23,6 +23,11 @@ extern "C" {
  * register-resident FMA loop (AVX-512, else AVX2, else scalar) for about
  * `seconds`. */
 double zs_measure_peak_gflops(int threads, double seconds);
+/* The same loop timed by each thread's CPU time (CLOCK_THREAD_CPUTIME_ID):
+ * GFLOP/s per core while running, blind to time spent descheduled, for a
+ * loaded machine where the wall-clock peak moves with the load; best
+ * thread of the best of a few runs of about `seconds` in all. */
+double zs_measure_peak_gflops_cpu(int threads, double seconds);
 /* STREAM-style triad a = b + s*c on `threads` threads over arrays of
  * `bytes` each (well beyond cache), in GB/s counting 3 arrays moved
  * (2 reads, 1 write); best of `reps`. */

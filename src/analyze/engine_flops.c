@@ -27,7 +27,10 @@
  *     linear_gelu_backward GeLU's gradient g * gelu'(h) of the fused
  *                        c_fc, one pass: 38NF (src/ops/linear.c; on a
  *                        device without its kernel, CUDA, unary_deriv 2NF
- *                        and mul NF are counted instead)
+ *                        and mul NF are counted instead). zs_gelu's tanh
+ *                        form (the split model of src/train/gpt_par.c, nn
+ *                        activations) runs and counts the same 38 per
+ *                        element in backward.
  *     sum                bias gradients: 3NC + NC + NF + NC per layer;
  *                        GPT-2 wpe's gradient summed over the batch, NC
  *     attention_backward 2.5 x forward (recomputed q.k, then dv, dp, dq, dk)

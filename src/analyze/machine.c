@@ -128,6 +128,53 @@ double zs_measure_peak_gflops(int threads, double seconds)
     return best / 1e9;
 }
 
+typedef struct cpu_peak_job {
+    int64_t iters;
+    double rate[256]; /* FLOP per second of thread CPU time */
+} cpu_peak_job;
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void cpu_peak_body(void *ctx, int64_t b, int64_t e)
+{
+    cpu_peak_job *j = ctx;
+    for (int64_t t = b; t < e; t++) {
+        double c0 = thread_cpu_s();
+        double f = floor(run_fma(j->iters));
+        double dc = thread_cpu_s() - c0;
+        j->rate[t % 256] = dc > 0 ? f / dc : 0;
+    }
+}
+
+double zs_measure_peak_gflops_cpu(int threads, double seconds)
+{
+    int old = zs_num_threads();
+    if (threads != old)
+        zs_set_num_threads(threads);
+    cpu_peak_job j = {.iters = 1000};
+    run_fma(j.iters); /* warm up (clock ramp) */
+    double best = 0, t_end = now() + seconds;
+    int runs = 0;
+    while (runs < 3 || now() < t_end) {
+        double c0 = thread_cpu_s();
+        zs_parallel_for(threads, 1, cpu_peak_body, &j);
+        for (int t = 0; t < threads && t < 256; t++)
+            best = j.rate[t] > best ? j.rate[t] : best;
+        if (thread_cpu_s() - c0 < 0.005) /* too short to time well */
+            j.iters *= 2;
+        else
+            runs++;
+    }
+    if (threads != old)
+        zs_set_num_threads(old);
+    return best / 1e9;
+}
+
 typedef struct triad_job {
     float *a, *b, *c;
     float s;

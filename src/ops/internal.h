@@ -55,6 +55,11 @@ zs_status zsi_reduce_plan_make(zs_tensor *a, int64_t mask, zsi_reduce_plan *p);
  * of x, elementwise, through the unary_deriv descriptor: a new reference
  * on x's device. */
 zs_tensor *zsi_unary_deriv(zs_tensor *x, int kernel, double p0, double p1);
+/* g * gelu_tanh'(h) (src/ops/linear.c), a new reference: the fused
+ * vector pass linear_gelu_backward (f32, bf16) where g's device has its
+ * kernel for g's dtype and h has that dtype; else unary_deriv and mul.
+ * The backward of linear_gelu and of zs_gelu's tanh form. */
+zs_tensor *zsi_gelu_tanh_grad(zs_tensor *g, zs_tensor *h);
 
 /* For CPU kernels: t itself (retained) when contiguous, else a contiguous
  * host copy (zsi_copy_host: no nested driver call), untracked, no

@@ -428,7 +428,7 @@ zs_tensor *zs_linear_residual(zs_tensor *x, zs_tensor *w, zs_tensor *b,
  * under ZS_CPU_ISA; relative error ~3e-7). Not differentiable (it runs in
  * backward). The GeLU backward of the bf16 and f32 models on the CPU (and
  * the test device); a device without this kernel (CUDA) runs unary_deriv
- * and mul instead (gelu_grad). Cost: GELU_FLOPS + 8 per element, where
+ * and mul instead (zsi_gelu_tanh_grad). Cost: GELU_FLOPS + 8 per element, where
  * unary_deriv + mul count 3 (src/analyze/engine_flops.c counts this
  * one). */
 static zs_status infer_gelu_bw(zsi_call *c)
@@ -485,9 +485,9 @@ static zs_tensor *gelu_bw_run(zs_tensor *g, zs_tensor *h)
 
 /* g * gelu_tanh'(h), a new reference: one fused pass (f32, bf16) where
  * g's device has linear_gelu_backward's kernel for g's dtype and h has
- * that dtype too; else (CUDA; a bf16 g with an f32 h) unary_deriv and
- * mul. */
-static zs_tensor *gelu_grad(zs_tensor *g, zs_tensor *h)
+ * that dtype too; else (CUDA; a bf16 g with an f32 h; f64) unary_deriv
+ * and mul. Also zs_gelu's tanh-form backward (unary.c). */
+zs_tensor *zsi_gelu_tanh_grad(zs_tensor *g, zs_tensor *h)
 {
     if (g->dtype == h->dtype && (unsigned)g->device < ZS_MAX_DEVICES &&
         zsi_def_linear_gelu_backward.kernel[g->device][g->dtype])
@@ -552,7 +552,7 @@ static zs_status linear_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     int ir = (int)a->res;
     if (ir >= 0 && zsi_needs_grad(n, ir) && !(gin[ir] = zs_retain(g)))
         return ZS_ERR_NOMEM;
-    zs_tensor *gh = h ? gelu_grad(g, h) : zs_retain(g);
+    zs_tensor *gh = h ? zsi_gelu_tanh_grad(g, h) : zs_retain(g);
     if (!gh)
         return ZS_ERR_NOMEM;
     zs_status st = ZS_OK;

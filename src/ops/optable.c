@@ -110,10 +110,11 @@ static const char *pointwise_path(void)
 }
 
 /* attention.c's f32 tiles: 16 lanes x 64 keys (AVX-512, and the portable
- * build of the same body), 8 lanes x 32 keys under AVX2. */
+ * build of the same body); under AVX2 attention_avx2.c's 6x16 register
+ * blocks for D % 16 == 0 (D <= 128), 8 lanes x 32 keys otherwise. */
 static const char *attention_path(void)
 {
-    static const char *const names[] = {"portable", "avx2 (8-lane tiles)",
+    static const char *const names[] = {"portable", "avx2 (6x16 blocks; 8-lane tiles)",
                                         "avx512 (16-lane tiles)"};
     return names[zsk_isa_level()];
 }

@@ -166,7 +166,7 @@ UNARY(zsi_def_sigmoid, "sigmoid", "1 / (1 + exp(-a))", 15, save_out, sigmoid_bw,
 UNARY(zsi_def_relu, "relu", "max(a, 0)", 1, save_in, mask_bw, &zsi_def_deriv,
       &zsi_def_mul);
 UNARY(zsi_def_gelu, "gelu", "a Phi(a) (erf) or its tanh form", 40, save_in,
-      mask_bw, &zsi_def_deriv, &zsi_def_mul);
+      mask_bw, &zsi_def_deriv, &zsi_def_mul, &zsi_def_linear_gelu_backward);
 UNARY(zsi_def_silu, "silu", "a sigmoid(a)", 16, save_in, mask_bw, &zsi_def_deriv,
       &zsi_def_mul);
 UNARY(zsi_def_abs, "abs", "|a|", 1, save_in, mask_bw, &zsi_def_deriv, &zsi_def_mul);
@@ -350,10 +350,16 @@ zs_tensor *zsi_unary_deriv(zs_tensor *x, int kernel, double p0, double p1)
     return zsi_run(&zsi_def_deriv, 1, &x, &d);
 }
 
+/* The tanh-form GeLU's g * gelu'(x) is zsi_gelu_tanh_grad: one vector pass
+ * (linear_gelu_backward, f32 derivative, the fused linear's kernel) where
+ * the device has it for the dtype, else unary_deriv (evaluated in double)
+ * and mul, as for the other masks. */
 static zs_status mask_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const unary_attrs *a = zsi_node_attrs(n);
     zs_tensor *x = n->saved[0];
+    if (a->deriv == ZSK_GELU_TANH_GRAD)
+        RETURN_GIN(zsi_gelu_tanh_grad(g, x));
     unary_attrs d = {.p0 = a->p0, .p1 = a->p1, .kernel = a->deriv};
     RETURN_GIN(mul_take(g, zsi_run(&zsi_def_deriv, 1, &x, &d)));
 }

@@ -355,6 +355,13 @@ static void test_backward_ref(zs_dtype dt)
         {1, 3, 30, 140, 16, true, true, 110, 0},
         {2, 2, 25, 100, 16, true, false, 40, 0},
         {1, 2, 20, 90, 7, false, false, 0, 0},
+        /* the AVX2 6x16 blocks (D % 16 == 0): query blocks of 72 and
+         * their 6-row tails, key tiles of 32 and a lone short tile,
+         * D = 128 (the largest they take), Tq != Tk */
+        {1, 2, 161, 161, 64, false, true, 0, 0},
+        {2, 2, 75, 33, 32, false, false, 0, 0},
+        {1, 2, 97, 97, 128, true, false, 0, 0},
+        {1, 2, 41, 100, 48, true, true, 59, 0.2},
     };
     /* bf16 / f16: besides the final rounding of dq, dk, dv (2^-8, 2^-11
      * relative), the backward reads the forward's rounded o in

@@ -417,6 +417,72 @@ static void test_grad(void)
     ZT_CHECK(zs_autograd_live_nodes() == 0, "tape freed");
 }
 
+/* ---- tanh GeLU backward: the fused vector pass ------------------------- */
+
+/* zs_gelu(x, ZS_GELU_TANH)'s backward on f32 and bf16 runs the vector
+ * kernel of linear_gelu_backward once (no unary_deriv, which evaluates in
+ * double), on a strided x of an odd size (3 x 11 x 37: vector tails on 8
+ * and 16 lanes) with a random upstream gradient, and matches
+ * g gelu_tanh'(x) in double: within 1e-5 relative (f32; the kernel is
+ * ~3e-7) or 1e-2 (bf16, one rounding of the result). The erf form keeps
+ * unary_deriv. ctest reruns this under ZS_CPU_ISA=avx2 and portable. */
+static void test_gelu_tanh_backward(void)
+{
+    const int64_t shape[3] = {37, 11, 3};
+    const int perm[3] = {2, 1, 0};
+    for (int p = 0; p < 3; p++) {
+        zs_dtype dt = p == 1 ? ZS_BF16 : ZS_F32;
+        bool tanh_form = p < 2;
+        zs_tensor *x32 = zt_rand(ZS_F32, 3, shape, 70 + (uint64_t)p);
+        zs_tensor *g32 = zt_rand(ZS_F32, 3, (int64_t[]){3, 11, 37}, 80 + (uint64_t)p);
+        zs_tensor *x4 = zs_mul_scalar(x32, 4.0); /* [-4, 4): both tails */
+        zs_tensor *g = zs_to_dtype(g32, dt), *base = x4 ? zs_to_dtype(x4, dt) : NULL;
+        zs_set_requires_grad(base, true);
+        zs_tensor *xv = zs_permute(base, perm); /* [3, 11, 37], strided */
+        zs_profile_reset();
+        zs_profile_enable(true);
+        zs_tensor *y = zs_gelu(xv, tanh_form ? ZS_GELU_TANH : ZS_GELU_ERF);
+        ZT_CHECK(y && zs_backward(y, g, false) == ZS_OK, "gelu backward");
+        zs_profile_enable(false);
+        zs_op_stat st[64];
+        int n = zs_profile_stats(st, 64), fused = 0, deriv = 0;
+        for (int i = 0; i < n; i++) {
+            fused += strcmp(st[i].name, "linear_gelu_backward") ? 0 : (int)st[i].calls;
+            deriv += strcmp(st[i].name, "unary_deriv") ? 0 : (int)st[i].calls;
+        }
+        ZT_CHECK(tanh_form ? fused == 1 && deriv == 0 : fused == 0 && deriv == 1,
+                 "gelu %s %s backward: linear_gelu_backward ran %d times, "
+                 "unary_deriv %d", tanh_form ? "tanh" : "erf", zs_dtype_name(dt),
+                 fused, deriv);
+        zs_tensor *gx = base && zs_grad(base) ? zs_permute(zs_grad(base), perm) : NULL;
+        if (tanh_form && gx) {
+            double *x = zt_values(xv), *gv = zt_values(g), *got = zt_values(gx);
+            double worst = 0;
+            for (int64_t i = 0; i < zs_numel(g); i++) {
+                double v = x[i], u = 1.5957691216057308 * (v + 0.044715 * v * v * v);
+                double s = sig_ref(u);
+                double d = s + v * s * (1 - s) * 1.5957691216057308 *
+                                   (1 + 3 * 0.044715 * v * v);
+                double e = fabs(got[i] - gv[i] * d) / (1 + fabs(gv[i] * d));
+                worst = e > worst ? e : worst;
+            }
+            double tol = dt == ZS_F32 ? 1e-5 : 1e-2;
+            ZT_CHECK(worst <= tol, "gelu tanh %s grad vs double: error %.3g > "
+                     "%.0e", zs_dtype_name(dt), worst, tol);
+            printf("  gelu tanh %s grad vs double: max error %.3g\n",
+                   zs_dtype_name(dt), worst);
+            free(x);
+            free(gv);
+            free(got);
+        }
+        ZT_CHECK(gx != NULL, "gelu %s grad", zs_dtype_name(dt));
+        zs_tensor *rel[] = {x32, g32, x4, g, base, xv, y, gx};
+        for (size_t i = 0; i < sizeof rel / sizeof *rel; i++)
+            zs_release(rel[i]);
+    }
+    ZT_CHECK(zs_autograd_live_nodes() == 0, "tape freed");
+}
+
 /* ---- replay ----------------------------------------------------------- */
 
 /* A recorded call holds its attributes whole (ops/op.h): running its
@@ -492,6 +558,8 @@ int main(void)
     zt_section("domain: pow of negative base, log(0), 0-d and empty");
     test_grad();
     zt_section("gradients (f64 gradcheck, contiguous and transposed)");
+    test_gelu_tanh_backward();
+    zt_section("tanh GeLU backward: one vector pass (f32, bf16) vs double");
     test_replay();
     zt_section("replay of recorded calls from the node's typed attributes");
     test_errors();

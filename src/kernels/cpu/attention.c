@@ -30,7 +30,9 @@
  * zs_* operators in the same run (bench/attention). Under ZS_CPU_ISA=avx2
  * on that machine (T = 1024, load 14 on its 2 cores): 31-37 ms forward,
  * 83-109 ms forward + backward (26 and 34 GFLOP/s; the 16-lane body on
- * ymm pairs took 186 and 493 ms).
+ * ymm pairs took 186 and 493 ms). That 8-lane tiling now serves AVX2
+ * only for D % 16 != 0 or D > 128; the rest goes to attention_avx2.c's
+ * register-blocked kernels (figures there).
  *
  * bf16 and f16 (see "bf16 / f16" below) widen into f32 scratch per task
  * and run the f32 task bodies: f32 arithmetic throughout, lse in f32, one
@@ -420,12 +422,40 @@ typedef float vf32y __attribute__((vector_size(32), aligned(4), may_alias));
         if (l_ == 2)                                                          \
             name##_isa_v4 args;                                               \
         else if (l_ == 1)                                                     \
-            name##y args;                                                     \
+            name##_l1 args;                                                   \
         else                                                                  \
             name##_isa_v0 args;                                               \
     }                                                                         \
     ZSK_ISA_BODY_(void, name, params)
 DEFINE_ATTN(float, f32y, vf32y, 8, 32, exp_f32, ATTN_AVX2)
+/* Level 1: attention_avx2.c's register-blocked kernels where they apply
+ * (D % 16 == 0, D <= 128), else the 8-lane tiling above. */
+static void fw_block_f32_l1(const fw_ctx *c, int64_t t, float *w)
+{
+    const zsk_attn *a = c->a;
+    if (!zsk_attention_avx2_usable(a)) {
+        fw_block_f32y(c, t, w);
+        return;
+    }
+    int64_t bh = t / c->nqb, i0 = (t % c->nqb) * BQ;
+    zsk_attention_avx2_forward(a, bh, i0, min64(BQ, a->Tq - i0),
+                               (float *)c->o + (bh * a->Tq + i0) * a->D,
+                               c->lse ? (float *)c->lse + bh * a->Tq + i0 : NULL);
+}
+static void bw_head_f32_l1(const bw_ctx *c, int64_t bh, float *w)
+{
+    const zsk_attn *a = c->a;
+    if (!zsk_attention_avx2_usable(a)) {
+        bw_head_f32y(c, bh, w);
+        return;
+    }
+    int64_t b = bh / a->H, h = bh % a->H, Tq = a->Tq, Tk = a->Tk, D = a->D;
+    zsk_attention_avx2_backward(
+        a, bh, (const float *)c->o + bh * Tq * D, (const float *)c->lse + bh * Tq,
+        (const float *)c->dout + b * c->sd[0] + h * c->sd[1], c->sd[2],
+        (float *)c->dq + bh * Tq * D, (float *)c->dk + bh * Tk * D,
+        (float *)c->dv + bh * Tk * D);
+}
 #else
 #define ATTN_F32 ZSK_ISA_VOID
 #endif

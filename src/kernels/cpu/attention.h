@@ -57,4 +57,22 @@ zs_status zsk_attention_backward_bf16(const zsk_attn *a, const void *o,
                                       const int64_t sd[3], void *dq, void *dk,
                                       void *dv);
 
+/* The AVX2 + FMA f32 kernels of attention_avx2.c, for f32 with
+ * D % 16 == 0 and D <= 128 (zsk_attention_avx2_usable; always false off
+ * x86-64); attention.c's f32 task bodies call them at ISA level 1 (callers
+ * must be on an AVX2 + FMA CPU). Single-threaded, no allocation.
+ * _forward: query rows [i0, i0 + nq) (nq <= 64) of head bh = b H + h;
+ * o: those rows of the output, [nq, D] contiguous; lse: their nq
+ * logsumexps, or NULL. _backward: head bh, from o and lse of that head
+ * ([Tq, D] and [Tq], contiguous) and dout (the head's first element, rows
+ * sd apart, d stride 1): dq [Tq, D], dk and dv [Tk, D] of the head,
+ * contiguous, fully written. */
+bool zsk_attention_avx2_usable(const zsk_attn *a);
+void zsk_attention_avx2_forward(const zsk_attn *a, int64_t bh, int64_t i0,
+                                int64_t nq, float *o, float *lse);
+void zsk_attention_avx2_backward(const zsk_attn *a, int64_t bh,
+                                 const float *o, const float *lse,
+                                 const float *dout, int64_t sd, float *dq,
+                                 float *dk, float *dv);
+
 #endif
