@@ -109,13 +109,14 @@ static const char *pointwise_path(void)
     return loops[zsk_isa_level()];
 }
 
-/* attention.c's f32 tiles: 16 lanes x 64 keys (AVX-512, and the portable
- * build of the same body); under AVX2 attention_avx2.c's 6x16 register
- * blocks for D % 16 == 0 (D <= 128), 8 lanes x 32 keys otherwise. */
+/* attention.c's f32 tiles: attention_avx2.c's 6x16 register blocks for
+ * D % 16 == 0 (D <= 128) under AVX2 and AVX-512 (faster on Zen 4: see
+ * attention.c), else 16 lanes x 64 keys (AVX-512, and the portable build
+ * of the same body) or 8 lanes x 32 keys (AVX2). */
 static const char *attention_path(void)
 {
     static const char *const names[] = {"portable", "avx2 (6x16 blocks; 8-lane tiles)",
-                                        "avx512 (16-lane tiles)"};
+                                        "avx512 (ymm 6x16 blocks; 16-lane tiles)"};
     return names[zsk_isa_level()];
 }
 
