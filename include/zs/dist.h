@@ -33,6 +33,15 @@
  *    kept alive, never freed), and the job is expected to end
  *    (zs_dist_abort).
  *
+ * Waiting: between two polls a waiting rank spins for ~50 us, then
+ * yields the CPU, and after 1 ms naps (10 us doubling to 200 us, at most
+ * timeout / 100). Where this host runs more ranks than this process has
+ * CPUs (mpirun --oversubscribe; OMPI_COMM_WORLD_LOCAL_SIZE or the like
+ * against the online CPUs), or OpenMPI's mpi_yield_when_idle is set, it
+ * never spins and naps after two yields, also in waits without a timeout
+ * (which otherwise block in MPI_Wait); ZS_COMM_IDLE=spin|polite forces
+ * either (src/parallel/idle.c).
+ *
  * Threads: MPI is started with MPI_THREAD_FUNNELED (only the thread that
  * called zs_dist_init calls MPI; the thread pool never does). The
  * non-blocking ring therefore advances by progress calls, not by a helper

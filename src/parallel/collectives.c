@@ -206,9 +206,10 @@ zs_status zs_comm_send(zs_comm *c, const zs_tensor *t, int dst, int tag)
 }
 
 /* Completes a posted receive of `want` bytes from src (or any rank)
- * before c's deadline; *from gets the sender. idle: sleeps ~50 us between
- * polls, even without a deadline (the core is left to the ranks that
- * compute); otherwise a receive without deadline blocks in the backend.
+ * before c's deadline; *from gets the sender. Polls with zsi_idle_pause;
+ * idle: politely (no spinning: the core is left to the ranks that
+ * compute), even without a deadline; otherwise a receive without
+ * deadline blocks in the backend (unless oversubscribed).
  * Checks the byte count: a longer message is truncated by the backend, a
  * shorter one is found here; either is reported and leaves c usable. */
 static zs_status recv_finish(zs_comm *c, zsi_req *rq, int src, int64_t want, bool idle,
@@ -217,16 +218,17 @@ static zs_status recv_finish(zs_comm *c, zsi_req *rq, int src, int64_t want, boo
     double dl = zsi_deadline(c);
     zsi_recv_info info = {.source = src};
     zs_status st;
-    if (dl <= 0 && !idle) {
+    if (dl <= 0 && !idle && !zsi_oversubscribed()) {
         st = c->be->wait(c, "recv", 1, rq, &info);
     } else {
-        struct timespec nap = {0, 50000};
+        zsi_idle w;
+        zsi_idle_init(&w, c, idle);
         for (;;) {
             bool done = false;
             st = c->be->test(c, "recv", 1, rq, &done, &info);
             if (st != ZS_OK || done)
                 break;
-            if (zsi_expired(c, dl)) {
+            if (dl > 0 && zsi_expired(c, dl)) {
                 c->be->cancel_recv(c, rq);
                 if (src >= 0)
                     return zsi_timeout(c, "recv", 0, NULL, src, false);
@@ -234,8 +236,7 @@ static zs_status recv_finish(zs_comm *c, zsi_req *rq, int src, int64_t want, boo
                                   c->rank, c->timeout);
                 return zsi_break(c, ZS_ERR_IO);
             }
-            if (idle)
-                nanosleep(&nap, NULL);
+            zsi_idle_pause(&w);
         }
     }
     if (st != ZS_OK)

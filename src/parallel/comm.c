@@ -273,9 +273,13 @@ static void survey(zs_comm *c, double grace, char *out, size_t cap)
     }
     double end = zsi_now() + grace;
     bool all = false;
-    while (!all && zsi_now() < end)
-        if (c->be->test(c, op, 2 * P, rq, &all, NULL) != ZS_OK)
+    zsi_idle w;
+    zsi_idle_init(&w, c, false);
+    while (zsi_now() < end) {
+        if (c->be->test(c, op, 2 * P, rq, &all, NULL) != ZS_OK || all)
             break;
+        zsi_idle_pause(&w);
+    }
     size_t len = 0;
     for (int r = 0; r < P; r++) {
         bool done = true;
@@ -323,17 +327,20 @@ zs_status zsi_poll(zs_comm *c, const char *op, int n, zsi_req *rq, double deadli
                    bool *expired)
 {
     *expired = false;
-    if (deadline <= 0)
-        return c->be->wait(c, op, n, rq, NULL);
+    if (deadline <= 0 && !zsi_oversubscribed())
+        return c->be->wait(c, op, n, rq, NULL); /* the backend's own wait */
+    zsi_idle w;
+    zsi_idle_init(&w, c, false);
     for (;;) {
         bool done = false;
         zs_status st = c->be->test(c, op, n, rq, &done, NULL);
         if (st != ZS_OK || done)
             return st;
-        if (zsi_expired(c, deadline)) {
+        if (deadline > 0 && zsi_expired(c, deadline)) {
             *expired = true;
             return ZS_OK;
         }
+        zsi_idle_pause(&w);
     }
 }
 

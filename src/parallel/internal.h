@@ -88,7 +88,8 @@ double zsi_deadline(zs_comm *c);
 bool zsi_expired(zs_comm *c, double dl);
 /* Completes n requests on c before `deadline` (0: none, a blocking wait);
  * *expired says the deadline passed first (the requests are then still
- * pending). */
+ * pending). Polls with zsi_idle_pause between tests; without a deadline
+ * it blocks in the backend's wait instead, unless oversubscribed. */
 zs_status zsi_poll(zs_comm *c, const char *op, int n, zsi_req *rq, double deadline,
                    bool *expired);
 /* zsi_poll, then on expiry zsi_timeout (survey unless peer >= 0). */
@@ -99,6 +100,39 @@ zs_status zsi_wait(zs_comm *c, const char *op, int n, zsi_req *rq, double deadli
  * and breaks c with a message naming those that did not answer, or
  * without ask (point-to-point) names the peer. Returns ZS_ERR_IO. */
 zs_status zsi_timeout(zs_comm *c, const char *op, int n, zsi_req *rq, int peer, bool ask);
+
+/* ---- idling between polls (idle.c) ------------------------------------- */
+
+/* The pause schedule of one wait: spin, then yield, then growing naps
+ * (idle.c). Caller-allocated; zsi_idle_init before the first pause. */
+typedef struct zsi_idle {
+    bool polite;    /* no spin phase: oversubscribed host, or asked */
+    double cap;     /* the longest nap, seconds (zsi_idle_cap) */
+    double start;   /* time of the first pause */
+    double nap;     /* the last nap, seconds (0: none yet) */
+    int calls;      /* pauses since init or reset */
+    int naps;       /* naps taken since init (never reset) */
+} zsi_idle;
+
+/* True when this host runs more ranks of the job than this process has
+ * CPUs (the launcher's local size, e.g. OMPI_COMM_WORLD_LOCAL_SIZE,
+ * against the online CPUs and the affinity mask), or OpenMPI was asked
+ * for mpi_yield_when_idle; ZS_COMM_IDLE=spin or =polite overrides. Read
+ * once per process. */
+bool zsi_oversubscribed(void);
+/* The same decision from the environment now, not cached (for tests). */
+bool zsi_idle_detect(void);
+/* The longest nap of a wait on c: 200 us, at most c's timeout / 100. */
+double zsi_idle_cap(const zs_comm *c);
+/* Starts the schedule of a wait on c (c may be NULL: no timeout);
+ * polite: never spin (forced when zsi_oversubscribed). */
+void zsi_idle_init(zsi_idle *w, const zs_comm *c, bool polite);
+/* Back to the start of the schedule (the wait made progress). */
+void zsi_idle_reset(zsi_idle *w);
+/* One pause after a poll that found nothing done: returns at once, yields
+ * the CPU, or sleeps up to w->cap. Checks no deadline: the caller does
+ * (zsi_expired) between pauses. */
+void zsi_idle_pause(zsi_idle *w);
 
 /* ---- the bucket engine (buckets.c), shared by dp.c and zero.c ----------- */
 

@@ -252,28 +252,38 @@ static void request_free(zs_request *r)
 }
 
 /* Blocks until r is done or c's deadline passes, advancing every request
- * of c meanwhile. Without a deadline, a lone request waits in the
- * backend's wait (no busy polling of our own). */
+ * of c meanwhile, with zsi_idle_pause between rounds that found nothing
+ * done (its schedule restarts when r's ring takes a step). Without a
+ * deadline, a lone request waits in the backend's wait (no polling of our
+ * own) unless the host is oversubscribed. */
 static void wait_progress(zs_request *r)
 {
     zs_comm *c = r->c;
     double dl = zsi_deadline(c);
     bool ring = r->algo == ZS_ALLREDUCE_RING;
+    bool block = dl <= 0 && !zsi_oversubscribed();
+    zsi_idle w;
+    zsi_idle_init(&w, c, false);
     while (!r->done) {
+        int step = r->step;
         zs_comm_progress(c);
         if (r->done)
             break;
-        if (dl <= 0 && c->active == r && r->next == NULL) {
+        if (r->step != step)
+            zsi_idle_reset(&w);
+        if (block && c->active == r && r->next == NULL) {
             zs_status st = c->be->wait(c, ring ? ring_op : "allreduce", ring ? 2 : 1, r->rq,
                                        NULL);
             if (st == ZS_OK && ring)
                 st = ring_next(r);
             if (st != ZS_OK || !ring || ring_finished(r))
                 complete(r, st);
-        } else if (zsi_expired(c, dl)) {
+        } else if (dl > 0 && zsi_expired(c, dl)) {
             int left = (c->rank + c->size - 1) % c->size;
             complete(r, zsi_timeout(c, ring ? ring_op : "allreduce", 0, NULL,
                                     ring ? left : -1, true));
+        } else {
+            zsi_idle_pause(&w);
         }
     }
 }

@@ -166,7 +166,9 @@ if [ -n "$victim" ]; then
     [ -z "$left" ] && break
     sleep 0.2
   done
-  msg=$(grep -m1 "timed out" "$run.log")
+  # rank 0's message: the stopped rank, woken (SIGCONT) as mpirun ends
+  # the job, may print its own timeout first
+  msg=$(grep -m1 "rank 0 timed out" "$run.log")
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] && [ -z "$left" ] &&
      echo "$msg" | grep -q "rank 0 timed out after 5 s; rank 1 did not answer" &&
      echo "$msg" | grep -q "tp \[0 1\]"; then
