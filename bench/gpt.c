@@ -90,6 +90,7 @@ typedef struct config {
     bool memory_only, profile, quick, graph, graph_only;
     char script[4096];
     zs_dtype precision; /* ZS_F32: the fp32 comparison only */
+    const char *dump_graph; /* --dump-graph FILE: the graph trainer's dump */
 } config;
 
 typedef struct trainer {
@@ -130,7 +131,9 @@ static void usage(FILE *f)
                "  --precision P  bf16 | fp16 | fp8: also train in P (and PyTorch in its\n"
                "                 CPU autocast bf16) and compare (default fp32 only)\n"
                "  --graph        also train in graph mode: eager and graph rows\n"
-               "  --graph-only   only the eager and graph rows (at --precision)\n");
+               "  --graph-only   only the eager and graph rows (at --precision)\n"
+               "  --dump-graph FILE  the graph trainer's graph before and after its\n"
+               "                 passes (FILE, FILE.dot) and its replay profile\n");
 }
 
 /* Parses a positive integer flag value; -1 on error. */
@@ -148,7 +151,7 @@ static int64_t pos_int(const char *flag, const char *v)
 static int parse_args(int argc, char **argv, config *c)
 {
     *c = (config){"small", 4096, 8, 0, 10, 2, 64, 128, 3, 2, false, false, false, false, false,
-                  "", ZS_F32};
+                  "", ZS_F32, NULL};
     const char *slash = strrchr(__FILE__, '/');
     snprintf(c->script, sizeof c->script, "%.*s/gpt_torch.py",
              slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
@@ -176,6 +179,8 @@ static int parse_args(int argc, char **argv, config *c)
             exit(0);
         } else if (v && !strcmp(f, "--preset")) {
             c->preset = v;
+        } else if (v && !strcmp(f, "--dump-graph")) {
+            c->dump_graph = v;
         } else if (v && !strcmp(f, "--script")) {
             snprintf(c->script, sizeof c->script, "%s", v);
         } else if (v && !strcmp(f, "--batch")) {
@@ -262,6 +267,11 @@ static zs_status random_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor
     return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
 }
 
+/* --dump-graph FILE (graph trainers only): the graph before and after its
+ * passes, the memory plan and, after the run, the per-node replay profile
+ * (zs_trainer_graph_profile_dump). */
+static const char *dump_graph_path;
+
 /* The model of preset (vocab) under a trainer configured as `zs train
  * gpt` (AdamW, clip 1.0, lr 1e-3 constant). */
 static zs_status trainer_init(trainer *t, const char *preset, int64_t vocab,
@@ -285,6 +295,7 @@ static zs_status trainer_init(trainer *t, const char *preset, int64_t vocab,
     tc.batch = random_batch, tc.batch_ctx = t;
     tc.precision = precision;
     tc.graph = graph;
+    tc.dump_graph = graph ? dump_graph_path : NULL;
     return (t->t = zs_trainer_new(t->m, &tc)) ? ZS_OK : ZS_ERR_ARG;
 }
 
@@ -686,6 +697,7 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &c) != 0)
         return 2;
     zs_set_num_threads(c.threads);
+    dump_graph_path = c.dump_graph;
     if (c.memory_only)
         return run_memory(&c);
     if (c.graph_only)
