@@ -50,8 +50,9 @@ static void plan_text(const zs_graph *g, FILE *f)
     size_t most = 0;
     for (int i = 0; i < g->n; i++) {
         size_t live = 0;
-        for (int k = 0; k < g->nplan; k++)
-            if (g->plan[k].first <= i && i <= g->plan[k].last)
+        for (int k = 0; k < g->nplan; k++) /* a group's root spans it */
+            if (g->plan[k].group == g->plan[k].s && g->plan[k].first <= i &&
+                i <= g->plan[k].last)
                 live += g->plan[k].nbytes;
         if (live > most) {
             most = live;
@@ -66,8 +67,9 @@ static void plan_text(const zs_graph *g, FILE *f)
         const zsi_gplan *e = &g->plan[k];
         if (e->first > peak || peak > e->last)
             continue;
-        fprintf(f, "#   %8.2f MiB  nodes %d..%d  made by %s\n", (double)e->nbytes / 1048576,
-                e->first, e->last, e->first < g->n ? name_of(g->nodes[e->first]) : "?");
+        fprintf(f, "#   %8.2f MiB  nodes %d..%d  made by %s%s\n", (double)e->nbytes / 1048576,
+                e->first, e->last, e->first < g->n ? name_of(g->nodes[e->first]) : "?",
+                e->group != e->s ? " (over another buffer)" : "");
         shown++;
     }
 }
