@@ -63,7 +63,7 @@ static void plan_text(const zs_graph *g, FILE *f)
                "node %d (%s)\n", (double)g->arena_bytes / 1048576, (double)most / 1048576,
             peak, name_of(g->nodes[peak]));
     int shown = 0;
-    for (int k = 0; k < g->nplan && shown < 16; k++) {
+    for (int k = 0; k < g->nplan && shown < 48; k++) {
         const zsi_gplan *e = &g->plan[k];
         if (e->first > peak || peak > e->last)
             continue;
