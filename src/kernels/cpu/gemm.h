@@ -56,7 +56,10 @@ typedef struct zsk_epilogue {
      * form of each, not both); when out16 is set the result, rounded to
      * bf16 (nearest even, NaN kept quiet: zs_f32_to_bf16), is written to
      * out16[i * ldo + j] instead of C, which then only holds the f32 sums
-     * (scratch). pre16 is the pre-activation rounded to bf16. */
+     * (scratch). pre16 is the pre-activation rounded to bf16; with pre16
+     * or out16, GeLU reads that rounded value (as PyTorch's autocast runs
+     * gelu on the bf16 linear output), so it can be recomputed from pre16
+     * bit for bit (graph/remat.c). */
     const uint16_t *bias16;
     uint16_t *pre16;
     const uint16_t *res16;
