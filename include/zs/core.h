@@ -188,6 +188,11 @@ void zs_alloc_reset_peak(void);
 void zs_alloc_trim(void);
 /* Tests: make the n-th allocation from now fail (0 disables). */
 void zs_alloc_fail_after(int64_t n);
+/* A one-off large block, 64-byte aligned, rounded to 4 KiB instead of a
+ * size class (zs_alloc's up to 25% waste), not cached: zs_free gives it
+ * back to the system. For buffers allocated once and kept (a graph's
+ * memory arena). NULL + message on failure. */
+void *zs_alloc_exact(size_t nbytes);
 
 /* ---- grad mode ---------------------------------------------------------- */
 

@@ -57,6 +57,24 @@ typedef struct zs_graph zs_graph;
  * by the caller: zs_graph_free). NULL + error when this thread already
  * captures or on allocation failure. */
 zs_graph *zs_graph_capture_begin(void);
+/* A dry capture: the same recording, but the calls compute nothing (as
+ * a capture from shapes alone would): their results get no memory, only
+ * the forward calls that record an autograd node run their kernels, on
+ * zeros for every input made during the capture, to make the aux results
+ * their backward rules save; in-place calls (the accumulation into
+ * gradients, the optimizer update) do not run, and the random-number
+ * position is restored at the end. So the capture holds almost no memory
+ * and changes no tensor of the program: the first replay computes the
+ * step (after the passes and the memory plan, its peak is the plan's).
+ * The values the calls make hold nothing until then: a host read of one
+ * during the capture (zs_item, zs_data, zs_copy_to_buffer; a loss
+ * printed, a NaN check) is counted (zs_graph_dry_reads) and reads zeros,
+ * and zs_graph_capture_end then fails: capture again with
+ * zs_graph_capture_begin (zs_trainer does, noting it in its log). CPU
+ * calls only. NULL + error as zs_graph_capture_begin. */
+zs_graph *zs_graph_capture_begin_dry(void);
+/* The host reads of a dry capture's values (0 for other graphs). */
+int64_t zs_graph_dry_reads(const zs_graph *g);
 /* Stops recording. ZS_OK, or an error when a call could not be recorded
  * (allocation failure) or g is not the graph being captured; a failed
  * graph refuses replay. */

@@ -36,9 +36,12 @@
 
 typedef struct block {
     struct block *next; /* free-list link while cached */
-    uint32_t cls;
+    uint32_t cls;       /* EXACT: a zs_alloc_exact block of `bytes` */
     uint32_t magic;
+    size_t bytes;
 } block;
+
+#define EXACT 0xffffffffu
 
 #define MAGIC 0x5a53a110u
 
@@ -132,6 +135,37 @@ void zs_advise_huge(void *p, size_t n)
 #endif
 }
 
+/* Exact blocks: one-off buffers of hundreds of MiB (a graph's arena)
+ * would waste up to a quarter of themselves in a size class; they are
+ * rounded to 4 KiB, counted at that size and given back on free. */
+void *zs_alloc_exact(size_t nbytes)
+{
+    size_t sz = ((nbytes ? nbytes : 1) + 4095) & ~(size_t)4095;
+    pthread_mutex_lock(&mu);
+    bool fail = fail_countdown > 0 && --fail_countdown == 0;
+    pthread_mutex_unlock(&mu);
+    void *p = NULL;
+    if (fail || posix_memalign(&p, 64, HDR + sz) != 0 || !p) {
+        zs_set_error_code(ZS_ERR_NOMEM, "alloc: out of memory (%zu bytes%s)", nbytes,
+                          fail ? ", injected" : "");
+        return NULL;
+    }
+    block *b = p;
+    if (sz >= HUGE_MIN)
+        zs_advise_huge(p, HDR + sz);
+    b->cls = EXACT;
+    b->magic = MAGIC;
+    b->bytes = sz;
+    pthread_mutex_lock(&mu);
+    stats.n_allocs++;
+    stats.n_system++;
+    stats.current_bytes += sz;
+    if (stats.current_bytes > stats.peak_bytes)
+        stats.peak_bytes = stats.current_bytes;
+    pthread_mutex_unlock(&mu);
+    return (char *)b + HDR;
+}
+
 void zs_free(void *p)
 {
     if (!p)
@@ -139,6 +173,14 @@ void zs_free(void *p)
     block *b = (block *)((char *)p - HDR);
     if (b->magic != MAGIC)
         abort(); /* internal invariant: not our block */
+    if (b->cls == EXACT) {
+        pthread_mutex_lock(&mu);
+        stats.current_bytes -= b->bytes;
+        pthread_mutex_unlock(&mu);
+        b->magic = 0;
+        free(b);
+        return;
+    }
     size_t sz = class_size(b->cls);
     pthread_mutex_lock(&mu);
     stats.current_bytes -= sz;

@@ -72,6 +72,9 @@ double zs_get(const zs_tensor *t, int64_t flat_index)
 {
     if (!t || flat_index < 0 || flat_index >= zs_numel(t))
         return 0;
+    zsi_dry_touch(t);
+    if (!t->storage->data)
+        return 0;
     int64_t off = t->offset + flat_offset(t, flat_index);
     if (zsi_device_host(t->device))
         return zsi_load(t->dtype, t->storage->data, off);
@@ -363,6 +366,7 @@ zs_status zs_copy_to_buffer(const zs_tensor *t, void *buf, size_t nbytes)
     if (nbytes != zs_nbytes(t))
         return zs_set_error("copy_to_buffer: buffer holds %zu bytes, tensor "
                             "needs %zu", nbytes, zs_nbytes(t));
+    zsi_dry_touch(t);
     if (!zsi_device_host(t->device))
         return device_buffer_copy(t, buf, nbytes, ZS_COPY_TO_HOST);
     zs_tensor *view = zs_from_blob(t->dtype, t->ndim, t->shape, buf);

@@ -59,6 +59,17 @@ static inline void *zsi_ptr(const zs_tensor *t)
 {
     return (char *)t->storage->data + t->offset * (int64_t)zs_dtype_size(t->dtype);
 }
+/* A dry graph capture (graph/graph.c, zs_graph_capture_begin_dry) is
+ * running on this thread: the values the recorded calls make have no
+ * memory (data NULL) until the graph's first replay. zsi_dry_touch(t),
+ * called by the host entry points that read elements (zs_get, zs_data,
+ * zs_copy_to_buffer), counts a read of such a value in zsi_dry_reads and
+ * gives its storage zeroed memory so the reader does not crash (the
+ * capture then reports the read and its caller captures again running
+ * the kernels). Otherwise nothing. */
+extern _Thread_local bool zsi_dry_capture;
+extern _Thread_local int64_t zsi_dry_reads;
+void zsi_dry_touch(const zs_tensor *t);
 /* New tensor header sharing base's storage (retained), no autograd. */
 zs_tensor *zsi_new_view(const zs_tensor *base, int ndim, const int64_t *shape,
                         const int64_t *strides, int64_t offset);

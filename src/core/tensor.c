@@ -399,8 +399,25 @@ bool zs_same_shape(const zs_tensor *a, const zs_tensor *b)
     return true;
 }
 
+_Thread_local bool zsi_dry_capture;
+_Thread_local int64_t zsi_dry_reads;
+
+void zsi_dry_touch(const zs_tensor *t)
+{
+    zs_storage *s = t ? t->storage : NULL;
+    if (!zsi_dry_capture || !s || s->data || s->external || !s->nbytes)
+        return;
+    zsi_dry_reads++;
+    if ((s->data = zsi_device_alloc(s->device, s->nbytes)) &&
+        zsi_device_memset(s->device, s->data, 0, s->nbytes) != ZS_OK) {
+        zsi_device_free(s->device, s->data);
+        s->data = NULL;
+    }
+}
+
 void *zs_data(const zs_tensor *t)
 {
+    zsi_dry_touch(t);
     if (t->device != ZS_CPU && !zsi_device_host(t->device)) {
         zs_set_error("data: the tensor is on %s, which the CPU cannot "
                      "address (copy it with zs_to_device)",

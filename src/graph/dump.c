@@ -38,6 +38,42 @@ static void list_text(zs_tensor *const *ts, int n, char *buf, size_t cap)
     }
 }
 
+/* With a memory plan: the node where the planned buffers alive together
+ * weigh most (the plan's lower bound: no placement can use fewer bytes),
+ * beside the arena, and the largest buffers alive there with the node
+ * that makes each (the plan is sorted by decreasing size). */
+static void plan_text(const zs_graph *g, FILE *f)
+{
+    if (!g->plan || !g->n)
+        return;
+    int peak = 0;
+    size_t most = 0;
+    for (int i = 0; i < g->n; i++) {
+        size_t live = 0;
+        for (int k = 0; k < g->nplan; k++) /* a group's root spans it */
+            if (g->plan[k].group == g->plan[k].s && g->plan[k].first <= i &&
+                i <= g->plan[k].last)
+                live += g->plan[k].nbytes;
+        if (live > most) {
+            most = live;
+            peak = i;
+        }
+    }
+    fprintf(f, "# memory plan: arena %.2f MiB; most bytes alive at once %.2f MiB, at "
+               "node %d (%s)\n", (double)g->arena_bytes / 1048576, (double)most / 1048576,
+            peak, name_of(g->nodes[peak]));
+    int shown = 0;
+    for (int k = 0; k < g->nplan && shown < 48; k++) {
+        const zsi_gplan *e = &g->plan[k];
+        if (e->first > peak || peak > e->last)
+            continue;
+        fprintf(f, "#   %8.2f MiB  nodes %d..%d  made by %s%s\n", (double)e->nbytes / 1048576,
+                e->first, e->last, e->first < g->n ? name_of(g->nodes[e->first]) : "?",
+                e->group != e->s ? " (over another buffer)" : "");
+        shown++;
+    }
+}
+
 zs_status zs_graph_dump_text(const zs_graph *g, FILE *f, const char *title)
 {
     if (!g || !f)
@@ -62,6 +98,7 @@ zs_status zs_graph_dump_text(const zs_graph *g, FILE *f, const char *title)
     fprintf(f, "# total: nodes %d flops %.0f bytes_read %.0f bytes_written %.0f "
                "intermediate_bytes %zu planned_bytes %zu\n", s.nodes, s.flops,
             s.bytes_read, s.bytes_written, s.intermediate_bytes, s.planned_bytes);
+    plan_text(g, f);
     return ferror(f) ? zs_set_error("graph dump: write failed") : ZS_OK;
 }
 

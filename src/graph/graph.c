@@ -1,6 +1,13 @@
 /*
  * graph.c - capture and replay of operator calls (zs/graph.h).
  *
+ * A dry capture (zs_graph_capture_begin_dry) records the same nodes but
+ * the driver computes nothing (ops/dispatch.c, "dry capture"): results get
+ * no memory, forward calls that record an autograd node run on zeros to
+ * make their aux results, in-place calls do not run; core counts host
+ * reads of the values (zsi_dry_touch). The RNG position is restored at its
+ * end, so the first replay draws what eager would.
+ *
  * Capture installs this thread's recorder in the driver (zsi_capture,
  * ops/dispatch.c): after the kernel of each outermost zsi_run/zsi_run_n
  * call ran, record() appends a node holding the call whole (graph/
@@ -101,7 +108,7 @@ static _Thread_local zs_graph *current;
 
 static zs_status record(const zsi_call *c, zsi_kernel_fn k, zs_tensor *out);
 
-zs_graph *zs_graph_capture_begin(void)
+static zs_graph *begin(bool dry)
 {
     if (current) {
         zs_set_error("graph capture: this thread already captures a graph "
@@ -114,10 +121,37 @@ zs_graph *zs_graph_capture_begin(void)
         return NULL;
     }
     g->capturing = true;
-    zsi_gcap_init(g); /* without it the capture keeps every value: slower */
+    g->dry = dry;
+    if (dry) { /* nothing computed: nothing to free on the way */
+        zs_rng_get_state(&g->rng_seed, &g->rng_offset);
+        zsi_dry_reads = 0;
+        zsi_dry_capture = true;
+    } else {
+        zsi_gcap_init(g); /* without it the capture keeps every value */
+    }
     current = g;
     zsi_capture = record;
     return g;
+}
+
+zs_graph *zs_graph_capture_begin(void) { return begin(false); }
+
+zs_graph *zs_graph_capture_begin_dry(void) { return begin(true); }
+
+int64_t zs_graph_dry_reads(const zs_graph *g) { return g ? g->dry_reads : 0; }
+
+/* Ends the dry part of a capture: the kernels that ran reserved random
+ * numbers the first replay reserves again. */
+static void end_dry(zs_graph *g)
+{
+    if (!g->dry || !zsi_dry_capture)
+        return;
+    zsi_dry_capture = false;
+    zsi_dry_release();
+    zs_rng_set_state(g->rng_seed, g->rng_offset);
+    g->dry_reads = zsi_dry_reads;
+    zsi_dry_reads = 0;
+    g->dropped++; /* a replay without a plan gives the values memory */
 }
 
 zs_status zs_graph_capture_end(zs_graph *g)
@@ -128,12 +162,22 @@ zs_status zs_graph_capture_end(zs_graph *g)
     current = NULL;
     zsi_capture = NULL;
     g->capturing = false;
+    end_dry(g);
     zsi_gcap_sweep(g);
     zsi_gcap_deinit(g);
     if (g->failed)
         return zs_set_error_code(ZS_ERR_NOMEM, "graph capture: a call could not "
                                  "be recorded (out of memory); the graph cannot "
                                  "be replayed");
+    if (g->dry_reads) {
+        g->failed = true;
+        return zs_set_error_code(ZS_ERR_STATE, "graph capture: the dry capture's "
+                                 "values were read on the host %lld time%s (zs_item, "
+                                 "zs_data, ...: a value that is not computed yet); "
+                                 "capture the step with zs_graph_capture_begin, "
+                                 "which runs the kernels", (long long)g->dry_reads,
+                                 g->dry_reads == 1 ? "" : "s");
+    }
     return ZS_OK;
 }
 
@@ -285,6 +329,7 @@ void zs_graph_free(zs_graph *g)
     if (g == current) {
         current = NULL;
         zsi_capture = NULL;
+        end_dry(g);
     }
     zsi_gcap_deinit(g);
     for (int i = 0; i < g->n; i++)

@@ -50,6 +50,11 @@ typedef struct zsi_gplan {
     zs_storage *s;
     int first, last;         /* nodes between which it is alive */
     size_t offset, nbytes;
+    /* the storage whose bytes it shares (itself when none): a result
+     * written over an input read for the last time by the same node, where
+     * the kernel reads each element before writing it (passes.c); the
+     * group's first entry spans them all (first, last, nbytes) */
+    zs_storage *group;
 } zsi_gplan;
 
 struct zs_graph {
@@ -57,6 +62,12 @@ struct zs_graph {
     int n, cap;
     bool failed;             /* a call could not be recorded */
     bool capturing;
+    /* a dry capture (zs_graph_capture_begin_dry): the calls were recorded
+     * without computing; the RNG position at its start, restored at its
+     * end; the host reads of its values (zsi_dry_reads) */
+    bool dry;
+    uint64_t rng_seed, rng_offset;
+    int64_t dry_reads;
     /* the memory plan (zs_graph_plan_memory) */
     zsi_gplan *plan;
     int nplan;

@@ -134,6 +134,69 @@ static int by_size_desc(const void *x, const void *y)
     return a->first - b->first;
 }
 
+/* ---- results written over a dead input -------------------------------------
+ * A node whose kernel reads each element of an input before it writes the
+ * same element of its result (pointwise operators; cross_entropy_backward,
+ * row by row: the logits' gradient over the logits) may write the result
+ * over that input when the input is read for the last time there: at
+ * GPT's loss the logits and their gradient (2 x 32 MiB at GPT small) are
+ * the peak of the step. Both must be whole contiguous storages of one
+ * dtype and element count. */
+
+static bool whole(const zs_tensor *t)
+{
+    return t->offset == 0 && zs_is_contiguous(t) && zs_nbytes(t) == t->storage->nbytes;
+}
+
+static bool overwrites_safely(const zsi_gnode *n, int j)
+{
+    const zsi_opdef *d = n->call.def;
+    const zs_tensor *o = n->outs[0], *x = n->in[j];
+    if (n->run || !n->kernel || d->inplace || !o || n->outs[1] || !whole(o) || !whole(x) ||
+        x->dtype != o->dtype || zs_numel(x) != zs_numel(o))
+        return false;
+    return d->cls == ZSI_POINTWISE || (d == &zsi_def_cross_entropy_backward && j == 0);
+}
+
+static int group_root(int k, const int *root)
+{
+    while (root[k] != k)
+        k = root[k];
+    return k;
+}
+
+/* Joins each result to an input it may overwrite (above): the group's
+ * root entry spans both. */
+static void share_bytes(const zs_graph *g, zsi_sset *made, zsi_gplan *p, int n)
+{
+    int *root = malloc((size_t)(n ? n : 1) * sizeof *root);
+    for (int k = 0; k < n; k++) {
+        p[k].group = p[k].s;
+        if (root)
+            root[k] = k;
+    }
+    for (int i = 0; root && i < g->n; i++) {
+        const zsi_gnode *nd = g->nodes[i];
+        int vo = nd->outs[0] ? *zsi_sset_get(made, nd->outs[0]->storage, false) : -1;
+        if (vo > -3 || p[-(vo + 3)].first != i)
+            continue;
+        for (int j = 0; j < nd->call.nin; j++) {
+            int vi = *zsi_sset_get(made, nd->in[j]->storage, false);
+            if (vi > -3 || vi == vo || !overwrites_safely(nd, j))
+                continue;
+            int r = group_root(-(vi + 3), root), o = -(vo + 3);
+            if (p[r].last != i || p[r].nbytes < p[o].nbytes || p[o].last == g->n)
+                continue; /* read later (or kept), too small; or the result kept */
+            root[o] = r;
+            p[r].last = p[o].last;
+            break;
+        }
+    }
+    for (int k = 0; root && k < n; k++)
+        p[k].group = p[group_root(k, root)].s;
+    free(root);
+}
+
 /* The intermediates of g with their lifetimes; *np of them. */
 static zsi_gplan *lifetimes(const zs_graph *g, int nkeep, zs_tensor *const *keep,
                             int *np)
@@ -152,7 +215,7 @@ static zsi_gplan *lifetimes(const zs_graph *g, int nkeep, zs_tensor *const *keep
             if (*v != i || s->external || s->device != ZS_CPU)
                 continue;
             *v = -(n + 3); /* now: the plan entry -(v + 3) */
-            p[n++] = (zsi_gplan){s, i, i, 0, align64(s->nbytes)};
+            p[n++] = (zsi_gplan){s, i, i, 0, align64(s->nbytes), s};
         }
     }
     for (int i = 0; p && i < g->n; i++) { /* last uses */
@@ -172,25 +235,29 @@ static zsi_gplan *lifetimes(const zs_graph *g, int nkeep, zs_tensor *const *keep
         if (v <= -3)
             p[-(v + 3)].last = g->n; /* read after the replay */
     }
+    if (p)
+        share_bytes(g, &made, p, n);
     zsi_sset_deinit(&made);
     *np = n;
     return p;
 }
 
 /* First fit by decreasing size: each entry at the lowest offset where it
- * overlaps no placed entry alive at the same time. Returns the arena's
- * size. */
+ * overlaps no placed entry alive at the same time; the other members of a
+ * group (share_bytes) at their root's offset. Returns the arena's size. */
 static size_t place(zsi_gplan *p, int n)
 {
     qsort(p, (size_t)n, sizeof *p, by_size_desc);
     size_t top = 0;
     for (int i = 0; i < n; i++) {
+        if (p[i].group != p[i].s)
+            continue;
         size_t off = 0;
         for (bool moved = true; moved;) {
             moved = false;
             for (int j = 0; j < i; j++)
-                if (overlap_time(&p[i], &p[j]) && off < p[j].offset + p[j].nbytes &&
-                    p[j].offset < off + p[i].nbytes) {
+                if (p[j].group == p[j].s && overlap_time(&p[i], &p[j]) &&
+                    off < p[j].offset + p[j].nbytes && p[j].offset < off + p[i].nbytes) {
                     off = p[j].offset + p[j].nbytes;
                     moved = true;
                 }
@@ -199,6 +266,10 @@ static size_t place(zsi_gplan *p, int n)
         if (off + p[i].nbytes > top)
             top = off + p[i].nbytes;
     }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; p[i].group != p[i].s && j < n; j++)
+            if (p[j].s == p[i].group)
+                p[i].offset = p[j].offset;
     return top;
 }
 
@@ -214,7 +285,8 @@ zs_status zs_graph_plan_verify(const zs_graph *g)
                                 p[i].offset, p[i].offset + p[i].nbytes,
                                 p[i].s->nbytes, g->arena_bytes);
         for (int j = i + 1; j < g->nplan; j++)
-            if (overlap_time(&p[i], &p[j]) && p[i].offset < p[j].offset + p[j].nbytes &&
+            if (p[i].group != p[j].group && overlap_time(&p[i], &p[j]) &&
+                p[i].offset < p[j].offset + p[j].nbytes &&
                 p[j].offset < p[i].offset + p[i].nbytes)
                 return zs_set_error("graph plan: buffers %d (nodes %d..%d, bytes "
                                     "[%zu, %zu)) and %d (nodes %d..%d, bytes "
@@ -246,7 +318,8 @@ static zs_status apply(zs_graph *g, int end)
             e->s->data = NULL;
         }
     }
-    char *base = g->arena_bytes ? zs_alloc(g->arena_bytes) : NULL;
+    zs_alloc_trim(); /* the freed blocks' pages go back before the arena's come */
+    char *base = g->arena_bytes ? zs_alloc_exact(g->arena_bytes) : NULL;
     if (g->arena_bytes && !base) {
         for (int i = 0; i < g->nplan; i++)
             if (!g->plan[i].s->data &&

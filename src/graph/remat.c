@@ -15,11 +15,11 @@
  * - a contiguous copy (copy: the attention output made contiguous in
  *   [B, n, C] for the projection) from its source, kept for the
  *   attention backward;
- * - linear_gelu's output gelu(h) (f32) from its saved pre-activation h,
- *   which the GeLU backward reads later anyway: the f32 GEMM's own
- *   epilogue function runs over h (zsk_sgemm_gelu_of_pre). bf16 is left
- *   alone: its saved h is rounded to bf16, the output was computed from
- *   the unrounded sum, so a recomputation would differ.
+ * - linear_gelu's output gelu(h) from its saved pre-activation h, which
+ *   the GeLU backward reads later anyway: f32, the f32 GEMM's own
+ *   epilogue function runs over h (zsk_sgemm_gelu_of_pre); bf16, the bf16
+ *   GEMM's 16-bit epilogue over h widened (its GeLU reads the
+ *   pre-activation rounded to bf16, which is the saved h: gemm.h).
  *
  * Same bits: each recomputation is the same function on the same bits
  * (the same kernel, or the epilogue's GeLU on the float the epilogue
@@ -44,7 +44,7 @@
  * nodes apart in a training step) */
 #define MIN_GAP 8
 
-typedef enum rkind { R_NONE, R_RERUN, R_GELU } rkind;
+typedef enum rkind { R_NONE, R_RERUN, R_GELU, R_GELU16 } rkind;
 
 static bool whole(const zs_tensor *t)
 {
@@ -61,21 +61,26 @@ static rkind kind_of(const zsi_gnode *n)
     if (d == &zsi_def_layer_norm || (d == &zsi_def_copy && n->call.nin == 1))
         return R_RERUN;
     const zs_tensor *h = n->aux[0];
-    if (d == &zsi_def_linear_gelu && o->dtype == ZS_F32 && h && h->dtype == ZS_F32 &&
-        zs_is_contiguous(h) && zs_numel(h) == zs_numel(o))
-        return R_GELU;
-    return R_NONE;
+    if (d != &zsi_def_linear_gelu || !h || h->dtype != o->dtype || !zs_is_contiguous(h) ||
+        zs_numel(h) != zs_numel(o))
+        return R_NONE;
+    return o->dtype == ZS_F32 ? R_GELU : o->dtype == ZS_BF16 ? R_GELU16 : R_NONE;
 }
 
+static bool reads_storage(const zsi_gnode *n, const zs_storage *s);
+
 /* Whether node n writes storage s (results, aux results; in place: in[0],
- * which is outs[0]; an update's state buffers, its other inputs). */
+ * which is outs[0]; an update's state buffers, its other inputs). An aux
+ * result that views one of n's inputs (zsi_aux_copy of a contiguous
+ * input: a layer norm's weight, inside the flat parameter buffer) is that
+ * input, read, not written. */
 static bool writes_storage(const zsi_gnode *n, const zs_storage *s)
 {
     for (int k = 0; k < ZSI_MAX_OUT; k++)
         if (n->outs[k] && n->outs[k]->storage == s)
             return true;
     for (int k = 0; k < ZSI_MAX_AUX; k++)
-        if (n->aux[k] && n->aux[k]->storage == s)
+        if (n->aux[k] && n->aux[k]->storage == s && !reads_storage(n, s))
             return true;
     if (n->call.def->inplace)
         for (int j = 0; j < n->call.nin; j++)
@@ -135,12 +140,45 @@ static zs_status gelu_run(zsi_gnode *n)
     return ZS_OK;
 }
 
+/* bf16: the GEMM's 16-bit epilogue (the bf16 GEMM's own, as the forward
+ * ran it) over h widened to f32 in pieces; GeLU there reads the rounded
+ * pre-activation (gemm.h), so the output's bits come back. */
+typedef struct gelu16_job {
+    zsk_sgemm_epi_fn epi;
+    const uint16_t *h;
+    uint16_t *out;
+} gelu16_job;
+
+static void gelu16_range(void *p, int64_t i0, int64_t i1)
+{
+    const gelu16_job *j = p;
+    float t[1024];
+    for (int64_t i = i0; i < i1; i += 1024) {
+        int64_t n = i1 - i < 1024 ? i1 - i : 1024;
+        for (int64_t k = 0; k < n; k++)
+            t[k] = zs_bf16_to_f32(j->h[i + k]);
+        zsk_epilogue ep = {.gelu = true, .out16 = j->out + i, .ldo = n};
+        j->epi(t, n, 1, n, t, n, 0.0f, &ep);
+    }
+}
+
+static zs_status gelu16_run(zsi_gnode *n)
+{
+    const zs_tensor *h = n->in[0], *o = n->outs[0];
+    gelu16_job j = {zsk_gemm_desc_for(ZSK_GEMM_BF16)->epi,
+                    (const uint16_t *)h->storage->data + h->offset,
+                    (uint16_t *)o->storage->data + o->offset};
+    zs_parallel_for(zs_numel(o), 16384, gelu16_range, &j);
+    return ZS_OK;
+}
+
 /* Node R recomputing f's output (kind k) into a fresh storage; NULL on
  * allocation failure. */
 static zsi_gnode *make_node(zs_graph *g, const zsi_gnode *f, rkind k)
 {
     zsi_gnode *r = calloc(1, sizeof *r);
-    int nin = k == R_GELU ? 1 : f->call.nin;
+    bool gelu = k == R_GELU || k == R_GELU16;
+    int nin = gelu ? 1 : f->call.nin;
     if (r)
         r->in = calloc((size_t)(nin ? nin : 1), sizeof *r->in);
     if (!r || !r->in) {
@@ -159,7 +197,7 @@ static zsi_gnode *make_node(zs_graph *g, const zsi_gnode *f, rkind k)
     r->call = f->call;
     r->call.nin = nin;
     for (int j = 0; ok && j < nin; j++) {
-        const zs_tensor *src = k == R_GELU ? f->aux[0] : f->in[j];
+        const zs_tensor *src = gelu ? f->aux[0] : f->in[j];
         ok = (r->in[j] = alias_on(src, src)) != NULL;
     }
     if (!ok) {
@@ -175,9 +213,9 @@ static zsi_gnode *make_node(zs_graph *g, const zsi_gnode *f, rkind k)
     r->call.nout = 1;
     r->recomputed = true;
     double bytes = (double)zs_nbytes(o);
-    if (k == R_GELU) {
+    if (gelu) {
         r->call.def = &zsi_def_gelu;
-        r->run = gelu_run;
+        r->run = k == R_GELU ? gelu_run : gelu16_run;
         r->label = "remat:gelu";
         r->cost = (zsi_cost){30 * (double)zs_numel(o), bytes, bytes};
     } else {
@@ -226,7 +264,7 @@ static int try_node(zs_graph *g, int f, int nkeep, zs_tensor *const *keep)
     }
     if (p < 0 || gap < MIN_GAP)
         return 0;
-    if (k == R_GELU ? !input_ok(g, F->aux[0], f, p, nkeep, keep) : false)
+    if (k >= R_GELU && !input_ok(g, F->aux[0], f, p, nkeep, keep))
         return 0;
     for (int j = 0; k == R_RERUN && j < F->call.nin; j++)
         if (!input_ok(g, F->in[j], f, p, nkeep, keep))

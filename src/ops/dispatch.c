@@ -108,12 +108,128 @@ bool zsi_call_records(const zsi_call *c) { return c->records; }
 _Thread_local zsi_capture_fn zsi_capture;
 static _Thread_local int kernel_depth; /* kernels running, while capturing */
 
+/* ---- dry capture (zs_graph_capture_begin_dry) -------------------------------
+ * An outermost call is recorded without computing: its results lose their
+ * memory right after. Only a forward call that records an autograd node
+ * runs its kernel, because the kernel makes the aux results the backward
+ * rule saves (their shapes and dtypes): it runs with every input that has
+ * no memory (made earlier in the dry capture) pointed at zeros, so integer
+ * inputs are valid indices, and, for descriptors that write into inputs
+ * (def->writes_inputs: batch norm's running statistics), with every input
+ * pointed at zeros of its own, wiped after, so no tensor of the program is
+ * changed. In-place calls (updates of parameters, gradients, optimizer
+ * state) never run. */
+
+static _Thread_local char *dry_zeros;  /* zeroed host scratch */
+static _Thread_local size_t dry_nzeros;
+
+void zsi_dry_release(void)
+{
+    zs_free(dry_zeros);
+    dry_zeros = NULL;
+    dry_nzeros = 0;
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Points the inputs of c that need it at zeros (their storages in s[],
+ * the old data pointers in old[]); returns how many, or -1 when no
+ * scratch could be allocated. */
+static int dry_redirect(const zsi_call *c, bool all, zs_storage **s, void **old,
+                        size_t *used)
+{
+    int n = 0;
+    size_t need = 0;
+    for (int i = 0; i < c->nin; i++) {
+        zs_storage *st = c->in[i]->storage;
+        bool dup = false;
+        for (int j = 0; j < n; j++)
+            dup |= s[j] == st;
+        if (dup || st->device != ZS_CPU || (!all && st->data) || !st->nbytes)
+            continue;
+        s[n++] = st;
+        need += align64(st->nbytes);
+    }
+    if (need > dry_nzeros) {
+        zs_free(dry_zeros);
+        dry_nzeros = 0;
+        if (!(dry_zeros = zs_alloc(need)))
+            return -1;
+        memset(dry_zeros, 0, need);
+        dry_nzeros = need;
+    }
+    size_t off = 0;
+    for (int j = 0; j < n; j++) {
+        old[j] = s[j]->data;
+        s[j]->data = dry_zeros + off;
+        off += align64(s[j]->nbytes);
+    }
+    *used = off;
+    return n;
+}
+
+/* Frees the memory of what a dry call made (its results, the aux results
+ * that are not views of an input). */
+static void dry_drop(zsi_call *c)
+{
+    zs_storage *made[ZSI_MAX_OUT + ZSI_MAX_AUX];
+    int m = 0;
+    for (int k = 0; k < c->nout && k < ZSI_MAX_OUT; k++)
+        if (c->outs[k])
+            made[m++] = c->outs[k]->storage;
+    for (int k = 0; k < ZSI_MAX_AUX; k++)
+        if (c->aux && c->aux[k])
+            made[m++] = c->aux[k]->storage;
+    for (int k = 0; k < m; k++) {
+        bool input = made[k]->external;
+        for (int i = 0; i < c->nin && !input; i++)
+            input = c->in[i]->storage == made[k];
+        if (!input && made[k]->device == ZS_CPU) {
+            zsi_device_free(made[k]->device, made[k]->data);
+            made[k]->data = NULL;
+        }
+    }
+}
+
+static zs_status run_dry(zsi_call *c, zsi_kernel_fn k, zs_tensor *out)
+{
+    zs_status st = ZS_OK;
+    if (c->device != ZS_CPU)
+        return zs_set_error_code(ZS_ERR_UNSUPPORTED, "%s: a dry graph capture runs on "
+                                 "the CPU only (this call is on %s)", c->def->op.name,
+                                 zs_device_name(c->device));
+    if (!c->def->inplace && c->records) {
+        zs_storage *s[ZSI_MAX_IN];
+        void *old[ZSI_MAX_IN];
+        size_t used = 0;
+        bool all = c->def->writes_inputs;
+        int n = dry_redirect(c, all, s, old, &used);
+        if (n < 0)
+            return zs_set_error_code(ZS_ERR_NOMEM, "%s: dry capture: out of memory "
+                                     "for zeroed inputs", c->def->op.name);
+        kernel_depth++;
+        st = k(c, out);
+        kernel_depth--;
+        for (int j = 0; j < n; j++)
+            s[j]->data = old[j];
+        if (all)
+            memset(dry_zeros, 0, used);
+    }
+    if (st == ZS_OK && zsi_capture)
+        st = zsi_capture(c, k, out);
+    if (!c->def->inplace)
+        dry_drop(c);
+    return st;
+}
+
 /* Runs k; while this thread captures a graph, hands an outermost call
- * (not one a kernel made) to the recorder after it ran. */
+ * (not one a kernel made) to the recorder after it ran (dry: see above). */
 static zs_status run_kernel(zsi_call *c, zsi_kernel_fn k, zs_tensor *out)
 {
     if (!zsi_capture)
         return k(c, out);
+    if (zsi_dry_capture && kernel_depth == 0)
+        return run_dry(c, k, out);
     kernel_depth++;
     zs_status st = k(c, out);
     kernel_depth--;

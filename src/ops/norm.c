@@ -741,6 +741,7 @@ zsi_opdef zsi_def_batch_norm = {
                            [ZS_F16] = cpu_batch_norm_lowp}},
     .save = save_norm, .cost = batch_norm_cost,
     .attr_size = sizeof(batch_norm_attrs),
+    .writes_inputs = true, /* the running statistics */
     .bw_ops = (zsi_opdef *const[]){&zsi_def_batch_norm_backward,
                                    &zsi_def_to_dtype, NULL}};
 

@@ -183,6 +183,10 @@ struct zsi_opdef {
      * Refused under grad mode when in[0] requires grad and is not a leaf
      * (a node may have saved it); leaves (parameters) may be written. */
     bool inplace;
+    /* The kernel also writes into inputs it documents while computing a
+     * result (batch norm's running statistics): a dry graph capture runs
+     * it on zeros only (ops/dispatch.c). */
+    bool writes_inputs;
     /* Autocast (ops/autocast.c): the cast class (zsi_amp_class) and, for
      * ZSI_AMP_F32, whether a kernel registered for a low dtype computes
      * in f32 itself, so low inputs need no f32 copy. Filled from the one
@@ -266,6 +270,10 @@ zs_tensor *zsi_aux_copy(const zsi_call *c, int k, zs_tensor *t,
 typedef zs_status (*zsi_capture_fn)(const zsi_call *c, zsi_kernel_fn k,
                                     zs_tensor *out);
 extern _Thread_local zsi_capture_fn zsi_capture;
+/* Frees this thread's zeroed scratch of dry captures (zsi_dry_capture,
+ * core/internal.h: the driver records calls without computing them;
+ * ops/dispatch.c). */
+void zsi_dry_release(void);
 /* Installs (or, with fn NULL, removes) the kernel of def for (device,
  * dtype): how a backend adds itself, and how the tests count calls. Not
  * thread-safe against calls of def: set kernels before threads run

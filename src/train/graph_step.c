@@ -9,8 +9,13 @@
  * step}) are written. With a graph of that signature, x and y are copied
  * into the captured batch buffers and the graph replays; otherwise (the
  * first step, the last shorter batch, a changed dropout rate) the
- * previous graph is dropped and the step is captured: it runs eagerly on
- * fresh batch buffers while being recorded.
+ * previous graph is dropped and the step is captured on fresh batch
+ * buffers: dry first (zs_graph_capture_begin_dry: recorded without
+ * computing, so the capture holds almost no memory; the passes and the
+ * memory plan follow and the step is the graph's first replay, so the
+ * capture step peaks at the plan's arena, not at eager's peak), and when
+ * the dry capture read a value on the host (a loss function that prints
+ * its loss) again, eagerly while being recorded (noted in the log).
  *
  * The graph holds the whole step: forward, backward, the accumulation
  * into the flat gradient, the gradient's sum of squares, the clip factor
@@ -205,10 +210,6 @@ static zs_status optimise(zs_trainer *t)
                 (long long)t->step, s.nodes, removed, gathered, fused, remat, s.flops / 1e6,
                 (double)s.intermediate_bytes / 1048576,
                 (double)s.planned_bytes / 1048576);
-        fprintf(t->c.log, "graph: memory: eager (capture) step peak %.2f MiB above "
-                "its start, plan peak (arena) %.2f MiB = %.2fx\n",
-                (double)t->gpeak / 1048576, (double)t->garena / 1048576,
-                t->gpeak ? (double)t->garena / (double)t->gpeak : 0.0);
     }
     return ZS_OK;
 }
@@ -225,19 +226,13 @@ static zs_tensor *own_alias(const zs_tensor *t)
     return r;
 }
 
-/* Captures the step on batch (x, y): forward, backward, the sum of
- * squares of the flat gradient and, with t->gupdate, the clip factor and
- * the update. */
-static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig)
+/* Records the step into a new t->graph (dry: zs_graph_capture_begin_dry)
+ * on the batch buffers: forward, backward, the sum of squares of the flat
+ * gradient and, with t->gupdate, the clip factor and the update; t->gloss
+ * and t->gsq alias the loss and the sum of squares. */
+static zs_status record_step(zs_trainer *t, bool dry)
 {
-    drop_graph(t);
-    t->gupdate = update_in_graph(t);
-    if (!(t->gx = buffer_like(x)) || !(t->gy = buffer_like(y)))
-        return ZS_ERR_NOMEM;
-    zs_alloc_stats a0, a1;
-    zs_alloc_get_stats(&a0);
-    zs_alloc_reset_peak(); /* the capture step's own peak, for the log */
-    if (!(t->graph = zs_graph_capture_begin()))
+    if (!(t->graph = dry ? zs_graph_capture_begin_dry() : zs_graph_capture_begin()))
         return ZS_ERR_STATE;
     /* as zsi_train_accumulate and zsi_train_micro: autocast (and the one
      * conversion of the flat weights into fp_low, a copy_ node of the
@@ -263,21 +258,68 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
             st = ZS_ERR_STATE;
         if (st == ZS_OK)
             st = zs_optim_step_dyn(t->o, t->gsched, coef);
-        if (st != ZS_OK && sq && isnan(zs_item(sq))) /* refused: eager's message */
+        if (st != ZS_OK && !dry && sq && isnan(zs_item(sq))) /* refused: eager's message */
             st = zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is "
                                    "NaN", (long long)t->step);
     }
     zs_status end = zs_graph_capture_end(t->graph);
-    zs_alloc_get_stats(&a1);
-    t->gpeak = a1.peak_bytes > a0.current_bytes ? a1.peak_bytes - a0.current_bytes : 0;
     if (st == ZS_OK)
         st = end;
     t->gloss = own_alias(l);
     t->gsq = own_alias(sq);
+    return st;
+}
+
+/* Captures the step on batch (x, y), first dry (nothing computed while
+ * recording: the capture holds almost no memory, and the step is then
+ * the graph's first replay, after the passes and the memory plan); when
+ * the dry capture read a value on the host (a custom loss that inspects
+ * one), again running the kernels (that step is the eager step, the
+ * graph replayed from the next). ZS_GRAPH_DRY=0 in the environment skips
+ * the dry attempt. */
+static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig)
+{
+    drop_graph(t);
+    t->gupdate = update_in_graph(t);
+    if (!(t->gx = buffer_like(x)) || !(t->gy = buffer_like(y)))
+        return ZS_ERR_NOMEM;
+    zs_alloc_stats a0, a1;
+    zs_alloc_get_stats(&a0);
+    zs_alloc_reset_peak(); /* the capture step's own peak, for the log */
+    const char *env = getenv("ZS_GRAPH_DRY");
+    bool dry = !env || strcmp(env, "0");
+    zs_status st = record_step(t, dry);
+    int64_t reads = zs_graph_dry_reads(t->graph);
+    if (dry && reads) {
+        if (t->c.log && t->rank == 0)
+            fprintf(t->c.log, "graph: step %lld: the dry capture read %lld value%s on "
+                    "the host (the loss function inspects a value?): captured again "
+                    "running the kernels\n", (long long)t->step, (long long)reads,
+                    reads == 1 ? "" : "s");
+        zs_graph_free(t->graph);
+        zs_release(t->gloss);
+        zs_release(t->gsq);
+        t->graph = NULL;
+        t->gloss = t->gsq = NULL;
+        dry = false;
+        st = record_step(t, false);
+    }
+    t->gdry = dry;
     t->gsig = sig;
     t->captures++;
     if (st == ZS_OK)
         st = optimise(t);
+    if (st == ZS_OK && dry && (st = zs_graph_replay(t->graph)) != ZS_OK && t->gsq &&
+        isnan(zs_item(t->gsq))) /* the update refused: eager's message */
+        st = zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is NaN",
+                               (long long)t->step);
+    zs_alloc_get_stats(&a1);
+    t->gpeak = a1.peak_bytes > a0.current_bytes ? a1.peak_bytes - a0.current_bytes : 0;
+    if (st == ZS_OK && t->c.log && t->rank == 0)
+        fprintf(t->c.log, "graph: memory: the capture step (%s) peak %.2f MiB above its "
+                "start, plan peak (arena) %.2f MiB\n", dry ? "dry capture, passes, "
+                "first replay" : "eager, recorded", (double)t->gpeak / 1048576,
+                (double)t->garena / 1048576);
     if (st != ZS_OK)
         drop_graph(t);
     return st;

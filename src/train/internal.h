@@ -54,6 +54,7 @@ struct zs_trainer {
                               * captured update reads, filled before each
                               * capture and replay (owned) */
     bool gupdate;            /* the graph holds the clip and the update */
+    bool gdry;               /* the graph was captured dry (zs/graph.h) */
     uint64_t gsig;           /* the captured step's signature */
     int64_t captures;        /* graphs captured so far */
     size_t gpeak, garena;    /* the last capture: the allocator's peak

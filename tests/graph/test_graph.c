@@ -264,9 +264,12 @@ static void test_memory_plan(void)
     int64_t shape[2] = {33, 17};
     zs_tensor *x = zt_rand(ZS_F32, 2, shape, 3);
     zs_graph *g = zs_graph_capture_begin();
-    zs_tensor *h = x;
-    for (int i = 0; i < 12; i++) /* a chain: each result dies after the next */
-        h = i % 3 == 0 ? zs_tanh(h) : i % 3 == 1 ? zs_mul_scalar(h, 1.5) : zs_add(h, x);
+    zs_tensor *h = x, *h0 = NULL;
+    for (int i = 0; i < 12; i++) { /* a chain: each result dies after the next */
+        h = i % 3 == 0 ? zs_tanh(h) : i % 3 == 1 ? zs_mul_scalar(h, 1.5)
+                                    : zs_add(h, i > 3 ? h0 : x);
+        h0 = h0 ? h0 : h; /* but the first lives to the end */
+    }
     ZT_CHECK(zs_graph_capture_end(g) == ZS_OK, "capture");
     zs_graph_stats s0, s1;
     zs_graph_get_stats(g, &s0);
@@ -280,8 +283,8 @@ static void test_memory_plan(void)
              "planning raised the allocator's peak from %zu to %zu bytes (now %zu)",
              a0.current_bytes, a1.peak_bytes, a1.current_bytes);
     zs_graph_get_stats(g, &s1);
-    ZT_CHECK(s1.planned_bytes > 0 && s1.planned_bytes <= s0.intermediate_bytes / 4,
-             "the arena (%zu bytes) is at most a quarter of the intermediates (%zu)",
+    ZT_CHECK(s1.planned_bytes > 0 && s1.planned_bytes <= s0.intermediate_bytes / 3,
+             "the arena (%zu bytes) is at most a third of the intermediates (%zu)",
              s1.planned_bytes, s0.intermediate_bytes);
     ZT_CHECK(zs_graph_plan_verify(g) == ZS_OK, "verifier: %s", zs_last_error());
     printf("memory plan: 12 intermediates of %zu bytes in a %zu-byte arena\n",
@@ -289,16 +292,29 @@ static void test_memory_plan(void)
     zs_tensor *x2 = zt_rand(ZS_F32, 2, shape, 4);
     zs_copy_(x, x2);
     ZT_CHECK(zs_graph_replay(g) == ZS_OK, "replay: %s", zs_last_error());
-    zs_tensor *r = x2;
-    for (int i = 0; i < 12; i++)
-        r = i % 3 == 0 ? zs_tanh(r) : i % 3 == 1 ? zs_mul_scalar(r, 1.5) : zs_add(r, x2);
+    zs_tensor *r = x2, *r0 = NULL;
+    for (int i = 0; i < 12; i++) {
+        r = i % 3 == 0 ? zs_tanh(r) : i % 3 == 1 ? zs_mul_scalar(r, 1.5)
+                                    : zs_add(r, i > 3 ? r0 : x2);
+        r0 = r0 ? r0 : r;
+    }
     ZT_CHECK(same_bits(h, r), "the planned replay equals eager");
-    /* a wrong plan: two buffers alive together at one offset */
+    /* pointwise results were written over their dead inputs */
     zsi_gplan *p = g->plan;
+    int shared = 0;
+    for (int i = 0; i < g->nplan; i++)
+        shared += p[i].group != p[i].s;
+    ZT_CHECK(shared >= 8, "%d of %d buffers written over a dead input (expected >= 8)",
+             shared, g->nplan);
+    printf("memory plan: %d of %d results written over their dead input\n", shared,
+           g->nplan);
+    /* a wrong plan: two buffers of different groups alive together at one
+     * offset */
     int a = -1, b = -1;
     for (int i = 0; i < g->nplan && b < 0; i++)
         for (int j = i + 1; j < g->nplan && b < 0; j++)
-            if (p[i].first <= p[j].last && p[j].first <= p[i].last)
+            if (p[i].group != p[j].group && p[i].first <= p[j].last &&
+                p[j].first <= p[i].last)
                 a = i, b = j;
     ZT_CHECK(b >= 0, "two buffers alive together");
     if (b >= 0) {

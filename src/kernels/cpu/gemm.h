@@ -59,7 +59,10 @@ typedef struct zsk_epilogue {
      * keeps the f32 sums in a per-thread block (MC x NC/number of K
      * blocks) and never writes C, which it reads only for beta != 0 and
      * which may be NULL when beta == 0 (no M x N f32 buffer exists).
-     * pre16 is the pre-activation rounded to bf16. */
+     * pre16 is the pre-activation rounded to bf16; with pre16 or out16,
+     * GeLU reads that rounded value (as PyTorch's autocast runs gelu on
+     * the bf16 linear output), so it can be recomputed from pre16 bit for
+     * bit (graph/remat.c). */
     const uint16_t *bias16;
     uint16_t *pre16;
     const uint16_t *res16;

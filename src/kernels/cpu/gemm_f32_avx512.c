@@ -193,8 +193,14 @@ AVX512BW static void epi16_avx512(const float *t, int64_t ldt, int64_t m,
             if (ep->gelu) {
                 if (ep->pre)
                     _mm512_mask_storeu_ps(ep->pre + i * ep->ldp + j, mk, r);
-                if (ep->pre16)
-                    st16(ep->pre16 + i * ep->ldp + j, mk, r);
+                if (ep->pre16 || ep->out16) { /* GeLU of the bf16 pre-activation */
+                    uint16_t h[16];
+                    st16(h, mk, r);
+                    r = ld16(h, mk);
+                    if (ep->pre16)
+                        _mm256_mask_storeu_epi16(ep->pre16 + i * ep->ldp + j, mk,
+                                                 _mm256_maskz_loadu_epi16(mk, h));
+                }
                 r = v_gelu(r);
             }
             if (ep->res)

@@ -54,8 +54,12 @@ static void epi16_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
             if (ep->gelu) {
                 if (ep->pre)
                     ep->pre[i * ep->ldp + j] = v;
-                if (ep->pre16)
-                    ep->pre16[i * ep->ldp + j] = zs_f32_to_bf16(v);
+                if (ep->pre16 || ep->out16) { /* GeLU of the bf16 pre-activation */
+                    uint16_t h = zs_f32_to_bf16(v);
+                    v = zs_bf16_to_f32(h);
+                    if (ep->pre16)
+                        ep->pre16[i * ep->ldp + j] = h;
+                }
                 v = gelu_ref(v);
             }
             if (ep->res)
