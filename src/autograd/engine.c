@@ -358,12 +358,16 @@ static zs_status run_node(zsi_node *n, bool keep_graph)
         return zs_set_error_code(ZS_ERR_NOMEM, "backward: out of memory");
     memset(gin, 0, (size_t)(n->c.nin < 8 ? 8 : n->c.nin) * sizeof *gin);
     if (n->gout) {
-        if (!n->c.op->backward)
+        if (!n->c.op->backward) {
             st = zs_set_error("backward: operator '%s' is not differentiable",
                               n->c.op->name);
-        else
+        } else {
+            zs_alloc_tag_push(n->c.op->name); /* the peak report's attribution */
             st = n->c.op->backward(&n->c, n->gout, gin);
+            zs_alloc_tag_pop();
+        }
     }
+    zs_alloc_tag_push("accumulate");
     for (int i = 0; st == ZS_OK && i < n->c.nin; i++) {
         if (!gin[i] || !zsi_needs_grad(&n->c, i))
             continue;
@@ -377,6 +381,7 @@ static zs_status run_node(zsi_node *n, bool keep_graph)
             st = accumulate_leaf(n->in_leaf[i], gin[i]);
         }
     }
+    zs_alloc_tag_pop();
     leaves_done(n, st);
     for (int i = 0; i < n->c.nin; i++)
         zs_release(gin[i]);
