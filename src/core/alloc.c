@@ -1,8 +1,9 @@
 /*
  * alloc.c - 64-byte aligned host allocator with a size-class cache.
  *
- * Blocks are rounded up to a size class (four classes per power of two, so
- * at most 25% waste) and, when freed, kept on a per-class free list instead
+ * Blocks are rounded up to a size class (four classes per power of two
+ * below 1 MiB, so at most 25% waste, sixteen from 1 MiB, at most 6.25%)
+ * and, when freed, kept on a per-class free list instead
  * of going back to the system. A training loop that allocates the same
  * sizes every step therefore stops calling malloc after its first step and
  * never faults fresh pages in again (a first touch costs 10-15 us/4 KiB).
@@ -39,7 +40,6 @@
 #include "zs/core.h"
 
 #define HDR 64
-#define NCLASS 256
 #define HUGE_MIN ((size_t)4 << 20)
 #define HUGE_PAGE ((uintptr_t)2 << 20)
 
@@ -61,27 +61,41 @@ static void trace_peak(void);
 #define MAGIC 0x5a53a110u
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static block *free_list[NCLASS];
 static zs_alloc_stats stats;
 static int64_t fail_countdown;
 
-/* Class c covers sizes up to class_size(c): 64, 80, 96, 112, 128, 160, ... */
+/* Class c covers sizes up to class_size(c): below FINE_MIN four classes per
+ * power of two (64, 80, 96, 112, 128, 160, ...), from it sixteen (at most
+ * 6.25% rounding: a training step's large blocks, its model state and
+ * activations, are held at the peak, so their rounding is peak memory;
+ * four classes rounded a 12.8 MiB flat buffer up to 14 MiB). Sizes reach
+ * 64 << 48 bytes. */
+#define FINE_P 14 /* FINE_MIN = 64 << FINE_P = 1 MiB */
+#define CLASS_BASE(p) ((p) < FINE_P ? 4u * (p) : 4u * FINE_P + 16u * ((p) - FINE_P))
+#define MAX_P 48
+#define NCLASS ((int)CLASS_BASE(MAX_P) + 1)
+
 static size_t class_size(uint32_t c)
 {
-    uint32_t p = c / 4, q = c % 4;
-    return ((size_t)64 << p) + (((size_t)64 << p) / 4) * q;
+    uint32_t p = c < 4 * FINE_P ? c / 4 : FINE_P + (c - 4 * FINE_P) / 16;
+    uint32_t q = c - CLASS_BASE(p), div = p < FINE_P ? 4 : 16;
+    return ((size_t)64 << p) + (((size_t)64 << p) / div) * q;
 }
 
+static block *free_list[NCLASS];
+
+/* The smallest class holding n bytes, or -1 beyond the last. */
 static int size_class(size_t n)
 {
-    for (uint32_t c = 0; c < NCLASS; c++) {
-        size_t s = class_size(c);
-        if (s >= n)
-            return (int)c;
-        if (c / 4 > 48)
-            break;
-    }
-    return -1;
+    if (n <= 64)
+        return 0;
+    uint32_t hb = 63 - (uint32_t)__builtin_clzll((unsigned long long)(n - 1));
+    uint32_t p = hb - 6; /* (64 << p, 64 << (p + 1)] holds n */
+    if (p >= MAX_P)
+        return -1;
+    size_t base = (size_t)64 << p, step = base / (p < FINE_P ? 4 : 16);
+    size_t q = (n - base + step - 1) / step; /* 1 .. div: div is 2 base */
+    return (int)(CLASS_BASE(p) + q);
 }
 
 void zs_alloc_fail_after(int64_t n)
