@@ -61,6 +61,15 @@ zs_tensor *zsi_unary_deriv(zs_tensor *x, int kernel, double p0, double p1);
  * autograd; a new reference, or NULL on allocation failure. */
 zs_tensor *zsi_contig_host(zs_tensor *t);
 
+/* Cross-entropy over a shard of the classes (loss.c, its contract there):
+ * zsi_row_lse(x [N, C]) -> f64 [N], each row's log-sum-exp, not
+ * differentiable; zsi_cross_entropy_shard(z [N, C], t [N], lse [N] f64,
+ * count 0-d i64, ignore_index) -> 0-d loss share whose backward is the
+ * gradient of the sum over the shards. New references; NULL + message. */
+zs_tensor *zsi_row_lse(zs_tensor *x);
+zs_tensor *zsi_cross_entropy_shard(zs_tensor *z, zs_tensor *t, zs_tensor *lse,
+                                   zs_tensor *count, int64_t ignore_index);
+
 /* Bytes of t's elements (for cost models). */
 static inline double zsi_bytes(const zs_tensor *t)
 {
