@@ -25,13 +25,17 @@
  *             tp_embed (the embedding's and the head's all-reduces)
  *   dp KiB    the dp average's ring volume beside the formula for the
  *             stage's parameters (ratio: the rank farthest from it)
- * --per-rank 1 prints each rank's peak beside its stage's formula.
+ * --per-rank 1 prints each rank's peak beside its stage's formula; --only K
+ * runs the K-th layout only (0-7, in the order above); under
+ * ZS_ALLOC_TRACE=1 each rank prints what its allocator held at its peak
+ * (zs_alloc_peak_report).
  * These machines have 2 cores: ranks share them, so the step times and
  * bubbles measure contention as much as the schedule; agreement of the
  * bytes with the model is the target, not throughput. The last line reads
  * `parallel bubble measured/formula 1f1b pp4 m8 = R`.
  *
  * Usage: mpirun -np 4|8 parallel [--batch B] [--seq T] [--steps N] [--per-rank 1]
+ *        [--only K]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +168,17 @@ static double run(const layout *l, int64_t batch, int64_t seq, int steps)
     bool an = zs_memory_analyze_stage(&mc, &par, stage, layers, &sm) == ZS_OK &&
               zs_comm_analyze(&mc, &par, &cr) == ZS_OK;
     double peak = (double)as.peak_bytes, dpb = (double)(e.comm_bytes - pr.pp_bytes);
+    if (zs_alloc_tracing() && st == ZS_OK) /* ZS_ALLOC_TRACE=1: what the peak held */
+        for (int r = 0; r < zs_comm_size(w); r++) {
+            zs_comm_barrier(w);
+            if (r != zs_comm_rank(w))
+                continue;
+            fprintf(stderr, "rank %d, stage %lld (layout dp %d tp %d pp %d z%d %s m %d): ",
+                    r, (long long)zs_comm_rank(w) / (l->tp * l->dp), l->dp, l->tp, l->pp,
+                    l->zero, zs_pp_schedule_name(l->sched), l->m);
+            zs_alloc_peak_report(stderr, 256 << 10);
+            fflush(stderr);
+        }
     if (per_rank && st == ZS_OK && an)
         fprintf(stderr, "  rank %d stage %lld (%lld blocks): peak %.2f MiB, analyze %.2f "
                 "(state %.2f + activations %.2f: %lld x %.2f per block + head %.2f)\n",
@@ -198,12 +213,13 @@ static double run(const layout *l, int64_t batch, int64_t seq, int steps)
 int main(int argc, char **argv)
 {
     int64_t batch = 32, seq = 64;
-    int steps = 3;
+    int steps = 3, only = -1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--batch")) batch = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--seq")) seq = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--per-rank")) per_rank = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "--only")) only = atoi(argv[i + 1]);
     }
     zs_dist_init(&argc, &argv);
     zs_comm *w = zs_comm_world();
@@ -234,8 +250,8 @@ int main(int argc, char **argv)
                (long long)batch, (long long)seq, P, "this machine");
     double r = -1;
     for (size_t i = 0; i < sizeof ls / sizeof *ls; i++) {
-        if (ls[i].zero && ls[i].dp < 2)
-            continue; /* ZeRO partitions over dp */
+        if ((ls[i].zero && ls[i].dp < 2) || (only >= 0 && (size_t)only != i))
+            continue; /* ZeRO partitions over dp; --only: that row */
         double b = run(&ls[i], batch, seq, steps);
         if (ls[i].sched == ZS_PP_1F1B && ls[i].pp == 4 && ls[i].m == 8 && b >= 0)
             r = b / zs_pp_bubble(4, 8);

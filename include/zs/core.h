@@ -193,6 +193,20 @@ void zs_alloc_fail_after(int64_t n);
  * back to the system. For buffers allocated once and kept (a graph's
  * memory arena). NULL + message on failure. */
 void *zs_alloc_exact(size_t nbytes);
+/* Peak attribution, a debugging aid: with ZS_ALLOC_TRACE=1 (any value but
+ * 0) in the environment when the program starts, the allocator remembers
+ * for every live block the bytes asked for and the allocating thread's
+ * tags (the outermost and the two innermost of its stack; tags are static
+ * strings: the operator dispatcher pushes each operator's name, the
+ * backward engine each node's, the trainer its phases), and at each new
+ * high-water mark (and at zs_alloc_reset_peak) snapshots the live blocks
+ * grouped by tags. Without the variable push/pop do nothing.
+ * zs_alloc_peak_report prints the last snapshot, groups of min_bytes and
+ * more one a line, largest first; ZS_OK, or an error when tracing is off. */
+bool zs_alloc_tracing(void);
+void zs_alloc_tag_push(const char *tag);
+void zs_alloc_tag_pop(void);
+zs_status zs_alloc_peak_report(FILE *f, size_t min_bytes);
 
 /* ---- grad mode ---------------------------------------------------------- */
 

@@ -141,10 +141,12 @@ zs_tensor *zs_tp_vocab_embedding(zs_comm *tp, zs_tensor *w, zs_tensor *idx, int 
 /* Vocabulary-parallel cross-entropy: logits [..., V/P] are this rank's
  * columns of [..., V]; target [...] (i32/i64, replicated) in [0, V) or
  * ignore_index. The mean over the targets that are not ignored (0 when
- * all are), as zs_cross_entropy, without gathering the logits: the row
- * maxima are all-gathered (P numbers a row), the sums of exponentials and
- * the target logits (from the rank owning each target) are all-reduced,
- * and the gradient stays local. A 0-d tensor, the same on every rank.
+ * all are), as zs_cross_entropy, without gathering the logits: each
+ * rank's row log-sum-exps are all-gathered (P numbers a row) and
+ * combined, each rank adds the loss of the rows whose target it owns,
+ * those shares are all-reduced, and the gradient stays local. It keeps
+ * the logits (no copy, no softmax) until backward. A 0-d tensor, the same
+ * on every rank.
  * 16-bit logits (autocast) are computed in f32, the loss then f32. */
 zs_tensor *zs_tp_vocab_cross_entropy(zs_comm *tp, zs_tensor *logits, zs_tensor *target,
                                      int64_t ignore_index);

@@ -329,6 +329,30 @@ static bool meta_matches(const zsi_meta *m, const zs_tensor *g)
     return true;
 }
 
+/* The in-place gradient destinations a rule may use (zsi_grad_acc): for
+ * each leaf input (at most 8 inputs) whose .grad exists, is contiguous
+ * and has the input's dtype, shape and device, that .grad (a captured
+ * graph records the in-place node, as it records accumulate_leaf's axpy).
+ * Adding there is what accumulate_leaf's axpy would do, without the
+ * gradient's own buffer. True when one is offered. */
+static bool offer_acc(const zsi_node *n, zs_tensor **acc)
+{
+    bool any = false;
+    if (n->c.nin > 8)
+        return false;
+    for (int i = 0; i < n->c.nin; i++) {
+        zs_tensor *leaf = n->in_node[i] ? NULL : n->in_leaf[i];
+        zs_tensor *g = leaf ? leaf->grad : NULL;
+        if (g && zsi_needs_grad(&n->c, i) && zs_is_contiguous(g) &&
+            g->dtype == n->c.in_meta[i].dtype && g->device == leaf->device &&
+            meta_matches(&n->c.in_meta[i], g)) {
+            acc[i] = g;
+            any = true;
+        }
+    }
+    return any;
+}
+
 /* After node n ran: each leaf input has one gradient fewer to wait for;
  * the hook hears of those with none left (only while all is well). */
 static void leaves_done(zsi_node *n, zs_status st)
@@ -358,12 +382,20 @@ static zs_status run_node(zsi_node *n, bool keep_graph)
         return zs_set_error_code(ZS_ERR_NOMEM, "backward: out of memory");
     memset(gin, 0, (size_t)(n->c.nin < 8 ? 8 : n->c.nin) * sizeof *gin);
     if (n->gout) {
-        if (!n->c.op->backward)
+        if (!n->c.op->backward) {
             st = zs_set_error("backward: operator '%s' is not differentiable",
                               n->c.op->name);
-        else
+        } else {
+            zs_tensor *acc[8] = {0};
+            if (offer_acc(n, acc))
+                n->c.acc = acc;
+            zs_alloc_tag_push(n->c.op->name); /* the peak report's attribution */
             st = n->c.op->backward(&n->c, n->gout, gin);
+            zs_alloc_tag_pop();
+            n->c.acc = NULL;
+        }
     }
+    zs_alloc_tag_push("accumulate");
     for (int i = 0; st == ZS_OK && i < n->c.nin; i++) {
         if (!gin[i] || !zsi_needs_grad(&n->c, i))
             continue;
@@ -377,6 +409,7 @@ static zs_status run_node(zsi_node *n, bool keep_graph)
             st = accumulate_leaf(n->in_leaf[i], gin[i]);
         }
     }
+    zs_alloc_tag_pop();
     leaves_done(n, st);
     for (int i = 0; i < n->c.nin; i++)
         zs_release(gin[i]);

@@ -1,8 +1,9 @@
 /*
  * alloc.c - 64-byte aligned host allocator with a size-class cache.
  *
- * Blocks are rounded up to a size class (four classes per power of two, so
- * at most 25% waste) and, when freed, kept on a per-class free list instead
+ * Blocks are rounded up to a size class (four classes per power of two
+ * below 1 MiB, so at most 25% waste, sixteen from 1 MiB, at most 6.25%)
+ * and, when freed, kept on a per-class free list instead
  * of going back to the system. A training loop that allocates the same
  * sizes every step therefore stops calling malloc after its first step and
  * never faults fresh pages in again (a first touch costs 10-15 us/4 KiB).
@@ -12,6 +13,14 @@
  * no lookup. current/peak count the bytes handed out (class sizes).
  * Thread-safe (one mutex; allocation is not on any hot inner loop).
  *
+ * Peak attribution (ZS_ALLOC_TRACE=1 in the environment at start; off, it
+ * costs a test per call): the header also links every live block into a
+ * list with the bytes asked for and the tags of its allocating thread
+ * (zs_alloc_tag_push: the outermost and the two innermost), and each new
+ * high-water mark snapshots the live blocks grouped by tags, so
+ * zs_alloc_peak_report says what was held at the peak (alloc_trace part
+ * below).
+ *
  * Blocks of HUGE_MIN bytes and more ask Linux for transparent huge pages
  * (madvise MADV_HUGEPAGE on their 2 MiB-aligned interior, which is what
  * this machine's "madvise" THP mode serves): inference streams ~100 MB of
@@ -20,6 +29,7 @@
  * or no huge page is free, the block is ordinary memory.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,43 +40,65 @@
 #include "zs/core.h"
 
 #define HDR 64
-#define NCLASS 256
 #define HUGE_MIN ((size_t)4 << 20)
 #define HUGE_PAGE ((uintptr_t)2 << 20)
 
 typedef struct block {
-    struct block *next; /* free-list link while cached */
+    struct block *next; /* free-list link while cached; live list (traced) */
     uint32_t cls;       /* EXACT: a zs_alloc_exact block of `bytes` */
     uint32_t magic;
     size_t bytes;
+    struct block *prev; /* live list (traced) */
+    size_t asked;       /* bytes asked for (traced) */
+    const char *tag[3]; /* outermost, second innermost, innermost (traced) */
 } block;
+_Static_assert(sizeof(block) <= HDR, "the block header outgrew HDR");
+
+static bool tracing;
+static void trace_alloc(block *b, size_t asked);
+static void trace_free(block *b);
+static void trace_peak(void);
 
 #define EXACT 0xffffffffu
 
 #define MAGIC 0x5a53a110u
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static block *free_list[NCLASS];
 static zs_alloc_stats stats;
 static int64_t fail_countdown;
 
-/* Class c covers sizes up to class_size(c): 64, 80, 96, 112, 128, 160, ... */
+/* Class c covers sizes up to class_size(c): below FINE_MIN four classes per
+ * power of two (64, 80, 96, 112, 128, 160, ...), from it sixteen (at most
+ * 6.25% rounding: a training step's large blocks, its model state and
+ * activations, are held at the peak, so their rounding is peak memory;
+ * four classes rounded a 12.8 MiB flat buffer up to 14 MiB). Sizes reach
+ * 64 << 48 bytes. */
+#define FINE_P 14 /* FINE_MIN = 64 << FINE_P = 1 MiB */
+#define CLASS_BASE(p) ((p) < FINE_P ? 4u * (p) : 4u * FINE_P + 16u * ((p) - FINE_P))
+#define MAX_P 48
+#define NCLASS ((int)CLASS_BASE(MAX_P) + 1)
+
 static size_t class_size(uint32_t c)
 {
-    uint32_t p = c / 4, q = c % 4;
-    return ((size_t)64 << p) + (((size_t)64 << p) / 4) * q;
+    uint32_t p = c < 4 * FINE_P ? c / 4 : FINE_P + (c - 4 * FINE_P) / 16;
+    uint32_t q = c - CLASS_BASE(p), div = p < FINE_P ? 4 : 16;
+    return ((size_t)64 << p) + (((size_t)64 << p) / div) * q;
 }
 
+static block *free_list[NCLASS];
+
+/* The smallest class holding n bytes, or -1 beyond the last. */
 static int size_class(size_t n)
 {
-    for (uint32_t c = 0; c < NCLASS; c++) {
-        size_t s = class_size(c);
-        if (s >= n)
-            return (int)c;
-        if (c / 4 > 48)
-            break;
-    }
-    return -1;
+    if (n <= 64)
+        return 0;
+    uint32_t hb = 63 - (uint32_t)__builtin_clzll((unsigned long long)(n - 1));
+    uint32_t p = hb - 6; /* (64 << p, 64 << (p + 1)] holds n */
+    if (p >= MAX_P)
+        return -1;
+    size_t base = (size_t)64 << p, step = base / (p < FINE_P ? 4 : 16);
+    size_t q = (n - base + step - 1) / step; /* 1 .. div: div is 2 base */
+    return (int)(CLASS_BASE(p) + q);
 }
 
 void zs_alloc_fail_after(int64_t n)
@@ -110,6 +142,7 @@ void *zs_alloc(size_t nbytes)
             zs_advise_huge(p, HDR + sz);
         b->cls = (uint32_t)c;
         b->magic = MAGIC;
+        b->prev = NULL;
         pthread_mutex_lock(&mu);
         stats.n_system++;
         pthread_mutex_unlock(&mu);
@@ -117,8 +150,13 @@ void *zs_alloc(size_t nbytes)
     pthread_mutex_lock(&mu);
     stats.n_allocs++;
     stats.current_bytes += sz;
-    if (stats.current_bytes > stats.peak_bytes)
+    if (tracing)
+        trace_alloc(b, nbytes);
+    if (stats.current_bytes > stats.peak_bytes) {
         stats.peak_bytes = stats.current_bytes;
+        if (tracing)
+            trace_peak();
+    }
     pthread_mutex_unlock(&mu);
     return (char *)b + HDR;
 }
@@ -183,6 +221,8 @@ void zs_free(void *p)
     }
     size_t sz = class_size(b->cls);
     pthread_mutex_lock(&mu);
+    if (tracing)
+        trace_free(b);
     stats.current_bytes -= sz;
     stats.cached_bytes += sz;
     b->next = free_list[b->cls];
@@ -201,6 +241,8 @@ void zs_alloc_reset_peak(void)
 {
     pthread_mutex_lock(&mu);
     stats.peak_bytes = stats.current_bytes;
+    if (tracing)
+        trace_peak();
     pthread_mutex_unlock(&mu);
 }
 
@@ -220,3 +262,159 @@ void zs_alloc_trim(void)
 
 /* Hand the cache back at exit so LeakSanitizer sees no leak. */
 __attribute__((destructor)) static void alloc_fini(void) { zs_alloc_trim(); }
+
+/* ---- peak attribution (ZS_ALLOC_TRACE) ----------------------------------
+ * Live blocks sit on a circular list through `live` (prev NULL: a block
+ * not on it). A snapshot groups them by their three tags in an open-
+ * addressed table; a new peak replaces it. All under mu. */
+
+#define TAG_DEPTH 64
+#define NGROUP 1024
+
+typedef struct tag_group {
+    const char *tag[3];
+    uint64_t blocks;
+    size_t held, asked, largest;
+    bool used;
+} tag_group;
+
+static block live = {.next = &live, .prev = &live};
+static tag_group snap[NGROUP];
+static size_t snap_bytes;
+static _Thread_local const char *tag_stack[TAG_DEPTH];
+static _Thread_local int tag_depth;
+
+__attribute__((constructor)) static void trace_init(void)
+{
+    const char *e = getenv("ZS_ALLOC_TRACE");
+    tracing = e && *e && strcmp(e, "0") != 0;
+}
+
+bool zs_alloc_tracing(void) { return tracing; }
+
+void zs_alloc_tag_push(const char *tag)
+{
+    if (!tracing)
+        return;
+    if (tag_depth < TAG_DEPTH)
+        tag_stack[tag_depth] = tag;
+    tag_depth++;
+}
+
+void zs_alloc_tag_pop(void)
+{
+    if (tracing && tag_depth > 0)
+        tag_depth--;
+}
+
+static void trace_alloc(block *b, size_t asked)
+{
+    int d = tag_depth < TAG_DEPTH ? tag_depth : TAG_DEPTH;
+    b->asked = asked;
+    b->tag[0] = d > 0 ? tag_stack[0] : NULL;
+    b->tag[1] = d > 2 ? tag_stack[d - 2] : NULL;
+    b->tag[2] = d > 1 ? tag_stack[d - 1] : NULL;
+    b->prev = &live;
+    b->next = live.next;
+    live.next->prev = b;
+    live.next = b;
+}
+
+static void trace_free(block *b)
+{
+    if (!b->prev)
+        return; /* allocated before tracing was on */
+    b->prev->next = b->next;
+    b->next->prev = b->prev;
+    b->prev = NULL;
+}
+
+/* The group of b's tags in snap (the last slot collects the overflow). */
+static tag_group *group_of(const block *b, int *ngroups)
+{
+    uintptr_t h = 0;
+    for (int i = 0; i < 3; i++)
+        h = (h ^ (uintptr_t)b->tag[i]) * 0x9E3779B97F4A7C15ull;
+    for (int k = 0; k < NGROUP - 1; k++) {
+        tag_group *g = &snap[(h + (uintptr_t)k) % (NGROUP - 1)];
+        if (!g->used) {
+            if (*ngroups >= NGROUP / 2)
+                break;
+            ++*ngroups;
+            g->used = true;
+            memcpy(g->tag, b->tag, sizeof g->tag);
+            return g;
+        }
+        if (!memcmp(g->tag, b->tag, sizeof g->tag))
+            return g;
+    }
+    tag_group *o = &snap[NGROUP - 1];
+    o->used = true;
+    o->tag[0] = "(more tag sets than the report holds)";
+    return o;
+}
+
+static void trace_peak(void)
+{
+    int n = 0;
+    memset(snap, 0, sizeof snap);
+    for (block *b = live.next; b != &live; b = b->next) {
+        tag_group *g = group_of(b, &n);
+        size_t held = class_size(b->cls);
+        g->blocks++;
+        g->held += held;
+        g->asked += b->asked;
+        g->largest = held > g->largest ? held : g->largest;
+    }
+    snap_bytes = stats.peak_bytes;
+}
+
+static int by_held(const void *a, const void *b)
+{
+    const tag_group *x = a, *y = b;
+    return (x->held < y->held) - (x->held > y->held);
+}
+
+zs_status zs_alloc_peak_report(FILE *f, size_t min_bytes)
+{
+    if (!tracing)
+        return zs_set_error("alloc: no peak report: set ZS_ALLOC_TRACE=1 before the "
+                            "program starts");
+    tag_group *g = malloc(sizeof snap);
+    if (!g)
+        return zs_set_error_code(ZS_ERR_NOMEM, "alloc: out of memory");
+    pthread_mutex_lock(&mu);
+    memcpy(g, snap, sizeof snap);
+    size_t peak = snap_bytes;
+    pthread_mutex_unlock(&mu);
+    qsort(g, NGROUP, sizeof *g, by_held);
+    size_t held = 0, asked = 0, rest = 0, rest_n = 0;
+    uint64_t blocks = 0;
+    for (int i = 0; i < NGROUP && g[i].used; i++)
+        held += g[i].held, asked += g[i].asked, blocks += g[i].blocks;
+    fprintf(f, "allocator peak %.3f MiB in %llu blocks: asked %.3f MiB, size-class "
+            "rounding %.3f MiB; by tags (outermost > .. > innermost at allocation):\n",
+            (double)peak / 1048576, (unsigned long long)blocks, (double)asked / 1048576,
+            (double)(held - asked) / 1048576);
+    for (int i = 0; i < NGROUP && g[i].used; i++) {
+        if (g[i].held < min_bytes) {
+            rest += g[i].held, rest_n += g[i].blocks;
+            continue;
+        }
+        fprintf(f, "  %9.3f MiB (asked %9.3f) %6llu blocks, largest %8.3f MiB: ",
+                (double)g[i].held / 1048576, (double)g[i].asked / 1048576,
+                (unsigned long long)g[i].blocks, (double)g[i].largest / 1048576);
+        bool any = false;
+        for (int k = 0; k < 3; k++)
+            if (g[i].tag[k]) {
+                fprintf(f, "%s%s", any ? " > " : "", g[i].tag[k]);
+                any = true;
+            }
+        fprintf(f, "%s\n", any ? "" : "(untagged)");
+    }
+    if (rest)
+        fprintf(f, "  %9.3f MiB in %zu smaller blocks of other tags\n",
+                (double)rest / 1048576, rest_n);
+    free(g);
+    return ZS_OK;
+}

@@ -70,10 +70,10 @@ static rkind kind_of(const zsi_gnode *n)
 static bool reads_storage(const zsi_gnode *n, const zs_storage *s);
 
 /* Whether node n writes storage s (results, aux results; in place: in[0],
- * which is outs[0]; an update's state buffers, its other inputs). An aux
- * result that views one of n's inputs (zsi_aux_copy of a contiguous
- * input: a layer norm's weight, inside the flat parameter buffer) is that
- * input, read, not written. */
+ * which is outs[0]; an update's state buffers, its other inputs, unless
+ * the descriptor writes in[0] only). An aux result that views one of n's
+ * inputs (zsi_aux_copy of a contiguous input: a layer norm's weight,
+ * inside the flat parameter buffer) is that input, read, not written. */
 static bool writes_storage(const zsi_gnode *n, const zs_storage *s)
 {
     for (int k = 0; k < ZSI_MAX_OUT; k++)
@@ -83,7 +83,7 @@ static bool writes_storage(const zsi_gnode *n, const zs_storage *s)
         if (n->aux[k] && n->aux[k]->storage == s && !reads_storage(n, s))
             return true;
     if (n->call.def->inplace)
-        for (int j = 0; j < n->call.nin; j++)
+        for (int j = 0; j < (n->call.def->inplace_in0 ? 1 : n->call.nin); j++)
             if (n->in[j]->storage == s)
                 return true;
     return false;

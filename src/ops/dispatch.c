@@ -346,6 +346,8 @@ static void release_aux(zs_tensor **aux)
 
 static zs_tensor *run_call(zsi_opdef *def, int nin, zs_tensor *const *in,
                            const void *a);
+static zs_tensor *run_call_tagged(zsi_opdef *def, int nin, zs_tensor *const *in,
+                                  const void *a);
 
 zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
                    const void *a)
@@ -371,9 +373,19 @@ zs_tensor *zsi_run(zsi_opdef *def, int nin, zs_tensor *const *in,
     return out;
 }
 
-/* One forward call on inputs as given (not NULL). */
+/* One forward call on inputs as given (not NULL), its allocations tagged
+ * with the operator's name for the allocator's peak report (ZS_ALLOC_TRACE). */
 static zs_tensor *run_call(zsi_opdef *def, int nin, zs_tensor *const *in,
                            const void *a)
+{
+    zs_alloc_tag_push(def->op.name);
+    zs_tensor *out = run_call_tagged(def, nin, in, a);
+    zs_alloc_tag_pop();
+    return out;
+}
+
+static zs_tensor *run_call_tagged(zsi_opdef *def, int nin, zs_tensor *const *in,
+                                  const void *a)
 {
     double t0 = zsi_op_begin(&def->op);
     zs_tensor *aux[ZSI_MAX_AUX] = {0}, *outs[ZSI_MAX_OUT] = {0};
@@ -404,6 +416,9 @@ static zs_tensor *run_call(zsi_opdef *def, int nin, zs_tensor *const *in,
     return out;
 }
 
+static zs_status run_n(zsi_opdef *def, int nin, zs_tensor *const *in,
+                       const void *a, int nout, zs_tensor **out);
+
 zs_status zsi_run_n(zsi_opdef *def, int nin, zs_tensor *const *in,
                     const void *a, int nout, zs_tensor **out)
 {
@@ -412,6 +427,16 @@ zs_status zsi_run_n(zsi_opdef *def, int nin, zs_tensor *const *in,
     for (int i = 0; i < nin; i++)
         if (!in[i])
             return ZS_ERR_ARG;
+    zs_alloc_tag_push(def->op.name);
+    zs_status st = run_n(def, nin, in, a, nout, out);
+    zs_alloc_tag_pop();
+    return st;
+}
+
+/* zsi_run_n on inputs as given (not NULL). */
+static zs_status run_n(zsi_opdef *def, int nin, zs_tensor *const *in,
+                       const void *a, int nout, zs_tensor **out)
+{
     double t0 = zsi_op_begin(&def->op);
     zs_tensor *aux[ZSI_MAX_AUX] = {0}, *outs[ZSI_MAX_OUT] = {0};
     zsi_call c;

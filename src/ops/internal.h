@@ -66,6 +66,23 @@ zs_tensor *zsi_gelu_tanh_grad(zs_tensor *g, zs_tensor *h);
  * autograd; a new reference, or NULL on allocation failure. */
 zs_tensor *zsi_contig_host(zs_tensor *t);
 
+/* Cross-entropy over a shard of the classes (loss.c, its contract there):
+ * zsi_row_lse(x [N, C]) -> f64 [N], each row's log-sum-exp, not
+ * differentiable; zsi_cross_entropy_shard(z [N, C], t [N], lse [N] f64,
+ * count 0-d i64, ignore_index) -> 0-d loss share whose backward is the
+ * gradient of the sum over the shards. New references; NULL + message. */
+zs_tensor *zsi_row_lse(zs_tensor *x);
+zs_tensor *zsi_cross_entropy_shard(zs_tensor *z, zs_tensor *t, zs_tensor *lse,
+                                   zs_tensor *count, int64_t ignore_index);
+
+/* In-place gradient accumulation (matmul.c): dst += op(a) op(b) for a
+ * contiguous 2-D dst and 2-D a, b (matmul_acc_; ZS_OK or negative +
+ * message), and whether dst (NULL allowed) can take it: f32 or f64 like a
+ * and b, on a device with the kernel. */
+zs_status zsi_matmul_acc_(zs_tensor *dst, zs_tensor *a, zs_tensor *b, bool trans_a,
+                          bool trans_b);
+bool zsi_matmul_acc_ok(const zs_tensor *dst, const zs_tensor *a, const zs_tensor *b);
+
 /* Bytes of t's elements (for cost models). */
 static inline double zsi_bytes(const zs_tensor *t)
 {

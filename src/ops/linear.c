@@ -384,7 +384,7 @@ static zsi_cost linear_cost(const zsi_call *c, const zs_tensor *out)
                                     &zsi_def_mul, &zsi_def_matmul,            \
                                     &zsi_def_linear_gelu_backward,            \
                                     &zsi_def_view, &zsi_def_copy,             \
-                                    &zsi_def_sum, NULL}}
+                                    &zsi_def_sum, &zsi_def_matmul_acc_, NULL}}
 
 zsi_opdef zsi_def_linear = LINEAR_DEF("linear");
 zsi_opdef zsi_def_linear_gelu = LINEAR_DEF("linear_gelu");
@@ -520,7 +520,9 @@ static zs_tensor *col_sums_bf16(zs_tensor *g2)
     return r;
 }
 
-/* dw = gh^T x and db = column sums of gh, over the flattened rows. */
+/* dw = gh^T x and db = column sums of gh, over the flattened rows; dw
+ * added into the weight's gradient in place where the engine offers it
+ * (zsi_grad_acc: f32 and f64), so no [N, K] temporary is made. */
 static zs_status weight_grads(zsi_ctx *n, zs_tensor *gh, zs_tensor **gin)
 {
     const linear_attrs *a = zsi_node_attrs(n);
@@ -530,16 +532,21 @@ static zs_status weight_grads(zsi_ctx *n, zs_tensor *gh, zs_tensor **gin)
     zs_tensor *g2 = zs_reshape(gh, 2, (int64_t[]){-1, N});
     if (!g2)
         return ZS_ERR_NOMEM;
+    bool in_place = false; /* dw added into the leaf's gradient */
     if (zsi_needs_grad(n, 1)) {
         zs_tensor *x2 = zs_reshape(x, 2, (int64_t[]){-1, K});
-        gin[1] = x2 ? zs_matmul_t(g2, x2, true, false) : NULL;
+        zs_tensor *acc = zsi_grad_acc(n, 1);
+        if (x2 && zsi_matmul_acc_ok(acc, g2, x2))
+            in_place = zsi_matmul_acc_(acc, g2, x2, true, false) == ZS_OK;
+        else
+            gin[1] = x2 ? zs_matmul_t(g2, x2, true, false) : NULL;
         zs_release(x2);
     }
     if (ib >= 0 && zsi_needs_grad(n, ib)) /* column sums */
         gin[ib] = gh->dtype == ZS_BF16 ? col_sums_bf16(g2)
                                        : zsi_sum_to(g2, &n->in_meta[ib]);
     zs_release(g2);
-    if ((zsi_needs_grad(n, 1) && !gin[1]) ||
+    if ((zsi_needs_grad(n, 1) && !gin[1] && !in_place) ||
         (ib >= 0 && zsi_needs_grad(n, ib) && !gin[ib]))
         return ZS_ERR_NOMEM;
     return ZS_OK;

@@ -25,6 +25,25 @@
  * is made or saved, and their gradient is written in their dtype, rounded
  * once: the same values as the f32 copy's gradient cast back.
  *
+ * cross_entropy_shard is the loss of one shard of a cross-entropy whose
+ * classes are split over shards (the vocabulary-parallel head, zs/tp.h),
+ * run on the shard's logits z [N, C] with the rows' log-sum-exp over all
+ * shards given (lse, f64 [N]; row_lse gives a shard's own, which the
+ * caller combines across shards) and the targets as this shard's class
+ * index t, a value outside [0, C) for a row whose target another shard
+ * holds, or ignore_index (rows no shard counts). Its value (0-d, z's
+ * dtype): sum over the rows with t in [0, C) of (lse - z[i, t]) / count;
+ * summed over the shards, the mean cross-entropy. Its backward is the
+ * gradient of that sum over the shards with respect to this shard's z,
+ * since every row's softmax takes all shards' logits: cross_entropy_
+ * backward on the saved inputs, g (exp(z - lse) - onehot(t)) / count on
+ * the rows not ignored (no onehot where t is outside [0, C)). So the
+ * value must be summed over the shards by an operator whose backward
+ * passes g on unchanged (tp_allreduce), as Megatron-LM's
+ * vocabulary-parallel cross-entropy does. It keeps z (the caller's
+ * tensor, no copy) and no softmax: one logits-sized tensor per
+ * micro-batch until backward, which makes one (the gradient).
+ *
  * mse_loss = mean((a - b)^2) over equal shapes, a fused sum of squared
  * differences; backward (with zs_* ops): ga = 2 (a - b) g / n, gb = -ga.
  * Saved: 0 a, 1 b; p.f[8] = 2 / n.
@@ -299,6 +318,151 @@ static zs_status cross_entropy_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     zs_tensor *in[] = {n->saved[0], n->saved[1], n->saved[2], n->saved[3], g};
     gin[0] = zsi_run(&zsi_def_cross_entropy_backward, 5, in, zsi_node_attrs(n));
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+/* ---- cross entropy over a shard of the classes ------------------------- */
+
+/* row_lse: x [N, C] (f32, f64) -> f64 [N], log sum_j exp(x[i, j]) per row
+ * by the cross-entropy kernel (its targets 0, the losses dropped). Not
+ * differentiable: the shard's loss below takes the global log-sum-exp as
+ * a given. */
+static zs_status infer_row_lse(zsi_call *c)
+{
+    const zs_tensor *x = c->in[0];
+    zs_status st = zsi_check_float_dtype("row_lse", x);
+    if (st == ZS_OK && (x->ndim != 2 || x->shape[1] < 1)) {
+        char sx[96];
+        st = zs_set_error("row_lse: logits %s, expected [N, C] with C >= 1",
+                          zs_shape_str(x, sx, sizeof sx));
+    }
+    if (st != ZS_OK)
+        return st;
+    c->dtype = ZS_F64;
+    c->ndim = 1;
+    c->shape[0] = x->shape[0];
+    return ZS_OK;
+}
+
+static zs_status cpu_row_lse(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *xc = zsi_contig_host(c->in[0]);
+    int64_t N = c->in[0]->shape[0], C = c->in[0]->shape[1];
+    int64_t *t = calloc((size_t)(N ? N : 1), sizeof *t);
+    double *loss = malloc((size_t)(N ? N : 1) * sizeof *loss);
+    zs_status st = xc && t && loss ? ZS_OK
+                   : zs_set_error_code(ZS_ERR_NOMEM, "row_lse: out of memory");
+    zsk_targets tg = {t, true, -1};
+    if (st == ZS_OK)
+        st = zsk_cross_entropy(xc->dtype, zs_data(xc), &tg, N, C, zs_data(out), loss);
+    zs_release(xc);
+    free(t);
+    free(loss);
+    return st;
+}
+
+/* 3 FLOPs per logit (max pass, exp, sum); x read, [N] written */
+static zsi_cost row_lse_cost(const zsi_call *c, const zs_tensor *out)
+{
+    return (zsi_cost){3.0 * (double)zs_numel(c->in[0]), zsi_bytes(c->in[0]),
+                      zsi_bytes(out)};
+}
+
+zsi_opdef zsi_def_row_lse = {
+    .op = {.name = "row_lse"}, .arity = 1, .cls = ZSI_OTHER,
+    .infer = infer_row_lse,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_row_lse, [ZS_F64] = cpu_row_lse}},
+    .cost = row_lse_cost};
+
+zs_tensor *zsi_row_lse(zs_tensor *x)
+{
+    return zsi_run(&zsi_def_row_lse, 1, (zs_tensor *[]){x}, NULL);
+}
+
+/* cross_entropy_shard: inputs z [N, C] (f32, f64), t [N] (i32, i64), lse
+ * [N] (f64), count (i64, one value); a 0-d result of z's dtype. */
+static zs_status infer_ce_shard(zsi_call *c)
+{
+    const char *op = c->def->op.name;
+    const zs_tensor *z = c->in[0], *t = c->in[1], *lse = c->in[2], *cnt = c->in[3];
+    zs_status st = zsi_check_float_dtype(op, z);
+    if (st == ZS_OK)
+        st = zsi_check_index(op, t);
+    if (st != ZS_OK)
+        return st;
+    int64_t N = z->ndim == 2 ? z->shape[0] : -1;
+    if (N < 0 || z->shape[1] < 1 || t->ndim != 1 || t->shape[0] != N ||
+        lse->dtype != ZS_F64 || lse->ndim != 1 || lse->shape[0] != N ||
+        cnt->dtype != ZS_I64 || zs_numel(cnt) != 1) {
+        char sz[96], stt[96], sl[96];
+        return zs_set_error("%s: logits %s, targets %s, lse %s %s, count %s: expected "
+                            "logits [N, C] with C >= 1, N targets, N f64 lse values "
+                            "and one i64 count", op, zs_shape_str(z, sz, sizeof sz),
+                            zs_shape_str(t, stt, sizeof stt), zs_dtype_name(lse->dtype),
+                            zs_shape_str(lse, sl, sizeof sl), zs_dtype_name(cnt->dtype));
+    }
+    c->dtype = z->dtype;
+    c->ndim = 0;
+    return ZS_OK;
+}
+
+/* sum over rows whose target lies in [0, C) of lse - z[i, t], / count. */
+static zs_status cpu_ce_shard(const zsi_call *c, zs_tensor *out)
+{
+    zs_tensor *z = c->in[0];
+    zs_tensor *tc = zsi_contig_host(c->in[1]), *lc = tc ? zsi_contig_host(c->in[2]) : NULL;
+    if (!lc) {
+        zs_release(tc);
+        return zs_set_error_code(ZS_ERR_NOMEM, "cross_entropy_shard: out of memory");
+    }
+    int64_t N = z->shape[0], C = z->shape[1], count = (int64_t)zs_item(c->in[3]);
+    const double *lse = zs_data(lc);
+    double s = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = c->in[1]->dtype == ZS_I64 ? ((const int64_t *)zs_data(tc))[i]
+                                              : ((const int32_t *)zs_data(tc))[i];
+        if (t < 0 || t >= C)
+            continue; /* another shard's row, or ignored */
+        int64_t o = i * z->strides[0] + t * z->strides[1];
+        double v = z->dtype == ZS_F64 ? ((const double *)zs_data(z))[o]
+                                      : (double)((const float *)zs_data(z))[o];
+        s += lse[i] - v;
+    }
+    zsi_store(out->dtype, zs_data(out), 0, count > 0 ? s / (double)count : 0.0);
+    zs_release(tc);
+    zs_release(lc);
+    return ZS_OK;
+}
+
+/* saved: 0 z, 1 t, 2 lse, 3 count (the inputs: cross_entropy_backward
+ * reads them as they are) */
+static void save_ce_shard(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
+{
+    (void)out;
+    for (int k = 0; k < 4; k++)
+        zsi_save(n, k, c->in[k]);
+}
+
+/* one FLOP per row; the targets and lse read (one logit per row) */
+static zsi_cost ce_shard_cost(const zsi_call *c, const zs_tensor *out)
+{
+    return (zsi_cost){(double)c->in[0]->shape[0],
+                      zsi_bytes(c->in[1]) + zsi_bytes(c->in[2]), zsi_bytes(out)};
+}
+
+zsi_opdef zsi_def_cross_entropy_shard = {
+    .op = {.name = "cross_entropy_shard", .backward = cross_entropy_bw}, .arity = 4,
+    .cls = ZSI_OTHER, .infer = infer_ce_shard,
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_ce_shard, [ZS_F64] = cpu_ce_shard}},
+    .save = save_ce_shard, .cost = ce_shard_cost,
+    .attr_size = sizeof(cross_entropy_attrs),
+    .bw_ops = (zsi_opdef *const[]){&zsi_def_cross_entropy_backward, NULL}};
+
+zs_tensor *zsi_cross_entropy_shard(zs_tensor *z, zs_tensor *t, zs_tensor *lse,
+                                   zs_tensor *count, int64_t ignore_index)
+{
+    cross_entropy_attrs at = {.ignore_index = ignore_index};
+    return zsi_run(&zsi_def_cross_entropy_shard, 4, (zs_tensor *[]){z, t, lse, count},
+                   &at);
 }
 
 /* ---- mse --------------------------------------------------------------- */

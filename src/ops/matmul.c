@@ -316,12 +316,103 @@ zsi_opdef zsi_def_matmul = {
                            [ZS_F16] = run_matmul_bf16}}, /* f16: the same, F16 GEMM */
     .save = save_ab, .cost = matmul_cost, .attr_size = sizeof(matmul_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_matmul, &zsi_def_view, &zsi_def_copy,
-                                   &zsi_def_sum, &zsi_def_to_dtype, NULL}};
+                                   &zsi_def_sum, &zsi_def_to_dtype,
+                                   &zsi_def_matmul_acc_, NULL}};
 
 zs_tensor *zs_matmul_t(zs_tensor *a, zs_tensor *b, bool trans_a, bool trans_b)
 {
     matmul_attrs at = {.trans_a = trans_a, .trans_b = trans_b};
     return zsi_run(&zsi_def_matmul, 2, (zs_tensor *[]){a, b}, &at);
+}
+
+/* ---- matmul_acc_: dst += op(a) op(b), in place ---------------------------
+ * The in-place gradient accumulation of the backward rules (zsi_grad_acc):
+ * a weight's gradient added into its leaf's .grad by the GEMM (beta 1)
+ * instead of made whole and then added. dst [M, N] contiguous, a and b
+ * 2-D (any layout; a contiguous copy where the GEMM cannot read one), all
+ * f32 or all f64. Onto zeros the result has the bits of zs_matmul_t (the
+ * same GEMM; 0 + v is v). No node is recorded. */
+static zs_status infer_matmul_acc(zsi_call *c)
+{
+    const zs_tensor *d = c->in[0], *a = c->in[1], *b = c->in[2];
+    const matmul_attrs *at = c->attrs;
+    const char *op = c->def->op.name;
+    char sd[96], sa[96], sb[96];
+    if (zsi_check_pair_dtype(op, d, a) != ZS_OK || zsi_check_pair_dtype(op, a, b) != ZS_OK)
+        return ZS_ERR_ARG;
+    if (d->ndim != 2 || a->ndim != 2 || b->ndim != 2 || !zs_is_contiguous(d) ||
+        a->shape[at->trans_a ? 1 : 0] != d->shape[0] ||
+        b->shape[at->trans_b ? 0 : 1] != d->shape[1] ||
+        a->shape[at->trans_a ? 0 : 1] != b->shape[at->trans_b ? 1 : 0])
+        return zs_set_error("%s: destination %s += %s%s x %s%s: expected a contiguous "
+                            "[M, N] destination and 2-D operands [M, K] x [K, N]", op,
+                            zs_shape_str(d, sd, sizeof sd), zs_shape_str(a, sa, sizeof sa),
+                            at->trans_a ? "^T" : "", zs_shape_str(b, sb, sizeof sb),
+                            at->trans_b ? "^T" : "");
+    c->dtype = d->dtype;
+    c->ndim = 2;
+    c->shape[0] = d->shape[0];
+    c->shape[1] = d->shape[1];
+    return ZS_OK;
+}
+
+static zs_status cpu_matmul_acc(const zsi_call *c, zs_tensor *dst)
+{
+    const matmul_attrs *at = c->attrs;
+    int64_t M = dst->shape[0], N = dst->shape[1];
+    int64_t K = c->in[1]->shape[at->trans_a ? 0 : 1];
+    operand oa = {0}, ob = {0};
+    zs_status st = operand_init(&oa, c->in[1], at->trans_a);
+    if (st == ZS_OK)
+        st = operand_init(&ob, c->in[2], at->trans_b);
+    if (st == ZS_OK && M > 0 && N > 0) {
+        if (dst->dtype == ZS_F32)
+            zsk_sgemm(oa.trans, ob.trans, M, N, K, 1.0f, zs_data(oa.t), oa.ld,
+                      zs_data(ob.t), ob.ld, 1.0f, zs_data(dst), N);
+        else
+            zsk_dgemm(oa.trans, ob.trans, M, N, K, 1.0, zs_data(oa.t), oa.ld,
+                      zs_data(ob.t), ob.ld, 1.0, zs_data(dst), N);
+    }
+    zs_release(oa.t);
+    zs_release(ob.t);
+    return st;
+}
+
+/* 2 M N K FLOPs; a, b and dst read, dst written */
+static zsi_cost matmul_acc_cost(const zsi_call *c, const zs_tensor *out)
+{
+    const matmul_attrs *at = c->attrs;
+    double K = (double)c->in[1]->shape[at->trans_a ? 0 : 1];
+    return (zsi_cost){2.0 * (double)zs_numel(out) * K,
+                      (double)(zs_nbytes(c->in[1]) + zs_nbytes(c->in[2]) + zs_nbytes(out)),
+                      (double)zs_nbytes(out)};
+}
+
+zsi_opdef zsi_def_matmul_acc_ = {
+    .op = {.name = "matmul_acc_"}, .arity = 3, .inplace = true, .inplace_in0 = true,
+    .cls = ZSI_GEMM,
+    .infer = infer_matmul_acc, .cost = matmul_acc_cost,
+    .attr_size = sizeof(matmul_attrs),
+    .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_matmul_acc, [ZS_F64] = cpu_matmul_acc}}};
+
+zs_status zsi_matmul_acc_(zs_tensor *dst, zs_tensor *a, zs_tensor *b, bool trans_a,
+                          bool trans_b)
+{
+    matmul_attrs at = {.trans_a = trans_a, .trans_b = trans_b};
+    zs_tensor *r = zsi_run(&zsi_def_matmul_acc_, 3, (zs_tensor *[]){dst, a, b}, &at);
+    zs_release(r);
+    return r ? ZS_OK : ZS_ERR_ARG;
+}
+
+/* Whether dst (a gradient destination, or NULL) can take op(a) op(b)
+ * through matmul_acc_: f32 or f64 like a and b (the 16-bit GEMMs round
+ * their result; they keep the ordinary path). */
+bool zsi_matmul_acc_ok(const zs_tensor *dst, const zs_tensor *a, const zs_tensor *b)
+{
+    return dst && (dst->dtype == ZS_F32 || dst->dtype == ZS_F64) &&
+           a->dtype == dst->dtype && b->dtype == dst->dtype && a->device == dst->device &&
+           b->device == dst->device && (unsigned)dst->device < ZS_MAX_DEVICES &&
+           zsi_def_matmul_acc_.kernel[dst->device][dst->dtype];
 }
 
 /* Promotes 1-D operands, multiplies, squeezes the promoted dims. Views are
@@ -370,15 +461,22 @@ zs_tensor *zs_matmul(zs_tensor *a, zs_tensor *b)
  * the batch folds into the rows, so dB is one GEMM over [batch*M, K] and
  * [batch*M, N] instead of a [batch, K, N] product summed afterwards (for a
  * GPT's tied logits that temporary was batch x V x C floats). */
-static zs_tensor *folded_grad_b(zs_tensor *a, zs_tensor *g, bool tb)
+/* acc (zsi_grad_acc, or NULL): the product is added there instead, and
+ * *done set (the result is NULL then). */
+static zs_tensor *folded_grad_b(zs_tensor *a, zs_tensor *g, bool tb, zs_tensor *acc,
+                                bool *done)
 {
     int64_t K = a->shape[a->ndim - 1], N = g->shape[g->ndim - 1];
     int64_t rows = zsi_shape_numel(a->ndim - 1, a->shape); /* not -1: K or N may be 0 */
     zs_tensor *a2 = zs_reshape(a, 2, (int64_t[]){rows, K});
     zs_tensor *g2 = zs_reshape(g, 2, (int64_t[]){rows, N});
     zs_tensor *d = NULL;
-    if (a2 && g2)
-        d = tb ? zs_matmul_t(g2, a2, true, false) : zs_matmul_t(a2, g2, true, false);
+    zs_tensor *x = tb ? g2 : a2, *y = tb ? a2 : g2;
+    *done = false;
+    if (a2 && g2 && zsi_matmul_acc_ok(acc, x, y))
+        *done = zsi_matmul_acc_(acc, x, y, true, false) == ZS_OK;
+    else if (a2 && g2)
+        d = zs_matmul_t(x, y, true, false);
     zs_release(a2);
     zs_release(g2);
     return d;
@@ -393,12 +491,16 @@ static zs_status matmul_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
         if (!zsi_needs_grad(n, i))
             continue;
         zs_tensor *d;
-        if (i == 1 && n->in_meta[1].ndim == 2 && a->ndim > 2 && !ta)
-            d = folded_grad_b(a, g, tb);
-        else if (i == 0)
+        bool done = false;
+        if (i == 1 && n->in_meta[1].ndim == 2 && a->ndim > 2 && !ta) {
+            d = folded_grad_b(a, g, tb, zsi_grad_acc(n, 1), &done);
+            if (done)
+                continue; /* added into the leaf's gradient */
+        } else if (i == 0) {
             d = ta ? zs_matmul_t(b, g, tb, true) : zs_matmul_t(g, b, false, !tb);
-        else
+        } else {
             d = tb ? zs_matmul_t(g, a, true, ta) : zs_matmul_t(a, g, !ta, false);
+        }
         gin[i] = d ? zsi_sum_to(d, &n->in_meta[i]) : NULL;
         zs_release(d);
         if (!gin[i])

@@ -68,10 +68,24 @@ typedef struct zsi_ctx {
     } p;                  /* what save computed for backward (by convention
                            * slots 8..15) */
     void *extra;          /* malloc'd parameters, freed with the record */
+    /* set by the backward engine only while the rule runs (else NULL):
+     * per input, the gradient buffer of a leaf input that the rule may
+     * add its gradient into in place (leaving gin[i] NULL), or NULL */
+    zs_tensor *const *acc;
 } zsi_ctx;
 
 /* The recorded call's attributes, as the operator's struct. */
 static inline const void *zsi_node_attrs(const zsi_ctx *n) { return n->attrs; }
+/* Input i's in-place gradient destination in a backward rule (borrowed;
+ * contiguous, of the input's dtype and shape), or NULL: then the rule
+ * returns gin[i] as usual. A rule that adds into it leaves gin[i] NULL.
+ * Saves the transient of a weight's gradient before the engine adds it
+ * (the engine offers it for leaves whose .grad exists, outside graph
+ * capture). */
+static inline zs_tensor *zsi_grad_acc(const zsi_ctx *n, int i)
+{
+    return n->acc ? n->acc[i] : NULL;
+}
 
 /* Computes gin[i] (new references, or NULL when there is no gradient) for
  * every input i with zsi_needs_grad(n, i), from gout (borrowed, shape of the
@@ -187,6 +201,10 @@ struct zsi_opdef {
      * result (batch norm's running statistics): a dry graph capture runs
      * it on zeros only (ops/dispatch.c). */
     bool writes_inputs;
+    /* In place into in[0] only, the other inputs read (matmul_acc_): what
+     * graph passes may assume of the node's writes (else an in-place
+     * node may write any input, as the updates do). */
+    bool inplace_in0;
     /* Autocast (ops/autocast.c): the cast class (zsi_amp_class) and, for
      * ZSI_AMP_F32, whether a kernel registered for a low dtype computes
      * in f32 itself, so low inputs need no f32 copy. Filled from the one

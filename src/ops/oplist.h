@@ -60,8 +60,11 @@ ZSI_OP(zsi_def_linear_gelu_backward)
 ZSI_OP(zsi_def_cross_entropy)
 ZSI_OP(zsi_def_cross_entropy_backward)
 ZSI_OP(zsi_def_mse)
+ZSI_OP(zsi_def_row_lse)
+ZSI_OP(zsi_def_cross_entropy_shard)
 /* matmul.c */
 ZSI_OP(zsi_def_matmul)
+ZSI_OP(zsi_def_matmul_acc_)
 /* norm.c */
 ZSI_OP(zsi_def_batch_norm)
 ZSI_OP(zsi_def_batch_norm_backward)

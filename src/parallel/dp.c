@@ -45,7 +45,9 @@ static void start_bucket(void *ctx, int k)
         dp->t_first = zsi_now();
     if (dp->armed) /* not yet in zs_dp_finish */
         dp->stats.started_in_backward++;
+    zs_alloc_tag_push("dp all-reduce");
     dp->req[k] = zs_comm_iallreduce(dp->c, dp->view[k], true, dp->cfg.algo);
+    zs_alloc_tag_pop();
     if (!dp->req[k])
         fail(dp, ZS_ERR_STATE);
 }

@@ -10,6 +10,7 @@
  * tensors (ids, targets) are replicated and read on the host to build
  * this rank's local ids and masks (not differentiable).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -195,69 +196,62 @@ zs_tensor *zs_tp_vocab_embedding(zs_comm *tp, zs_tensor *w, zs_tensor *idx, int 
     return out ? zsi_track(out) : NULL;
 }
 
-/* The row maxima of z [N, Vl] over every rank's columns: a new [N, 1]
- * tensor of z's dtype on z's device, no autograd (the shift of a
- * log-sum-exp does not change its value or gradient). The P N maxima
- * travel through host memory. */
-static zs_tensor *global_max(zs_comm *tp, zs_tensor *z, int64_t N)
+/* Each row's log-sum-exp over every rank's columns from this rank's own
+ * (lse_local, f64 [N], host): the P N values are all-gathered and
+ * combined as m + log sum_r exp(l_r - m), m their maximum. A new f64 [N]
+ * tensor on device, or NULL + message. */
+static zs_tensor *global_lse(zs_comm *tp, zs_tensor *lse_local, int64_t N, int device)
 {
     int P = zs_comm_size(tp);
-    zs_no_grad_push();
-    zs_tensor *m = zs_max(z, 1, (int[]){1}, false);
-    zs_tensor *mc = m ? zs_to_device(m, ZS_CPU) : NULL;
-    zs_tensor *all = zs_empty(z->dtype, 1, (int64_t[]){N * P});
-    zs_tensor *gm = zs_empty(z->dtype, 2, (int64_t[]){N, 1});
-    zs_no_grad_pop();
-    zs_status st = mc && all && gm ? zs_comm_allgather(tp, mc, all) : ZS_ERR_NOMEM;
-    for (int64_t i = 0; st == ZS_OK && i < N; i++) {
-        double best = zs_get(all, i);
-        for (int r = 1; r < P; r++) {
-            double v = zs_get(all, r * N + i);
-            best = v > best ? v : best;
-        }
-        if (z->dtype == ZS_F64)
-            ((double *)zs_data(gm))[i] = best;
-        else
-            ((float *)zs_data(gm))[i] = (float)best;
+    zs_tensor *all = zs_empty(ZS_F64, 1, (int64_t[]){N * P});
+    double *g = malloc((size_t)(N ? N : 1) * sizeof *g);
+    zs_status st = all && g ? zs_comm_allgather(tp, lse_local, all)
+                            : zs_set_error_code(ZS_ERR_NOMEM, "tp vocab_cross_entropy: "
+                                                "out of memory");
+    const double *a = st == ZS_OK ? zs_data(all) : NULL;
+    for (int64_t i = 0; a && i < N; i++) {
+        double m = a[i], s = 0;
+        for (int r = 1; r < P; r++)
+            m = a[r * N + i] > m ? a[r * N + i] : m;
+        for (int r = 0; r < P; r++)
+            s += exp(a[r * N + i] - m);
+        g[i] = m + log(s);
     }
-    zs_release(m);
-    zs_release(mc);
+    zs_tensor *out = st == ZS_OK ? host_tensor(ZS_F64, 1, &N, g, device) : NULL;
     zs_release(all);
-    if (st != ZS_OK) {
-        zs_release(gm);
-        return NULL;
-    }
-    if (z->device != ZS_CPU) {
-        zs_tensor *d = zs_to_device(gm, z->device);
-        zs_release(gm);
-        gm = d;
-    }
-    return gm;
+    free(g);
+    return out;
 }
 
-/* The loss from z [N, Vl] and this rank's local targets: with tracking
- * paused. */
+/* The loss from z [N, Vl] and this rank's local targets, with tracking
+ * paused: the shard's cross-entropy (ops/loss.c, cross_entropy_shard)
+ * given every row's global log-sum-exp, summed over tp (tp_allreduce,
+ * whose backward passes the gradient on unchanged, as the shard's
+ * backward wants). Keeps z only until backward: no logits-sized
+ * temporaries (the earlier composition of sub, exp, gather and
+ * masked_fill kept exp(z - max) and made three more in backward). */
 static zs_tensor *vocab_ce(zs_comm *tp, zs_tensor *z, const local_ids *L,
                            const uint8_t *ignored, int64_t N, int64_t count)
 {
-    zs_tensor *li = host_tensor(ZS_I64, 2, (int64_t[]){N, 1}, L->id, z->device);
-    zs_tensor *no = host_tensor(ZS_U8, 1, &N, L->not_owned, z->device);
-    zs_tensor *ig = host_tensor(ZS_U8, 1, &N, ignored, z->device);
-    zs_tensor *gm = li && no && ig ? global_max(tp, z, N) : NULL;
-    zs_tensor *sh = zs_sub(z, gm);                       /* [N, Vl] */
-    zs_tensor *e = zs_exp(sh);
-    zs_tensor *s = zs_sum(e, 1, (int[]){1}, false);      /* [N] */
-    zs_tensor *S = zs_tp_reduce(tp, s);
-    zs_tensor *lse = zs_log(S);
-    zs_tensor *pk = zs_gather(sh, 1, li);                /* [N, 1] */
-    zs_tensor *pv = zs_reshape(pk, 1, &N);
-    zs_tensor *pm = zs_masked_fill(pv, no, 0.0);
-    zs_tensor *tl = zs_tp_reduce(tp, pm);                /* target logits */
-    zs_tensor *per = zs_sub(lse, tl);
-    zs_tensor *pz = zs_masked_fill(per, ig, 0.0);
-    zs_tensor *tot = zs_sum(pz, 0, NULL, false);
-    zs_tensor *loss = zs_mul_scalar(tot, count > 0 ? 1.0 / (double)count : 0.0);
-    zs_tensor *tmp[] = {li, no, ig, gm, sh, e, s, S, lse, pk, pv, pm, tl, per, pz, tot};
+    enum { NOT_MINE = -1, IGNORED = -2 };
+    int64_t *lt = malloc((size_t)N * sizeof *lt);
+    if (!lt) {
+        zs_set_error_code(ZS_ERR_NOMEM, "tp vocab_cross_entropy: out of memory");
+        return NULL;
+    }
+    for (int64_t i = 0; i < N; i++)
+        lt[i] = ignored[i] ? IGNORED : L->not_owned[i] ? NOT_MINE : L->id[i];
+    zs_tensor *t = host_tensor(ZS_I64, 1, &N, lt, z->device);
+    zs_tensor *cnt = host_tensor(ZS_I64, 0, NULL, &count, z->device);
+    free(lt);
+    zs_no_grad_push();
+    zs_tensor *ll = t && cnt ? zsi_row_lse(z) : NULL;
+    zs_tensor *llh = ll ? zs_to_device(ll, ZS_CPU) : NULL;
+    zs_no_grad_pop();
+    zs_tensor *lse = llh ? global_lse(tp, llh, N, z->device) : NULL;
+    zs_tensor *part = lse ? zsi_cross_entropy_shard(z, t, lse, cnt, IGNORED) : NULL;
+    zs_tensor *loss = part ? zs_tp_reduce(tp, part) : NULL;
+    zs_tensor *tmp[] = {t, cnt, ll, llh, lse, part};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
         zs_release(tmp[i]);
     return loss;

@@ -12,7 +12,12 @@
  * Bucket k covers flat elements [lo, lo + len); with cs = ceil(len / P)
  * rank r owns [lo + r*cs, lo + min((r+1)*cs, len)). The staging buffer
  * holds P*cs elements (the bucket, zero-padded), the reduce-scatter's
- * input; chunk rank receives cs of it.
+ * input; chunk rank receives cs of it. Stage 1 only gathers (its
+ * gradients are all-reduced by zs/dp.h), and does so in rounds of at most
+ * GATHER_ROUND elements of every rank's chunk: its staging buffer holds
+ * P rounds, not a bucket (with one bucket over the model, the bench's
+ * bucket_bytes 0, a bucket-sized buffer was another copy of the
+ * parameters on every rank).
  *
  * Stage 3: the flat parameter buffer keeps its addresses, so the model's
  * parameter views stay valid, but the pages of a dropped unit outside this
@@ -65,6 +70,9 @@ struct zs_zero {
     void (*on_free)(void *); /* zs_zero_on_free: called first by zs_zero_free */
     void *on_free_ctx;
 };
+
+/* Stage 1: elements of each rank's chunk all-gathered at once (1 MiB). */
+#define GATHER_ROUND ((int64_t)1 << 18)
 
 static void unit_drop(zs_zero *z, int k);
 static zs_status unit_fetch(zs_zero *z, int k);
@@ -158,6 +166,8 @@ static zs_status build(zs_zero *z)
             z->resident += (e->b[k].len - z->ch[k].own_len) * (int64_t)sizeof(float);
         }
     }
+    if (z->stage == 1 && max_cs > GATHER_ROUND)
+        max_cs = GATHER_ROUND; /* gathers only, in rounds */
     z->sg = z->stage >= 2 ? zs_zeros(ZS_F32, 1, &sg_n) : NULL;
     z->stage_buf = zs_zeros(ZS_F32, 1, (int64_t[]){max_cs * P});
     z->chunk = zs_zeros(ZS_F32, 1, &max_cs);
@@ -335,24 +345,45 @@ double zs_zero_clip_grad_norm(zs_zero *z, double max_norm)
     return norm;
 }
 
-/* Bucket k: this rank's chunk (chunks[shard]) is all-gathered and the
- * bucket's elements written to dst + lo (dst NULL: not kept). */
-static zs_status gather_one(zs_zero *z, int k, zs_tensor *const *chunks, float *dst)
+/* Elements [at, at + n) of every rank's chunk of bucket k: this rank's
+ * (chunks[shard], zero past its end) all-gathered through the staging
+ * buffer and written to dst (NULL: not kept) where each rank's lie. */
+static zs_status gather_round(zs_zero *z, int k, zs_tensor *const *chunks, float *dst,
+                              int64_t at, int64_t n)
 {
     int P = z->c->size;
     float *cv = zs_data(z->chunk);
     const zchunk *ch = &z->ch[k];
-    memset(cv, 0, (size_t)ch->cs * sizeof(float));
-    if (ch->shard >= 0)
-        memcpy(cv, zs_data(chunks[ch->shard]), (size_t)ch->own_len * sizeof(float));
-    zs_tensor *in = zs_narrow(z->chunk, 0, 0, ch->cs);
-    zs_tensor *out = zs_narrow(z->stage_buf, 0, 0, ch->cs * P);
+    const zsi_bucket *b = &z->e->b[k];
+    int64_t mine = ch->own_len - at < n ? ch->own_len - at : n;
+    memset(cv, 0, (size_t)n * sizeof(float));
+    if (ch->shard >= 0 && mine > 0)
+        memcpy(cv, (const float *)zs_data(chunks[ch->shard]) + at,
+               (size_t)mine * sizeof(float));
+    zs_tensor *in = zs_narrow(z->chunk, 0, 0, n);
+    zs_tensor *out = zs_narrow(z->stage_buf, 0, 0, n * P);
     zs_status st = in && out ? zs_comm_allgather(z->c, in, out) : ZS_ERR_NOMEM;
     zs_release(in);
     zs_release(out);
-    if (st == ZS_OK && dst)
-        memcpy(dst + z->e->b[k].lo, zs_data(z->stage_buf),
-               (size_t)z->e->b[k].len * sizeof(float));
+    const float *sv = zs_data(z->stage_buf);
+    for (int r = 0; st == ZS_OK && dst && r < P; r++) {
+        int64_t lo = r * ch->cs + at; /* in the bucket */
+        int64_t len = b->len - lo < n ? b->len - lo : n;
+        if (len > 0)
+            memcpy(dst + b->lo + lo, sv + r * n, (size_t)len * sizeof(float));
+    }
+    return st;
+}
+
+/* Bucket k: this rank's chunk (chunks[shard]) is all-gathered and the
+ * bucket's elements written to dst + lo (dst NULL: not kept); stage 1 in
+ * rounds (GATHER_ROUND), else the chunk at once. */
+static zs_status gather_one(zs_zero *z, int k, zs_tensor *const *chunks, float *dst)
+{
+    int64_t cs = z->ch[k].cs, round = z->stage == 1 ? GATHER_ROUND : cs;
+    zs_status st = ZS_OK;
+    for (int64_t at = 0; st == ZS_OK && at < cs; at += round)
+        st = gather_round(z, k, chunks, dst, at, cs - at < round ? cs - at : round);
     return st;
 }
 

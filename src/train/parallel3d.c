@@ -357,8 +357,10 @@ static zs_status run_schedule(zs_trainer *t, zs_tensor **xs, zs_tensor **ys,
     int64_t sent0 = p->pipe ? zs_pipe_bytes_sent(p->pipe) : 0;
     for (int a = 0; st == ZS_OK && a < 2 * p->m; a++) {
         int i = acts[a].mb;
+        zs_alloc_tag_push(acts[a].backward ? "backward" : "forward");
         st = acts[a].backward ? backward(t, &ms[i], i, a == 2 * p->m - 1, &busy)
                               : forward(t, &ms[i], xs[i], ys[i], i, loss_sum, &busy);
+        zs_alloc_tag_pop();
     }
     if (st == ZS_OK && p->pipe)
         st = zs_pipe_flush(p->pipe);
@@ -436,8 +438,10 @@ zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
     zs_alloc_reset_peak();
     zs_scope_push();
     int64_t tp0 = zs_tp_bytes_sent(p->grid->tp);
+    zs_alloc_tag_push("batch");
     if (st == ZS_OK)
         st = micro_batches(t, t->c.batch, t->c.batch_ctx, step, true, xs, xs + p->m);
+    zs_alloc_tag_pop();
     if (st == ZS_OK)
         st = run_schedule(t, xs, xs + p->m, &sum);
     zs_scope_pop();
@@ -450,8 +454,10 @@ zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
     double t0 = zsi_train_now();
     if (t->dp && zs_dp_finish(t->dp) != ZS_OK && st == ZS_OK)
         st = ZS_ERR_STATE;
+    zs_alloc_tag_push("gradient sums");
     if (st == ZS_OK)
         st = complete_grads(t);
+    zs_alloc_tag_pop();
     /* the dp average's ring volume (ZeRO-1's reduce-scatter + all-gather
      * moves the same), at this rank's place in its dp group (t->rank is
      * the world rank) */

@@ -230,10 +230,13 @@ zs_trainer *zs_trainer_new(zs_module *m, const zs_trainer_config *cfg)
     t->targets = -1;
     t->step_scale = 1;
     /* model parallelism: t->m becomes this rank's part, comm its dp group */
+    zs_alloc_tag_push("trainer setup");
     if ((zsi_par_wanted(cfg) && zsi_par_setup(t) != ZS_OK) || build(t) != ZS_OK) {
+        zs_alloc_tag_pop();
         zs_trainer_free(t);
         return NULL;
     }
+    zs_alloc_tag_pop();
     if (cfg->flops_per_token > 0)
         t->peak = (cfg->peak_flops > 0 ? cfg->peak_flops : measured_peak(cfg)) * t->parts;
     log_setup(t);
@@ -321,7 +324,9 @@ zs_status zsi_train_update(zs_trainer *t, int64_t step, double *gnorm)
         scale = zs_clip_coef(*gnorm, t->c.clip);
     }
     double t1 = zsi_train_now();
+    zs_alloc_tag_push("optimizer step");
     st = zsi_train_optim_step(t, lr, scale);
+    zs_alloc_tag_pop();
     t->prof.norm_s += t1 - t0;
     t->prof.update_s += zsi_train_now() - t1;
     return st;

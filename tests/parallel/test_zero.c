@@ -13,6 +13,12 @@
  * errors: unknown units, units not contiguous, stage 3 through
  * zs_zero_new.
  *
+ * Stage 1's gather with one bucket over a parameter of 1,100,003 elements
+ * (so each rank's chunk, up to 1.1 M elements, goes in several rounds of
+ * the staging buffer) and a small one: every rank writes its shards, the
+ * gather gives every rank every element, the staging buffer stays a
+ * round's size (the allocator holds about P rounds more, not a bucket).
+ *
  * zs_zero_grad_norm at stages 1, 2 and 3 equals the float64 norm of the
  * averaged gradient and scales nothing; zs_zero_clip_grad_norm scales to
  * the bound. zs_zero_new3_module on a tiny GPT (units from its module
@@ -352,9 +358,52 @@ static void test_module3(void)
                "shards hold the unsharded gradient");
 }
 
+/* Stage 1: zs_zero_gather of one large bucket in rounds. */
+static void test_gather_rounds(void)
+{
+    const int64_t n[2] = {1100003, 7};
+    zs_module *m = zs_module_new(NULL, NULL);
+    for (int i = 0; i < 2; i++)
+        zs_module_add_param(m, i ? "b" : "a", zs_empty(ZS_F32, 1, &n[i]));
+    zs_tensor *fp = NULL, *fg = NULL, **ps;
+    char **names;
+    zs_module_flatten(m, &fp, &fg);
+    int np = zs_module_parameters(m, &ps, &names);
+    float *d = zs_data(fp);
+    for (int64_t i = 0; i < zs_numel(fp); i++)
+        d[i] = -1.0f; /* what a shard must overwrite */
+    zs_alloc_stats a0, a1;
+    zs_alloc_get_stats(&a0);
+    zs_zero *z = zs_zero_new(zs_comm_world(), 1, 0, np, ps, fp, fg);
+    zs_alloc_get_stats(&a1);
+    int k = 0;
+    zs_tensor **sh = z ? zs_zero_shards(z, &k) : NULL;
+    for (int s = 0; s < k; s++) { /* this rank's chunks: their global index */
+        float *v = zs_data(sh[s]);
+        int64_t off = sh[s]->offset - fp->offset;
+        for (int64_t i = 0; i < zs_numel(sh[s]); i++)
+            v[i] = (float)(off + i);
+    }
+    zs_status st = z ? zs_zero_gather(z) : ZS_ERR_STATE;
+    int64_t wrong = 0;
+    for (int64_t i = 0; st == ZS_OK && i < zs_numel(fp); i++)
+        wrong += d[i] != (float)i;
+    ZT_CHECK(z && st == ZS_OK && wrong == 0,
+             "stage 1 gather in rounds: %lld of %lld elements wrong", (long long)wrong,
+             (long long)zs_numel(fp));
+    double extra = (double)(a1.current_bytes - a0.current_bytes);
+    ZT_CHECK(extra < (P + 1.5) * 1048576.0, "stage 1 staging: %.0f bytes held (rounds of "
+             "1 MiB per rank), not a bucket of %.0f", extra, 4.0 * (double)zs_numel(fp));
+    zs_zero_free(z);
+    zs_names_free(np, ps, names);
+    zs_module_free(m); /* owns fp and fg */
+    zt_section("stage 1 gather in rounds");
+}
+
 int main(int argc, char **argv)
 {
     zt_dist_start(&argc, &argv, &R, &P);
+    test_gather_rounds();
     test_grad_norm();
     test_module3();
     test_units();

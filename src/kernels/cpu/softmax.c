@@ -391,7 +391,8 @@ static int64_t target_at(const zsk_targets *tg, int64_t i)
     {                                                                       \
         T sc = (T)scale;                                                    \
         expmap_##S(x, (T)lse, sc, NULL, gx, C);                             \
-        gx[t] -= sc;                                                        \
+        if (t >= 0 && t < C) /* else the class lies in another shard */    \
+            gx[t] -= sc;                                                    \
     }
 
 DEF_CE(float, f32)

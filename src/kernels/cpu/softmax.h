@@ -48,7 +48,8 @@ zs_status zsk_cross_entropy(zs_dtype dt, const void *x, const zsk_targets *tg,
                             int64_t N, int64_t C, double *lse, double *loss);
 
 /* gx[i, j] = scale * (exp(x[i, j] - lse[i]) - [j == t_i]); ignored rows
- * get 0. */
+ * get 0; a target outside [0, C) that is not ignore has no [j == t_i]
+ * term (a class shard's rows whose target another shard holds). */
 zs_status zsk_cross_entropy_backward(zs_dtype dt, const void *x,
                                      const zsk_targets *tg, int64_t N,
                                      int64_t C, const double *lse,
