@@ -310,12 +310,17 @@ zs_status zs_graph_replay(zs_graph *g)
         return st;
     zs_no_grad_push();
     zsi_tracking_pause();
+    double t0 = g->profile ? zsi_graph_now() : 0;
     for (int i = 0; i < g->n && st == ZS_OK; i++) {
         zsi_gnode *n = g->nodes[i];
-        if ((st = zsi_gnode_exec(n)) != ZS_OK)
+        if ((st = g->profile ? zsi_gnode_exec_timed(n) : zsi_gnode_exec(n)) != ZS_OK)
             st = zs_set_error_code(st, "graph replay: node %d (%s) failed: %s", i,
                                    n->label ? n->label : n->call.def->op.name,
                                    zs_last_error());
+    }
+    if (g->profile) {
+        g->prof_seconds += zsi_graph_now() - t0;
+        g->prof_replays++;
     }
     zsi_tracking_resume();
     zs_no_grad_pop();
