@@ -163,6 +163,18 @@ zs_status zs_graph_plan_memory(zs_graph *g, int nkeep, zs_tensor *const *keep);
  * an error naming the pair. Nothing planned: ZS_OK. */
 zs_status zs_graph_plan_verify(const zs_graph *g);
 
+/* ---- replay profiler (src/graph/profile.c) ------------------------------ */
+
+/* Turns per-node timing of g's replays on or off (off by default; on
+ * resets the counts): each node's wall time (two clock reads around it)
+ * is summed over the replays. ZS_OK, or an error for NULL. */
+zs_status zs_graph_profile(zs_graph *g, bool on);
+/* Writes the profile: per operator (a pass's node under its label, such
+ * as remat:gelu or fused) the nodes, milliseconds per replay, share of
+ * the replay, GFLOP/s and GB/s from the cost models; then the slowest
+ * nodes. Nothing recorded: a line saying so. */
+zs_status zs_graph_profile_dump(const zs_graph *g, FILE *f);
+
 /* ---- dump (src/graph/dump.c) -------------------------------------------- */
 
 /* Writes g as text: one line per node with its index, operator, input and

@@ -30,6 +30,7 @@ struct zsi_gnode {
     void (*impl_free)(void *impl);
     const char *label;       /* NULL: the operator's name */
     bool recomputed;         /* added by remat.c (a value made again) */
+    double seconds;          /* replay time summed while profiling */
 };
 
 /* Storage sets over a graph (passes): a small open-addressing table of
@@ -81,12 +82,19 @@ struct zs_graph {
     int nlive, caplive;
     int dropped;             /* storages whose memory the capture freed */
     size_t dropped_bytes;
+    /* the replay profiler (profile.c) */
+    bool profile;
+    int64_t prof_replays;
+    double prof_seconds;     /* whole replays, summed */
 };
 
 /* Frees a node: releases its tensors and its impl. */
 void zsi_gnode_free(zsi_gnode *n);
 /* Runs node n (its run function or its kernel). */
 zs_status zsi_gnode_exec(zsi_gnode *n);
+/* The same, adding its wall time to n->seconds (profile.c); the clock. */
+zs_status zsi_gnode_exec_timed(zsi_gnode *n);
+double zsi_graph_now(void);
 /* The lean capture (lean.c): start and stop counting the graph's
  * references; note one more alias (input: of a node's input); free the
  * memory of made storages only the graph references; before a replay

@@ -46,7 +46,9 @@
  * sum of squares, the slice-gradient pass, pointwise fusion,
  * rematerialization, then the memory plan (every intermediate in one
  * arena). With dump_graph the graph is written before
- * and after them.
+ * and after them, and the replays after the capture step are timed node
+ * by node (zs_graph_profile): the profile is appended to the text dump
+ * when the graph is dropped (a recapture, the trainer freed).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -98,9 +100,23 @@ static uint64_t signature(const zs_trainer *t, const zs_tensor *x,
     return module_sig(h, t->m);
 }
 
+/* With dump_graph: the replay profile of the graph, appended to the text
+ * dump (before the graph is dropped). */
+static void dump_profile(const zs_trainer *t)
+{
+    if (!t->c.dump_graph || !t->graph)
+        return;
+    FILE *f = fopen(t->c.dump_graph, "a");
+    if (f) {
+        zs_graph_profile_dump(t->graph, f);
+        fclose(f);
+    }
+}
+
 /* Drops the graph and its buffers (not the step scalars). */
 static void drop_graph(zs_trainer *t)
 {
+    dump_profile(t);
     zs_graph_free(t->graph);
     zs_release(t->gx);
     zs_release(t->gy);
@@ -315,6 +331,8 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
                                (long long)t->step);
     zs_alloc_get_stats(&a1);
     t->gpeak = a1.peak_bytes > a0.current_bytes ? a1.peak_bytes - a0.current_bytes : 0;
+    if (st == ZS_OK && t->c.dump_graph) /* the replays after this step, timed */
+        st = zs_graph_profile(t->graph, true);
     if (st == ZS_OK && t->c.log && t->rank == 0)
         fprintf(t->c.log, "graph: memory: the capture step (%s) peak %.2f MiB above its "
                 "start, plan peak (arena) %.2f MiB\n", dry ? "dry capture, passes, "

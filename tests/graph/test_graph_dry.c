@@ -13,6 +13,8 @@
  *   by the dry capture, updated by the replay exactly as eagerly.
  * - A host read of a value during the dry capture (zs_item) is counted,
  *   reads zeros, and makes zs_graph_capture_end fail with a message.
+ * - The replay profiler: per-node times within the replays', a dump that
+ *   names each operator; off: nothing timed.
  * - The trainer: GPT tiny captures dry (its capture step peaks well below
  *   the eager step) and equals eager bit for bit over 20 steps; a loss
  *   function that reads its loss on the host makes it capture again
@@ -192,6 +194,44 @@ static void test_host_read(void)
     zt_section("dry capture: a host read fails the capture, with a message");
 }
 
+/* ---- the replay profiler ---------------------------------------------------- */
+
+static void test_profile(void)
+{
+    zs_scope_push();
+    zs_tensor *x = zt_rand(ZS_F32, 2, (int64_t[]){129, 65}, 41);
+    zs_graph *g = zs_graph_capture_begin();
+    zs_tensor *y = zs_add(zs_tanh(zs_exp(x)), x);
+    ZT_CHECK(y && zs_graph_capture_end(g) == ZS_OK, "capture");
+    char buf[4096] = "";
+    FILE *f = tmpfile();
+    ZT_CHECK(zs_graph_profile_dump(g, f) == ZS_OK, "dump before any timing");
+    ZT_CHECK(zs_graph_replay(g) == ZS_OK, "an untimed replay");
+    ZT_CHECK(zs_graph_profile(g, true) == ZS_OK, "profile on");
+    for (int k = 0; k < 3; k++)
+        ZT_CHECK(zs_graph_replay(g) == ZS_OK, "a timed replay");
+    ZT_CHECK(g->prof_replays == 3, "3 replays timed (%lld)", (long long)g->prof_replays);
+    double nodes = 0;
+    for (int i = 0; i < g->n; i++)
+        nodes += g->nodes[i]->seconds;
+    ZT_CHECK(nodes > 0 && nodes <= g->prof_seconds, "the nodes' times (%.3g s) are within "
+             "the replays' (%.3g s)", nodes, g->prof_seconds);
+    ZT_CHECK(zs_graph_profile_dump(g, f) == ZS_OK, "dump");
+    rewind(f);
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    buf[k] = '\0';
+    fclose(f);
+    ZT_CHECK(strstr(buf, "no replay timed") && strstr(buf, "3 replays") &&
+             strstr(buf, "# exp ") && strstr(buf, "# tanh ") && strstr(buf, "# add ") &&
+             strstr(buf, "slowest nodes"), "the profile names each operator:\n%s", buf);
+    ZT_CHECK(zs_graph_profile(g, false) == ZS_OK && zs_graph_replay(g) == ZS_OK &&
+             g->prof_replays == 3, "off: replays are not timed");
+    ZT_EXPECT_ERROR(zs_graph_profile(NULL, true) != ZS_OK, "no graph");
+    zs_graph_free(g);
+    zs_scope_pop();
+    zt_section("replay profiler: per node, by operator");
+}
+
 /* ---- the trainer ------------------------------------------------------------ */
 
 #define STEPS 20
@@ -296,6 +336,7 @@ int main(void)
     test_step();
     test_batch_norm();
     test_host_read();
+    test_profile();
     test_trainer();
     return zt_done();
 }
