@@ -35,9 +35,9 @@
  *
  * Waiting: between two polls a waiting rank spins for ~50 us, then
  * yields the CPU, and after 1 ms naps (10 us doubling to 200 us, at most
- * timeout / 100). Where this host runs more ranks than this process has
+ * timeout / 100). Where this host runs more ranks than it has online
  * CPUs (mpirun --oversubscribe; OMPI_COMM_WORLD_LOCAL_SIZE or the like
- * against the online CPUs), or OpenMPI's mpi_yield_when_idle is set, it
+ * against sysconf), or OpenMPI's mpi_yield_when_idle is set, it
  * never spins and naps after two yields, also in waits without a timeout
  * (which otherwise block in MPI_Wait); ZS_COMM_IDLE=spin|polite forces
  * either (src/parallel/idle.c).

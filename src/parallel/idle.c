@@ -58,15 +58,13 @@ static long local_ranks(void)
     return 0;
 }
 
-/* CPUs this process may run on: the online ones, fewer under an affinity
- * mask (taskset, a container's cpuset). */
-static long usable_cpus(void)
+/* The host's online CPUs. Not this process's affinity mask: mpirun binds
+ * each of 2 ranks on 2 cores to a core of its own (a mask of one CPU),
+ * which is no oversubscription. (A container's cpuset smaller than the
+ * online CPUs goes unseen: ZS_COMM_IDLE=polite says it.) */
+static long host_cpus(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 &&
-        (n <= 0 || CPU_COUNT(&set) < n))
-        n = CPU_COUNT(&set);
     return n > 0 ? n : 1;
 }
 
@@ -79,7 +77,7 @@ static bool env_true(const char *name)
 }
 
 /* ZS_COMM_IDLE=spin|polite overrides the detection; else OpenMPI's
- * mpi_yield_when_idle asked for, or more local ranks than usable CPUs. */
+ * mpi_yield_when_idle asked for, or more local ranks than online CPUs. */
 bool zsi_idle_detect(void)
 {
     const char *o = getenv("ZS_COMM_IDLE");
@@ -90,7 +88,7 @@ bool zsi_idle_detect(void)
     if (env_true("OMPI_MCA_mpi_yield_when_idle"))
         return true;
     long ranks = local_ranks();
-    return ranks > usable_cpus();
+    return ranks > host_cpus();
 }
 
 bool zsi_oversubscribed(void)

@@ -114,11 +114,10 @@ typedef struct zsi_idle {
     int naps;       /* naps taken since init (never reset) */
 } zsi_idle;
 
-/* True when this host runs more ranks of the job than this process has
- * CPUs (the launcher's local size, e.g. OMPI_COMM_WORLD_LOCAL_SIZE,
- * against the online CPUs and the affinity mask), or OpenMPI was asked
- * for mpi_yield_when_idle; ZS_COMM_IDLE=spin or =polite overrides. Read
- * once per process. */
+/* True when this host runs more ranks of the job than it has online CPUs
+ * (the launcher's local size, e.g. OMPI_COMM_WORLD_LOCAL_SIZE), or
+ * OpenMPI was asked for mpi_yield_when_idle; ZS_COMM_IDLE=spin or =polite
+ * overrides. Read once per process. */
 bool zsi_oversubscribed(void);
 /* The same decision from the environment now, not cached (for tests). */
 bool zsi_idle_detect(void);
