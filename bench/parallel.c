@@ -15,7 +15,9 @@
  *             over ranks, beside zs_memory_analyze_stage for each rank's
  *             stage like for like (f32 activations, fused attention with
  *             no s^2 term, no dropout, AdamW's m and v: 8 bytes a
- *             parameter; GPipe holds m micro-batches, 1F1B min(pp - s, m));
+ *             parameter; GPipe holds m micro-batches, 1F1B min(pp - s, m);
+ *             each held micro-batch's stage output or head, and the
+ *             backward's working set at the peak: src/analyze/memory.c);
  *             ratio: the rank farthest from its formula
  *   pipe KiB  bytes a stage's pipe sent per step (max over ranks) beside
  *             zs_comm_analyze's pp_p2p (a middle stage's; with pp 2 each
@@ -181,10 +183,12 @@ static double run(const layout *l, int64_t batch, int64_t seq, int steps)
         }
     if (per_rank && st == ZS_OK && an)
         fprintf(stderr, "  rank %d stage %lld (%lld blocks): peak %.2f MiB, analyze %.2f "
-                "(state %.2f + activations %.2f: %lld x %.2f per block + head %.2f)\n",
+                "(state %.2f + activations %.2f: %lld x %.2f per block + outputs %.2f + "
+                "head %.2f; + backward working set %.2f)\n",
                 zs_comm_rank(w), (long long)stage, (long long)layers, peak / 1048576,
                 sm.total / 1048576, sm.state.total / 1048576, sm.act / 1048576,
-                (long long)sm.in_flight, sm.act_layer / 1048576, sm.act_head / 1048576);
+                (long long)sm.in_flight, sm.act_layer / 1048576, sm.boundary / 1048576,
+                sm.act_head / 1048576, sm.work / 1048576);
     /* per rank: peak and the dp all-reduce beside this stage's formula
      * (the analyzer's dp_allreduce assumes an even split of the model) */
     double mem_r = worst_ratio(ratio(peak, an ? sm.total : 0));

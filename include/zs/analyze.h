@@ -250,17 +250,21 @@ zs_status zs_memory_analyze(const zs_model_config *c, const zs_parallel *p,
  * replicated). Activations per layer as zs_activation_bytes_layer with
  * p's like-for-like options (act_bytes, flash, no_dropout), times the
  * micro-batches the stage holds at once (1F1B: min(pp - stage, m);
- * GPipe: m), plus on the last stage the head's: the final norm's input
- * and output (2sbh) and the vocabulary-parallel logits and their
- * softmax (2sbV/t), for one micro-batch. */
+ * GPipe: m), plus each held micro-batch's stage output (sbh, stages
+ * before the last) or head (the last: the final norm's input and output,
+ * 2sbh, and the vocabulary-parallel logits, sbV/t), plus the backward's
+ * working set at the peak (memory.c gives each term's formula). */
 typedef struct zs_stage_memory {
     double params;          /* elements on one rank of the stage */
     zs_state_bytes state;   /* weights, gradients, optimizer (ZeRO over dp) */
     double act_layer;       /* bytes per layer per micro-batch */
     int64_t in_flight;      /* micro-batches held at once */
-    double act_head;        /* the last stage's head (one micro-batch) */
-    double act;             /* layers * in_flight * act_layer + act_head */
-    double total;           /* state.total + act */
+    double act_head;        /* the last stage's head, in_flight micro-batches */
+    double act;             /* layers * in_flight * act_layer + boundary +
+                             * act_head */
+    double total;           /* state.total + act + work */
+    double boundary;        /* stages before the last: in_flight outputs */
+    double work;            /* the backward's working set at the peak */
 } zs_stage_memory;
 zs_status zs_memory_analyze_stage(const zs_model_config *c, const zs_parallel *p,
                                   int64_t stage, int64_t layers, zs_stage_memory *out);

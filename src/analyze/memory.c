@@ -30,8 +30,34 @@
  *   full:              2sbh (only each block's input is kept)
  * The terms are computed from the saved tensors' widths, so grouped-query
  * attention (narrower K, V) and SwiGLU (gate, up and product of width ff)
- * change them accordingly.
+ * change them accordingly. *
+ * One rank of a pipeline stage (zs_memory_analyze_stage), with e bytes an
+ * activation element, sb = micro-batch x sequence, h the width, ff the
+ * MLP width, V the vocabulary, t the tp size and n the micro-batches in
+ * flight (1F1B: min(pp - stage, m); GPipe: m), beyond the state and
+ * layers x n x the per-layer count above (terms measured one by one with
+ * the allocator's peak report, ZS_ALLOC_TRACE, on GPT small):
+ *   boundary (every stage but the last): n e sb h, each micro-batch's
+ *     stage output, the root of its backward, kept until its gradient
+ *     comes back (the stage's input is the first norm's input, counted);
+ *   head (the last stage): n e sb (2h + V/t), the final norm's input and
+ *     output and the vocabulary-parallel logits, which the shard's
+ *     cross-entropy keeps (no softmax: its backward recomputes it);
+ *   work, the backward's working set at the peak, beside the held
+ *     activations: e sb (h + ff/t) (the gradient on the residual stream
+ *     and the MLP down-projection's input gradient) plus the f32 GEMM's
+ *     packed weight block for that gradient, 4 min(h, KC) min(ff/t, NC)
+ *     bytes (kernels/cpu/gemm.c: KC 1024, NC 2048); on the last stage at
+ *     least e sb V/t (the logits' gradient beside the logits); under 1F1B
+ *     on stages after the first, e sb h more (the previous micro-batch's
+ *     input gradient, still in the pipe's send). Weight gradients add
+ *     into the flat gradient in place (no transient).
+ * Not counted: the allocator's size-class rounding (at most 3.1% of a
+ * block from 1 MiB); the communication library's own buffers (the ring
+ * all-reduce's chunk is malloc'd, outside the allocator).
  */
+#define GEMM_KC 1024.0
+#define GEMM_NC 2048.0
 #include <math.h>
 #include <string.h>
 
@@ -200,11 +226,23 @@ zs_status zs_memory_analyze_stage(const zs_model_config *c, const zs_parallel *p
     o->in_flight = p->gpipe ? m : (m < p->pp - stage ? m : p->pp - stage);
     o->act_layer = act_layer(c, p->micro_batch, p->seq, p->tp, p->recompute, p);
     double e = p->act_bytes > 0 ? p->act_bytes : 2;
-    double sb = (double)p->micro_batch * (double)p->seq;
+    double sb = (double)p->micro_batch * (double)p->seq, h = (double)c->d_model;
+    double nf = (double)o->in_flight, vt = (double)c->vocab / t;
     if (last)
-        o->act_head = e * sb * (2 * (double)c->d_model + 2 * (double)c->vocab / t);
-    o->act = (double)layers * (double)o->in_flight * o->act_layer + o->act_head;
-    o->total = o->state.total + o->act;
+        o->act_head = nf * e * sb * (2 * h + vt);
+    else
+        o->boundary = nf * e * sb * h;
+    o->act = (double)layers * nf * o->act_layer + o->boundary + o->act_head;
+    /* the backward's working set beside what it frees as it goes */
+    double ft = (double)c->d_ff / t;
+    double pack = 4 * fmin(h, GEMM_KC) * fmin(ft, GEMM_NC);
+    double work = layers > 0 ? e * sb * (h + ft) + pack : 0;
+    if (last)
+        work = fmax(work, e * sb * vt);
+    if (!p->gpipe && stage > 0 && zs_parallel_micro_batches(p) > 1)
+        work += e * sb * h;
+    o->work = work;
+    o->total = o->state.total + o->act + o->work;
     return ZS_OK;
 }
 

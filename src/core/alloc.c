@@ -2,7 +2,7 @@
  * alloc.c - 64-byte aligned host allocator with a size-class cache.
  *
  * Blocks are rounded up to a size class (four classes per power of two
- * below 1 MiB, so at most 25% waste, sixteen from 1 MiB, at most 6.25%)
+ * below 1 MiB, so at most 25% waste, 32 from 1 MiB, at most 3.1%)
  * and, when freed, kept on a per-class free list instead
  * of going back to the system. A training loop that allocates the same
  * sizes every step therefore stops calling malloc after its first step and
@@ -68,20 +68,21 @@ static zs_alloc_stats stats;
 static int64_t fail_countdown;
 
 /* Class c covers sizes up to class_size(c): below FINE_MIN four classes per
- * power of two (64, 80, 96, 112, 128, 160, ...), from it sixteen (at most
- * 6.25% rounding: a training step's large blocks, its model state and
+ * power of two (64, 80, 96, 112, 128, 160, ...), from it FINE_DIV (at most
+ * 3.1% rounding: a training step's large blocks, its model state and
  * activations, are held at the peak, so their rounding is peak memory;
- * four classes rounded a 12.8 MiB flat buffer up to 14 MiB). Sizes reach
- * 64 << 48 bytes. */
+ * four classes rounded a 12.8 MiB flat buffer up to 14 MiB, sixteen a
+ * 13.5 MiB one to 14). Sizes reach 64 << 48 bytes. */
 #define FINE_P 14 /* FINE_MIN = 64 << FINE_P = 1 MiB */
-#define CLASS_BASE(p) ((p) < FINE_P ? 4u * (p) : 4u * FINE_P + 16u * ((p) - FINE_P))
+#define FINE_DIV 32u
+#define CLASS_BASE(p) ((p) < FINE_P ? 4u * (p) : 4u * FINE_P + FINE_DIV * ((p) - FINE_P))
 #define MAX_P 48
 #define NCLASS ((int)CLASS_BASE(MAX_P) + 1)
 
 static size_t class_size(uint32_t c)
 {
-    uint32_t p = c < 4 * FINE_P ? c / 4 : FINE_P + (c - 4 * FINE_P) / 16;
-    uint32_t q = c - CLASS_BASE(p), div = p < FINE_P ? 4 : 16;
+    uint32_t p = c < 4 * FINE_P ? c / 4 : FINE_P + (c - 4 * FINE_P) / FINE_DIV;
+    uint32_t q = c - CLASS_BASE(p), div = p < FINE_P ? 4 : FINE_DIV;
     return ((size_t)64 << p) + (((size_t)64 << p) / div) * q;
 }
 
@@ -96,7 +97,7 @@ static int size_class(size_t n)
     uint32_t p = hb - 6; /* (64 << p, 64 << (p + 1)] holds n */
     if (p >= MAX_P)
         return -1;
-    size_t base = (size_t)64 << p, step = base / (p < FINE_P ? 4 : 16);
+    size_t base = (size_t)64 << p, step = base / (p < FINE_P ? 4 : FINE_DIV);
     size_t q = (n - base + step - 1) / step; /* 1 .. div: div is 2 base */
     return (int)(CLASS_BASE(p) + q);
 }

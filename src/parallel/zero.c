@@ -14,10 +14,11 @@
  * holds P*cs elements (the bucket, zero-padded), the reduce-scatter's
  * input; chunk rank receives cs of it. Stage 1 only gathers (its
  * gradients are all-reduced by zs/dp.h), and does so in rounds of at most
- * GATHER_ROUND elements of every rank's chunk: its staging buffer holds
- * P rounds, not a bucket (with one bucket over the model, the bench's
- * bucket_bytes 0, a bucket-sized buffer was another copy of the
- * parameters on every rank).
+ * GATHER_ROUND elements of every rank's chunk, through a staging buffer
+ * of P rounds made for the gather only (after the optimizer's step, when
+ * the step's activations are gone): with one bucket over the model (the
+ * bench's bucket_bytes 0) the bucket-sized buffer it kept was another
+ * copy of the parameters on every rank, held through the step.
  *
  * Stage 3: the flat parameter buffer keeps its addresses, so the model's
  * parameter views stay valid, but the pages of a dropped unit outside this
@@ -54,7 +55,9 @@ struct zs_zero {
     zs_tensor *fp;           /* borrowed flat parameters */
     zs_tensor *fg;           /* stage 1: borrowed flat gradients */
     zs_tensor *sg;           /* stages 2, 3: shard gradient [sum of own_len] */
-    zs_tensor *stage_buf, *chunk; /* [P * max cs], [max cs] */
+    zs_tensor *stage_buf, *chunk; /* [P * max cs], [max cs]; stage 1:
+                                   * [P * round], [round] while gathering */
+    int64_t max_cs;
     zs_tensor **shards;      /* optimizer views, .grad into sg */
     int nshards;
     zsi_buckets *e;          /* the buckets (e->b[k]) */
@@ -72,7 +75,7 @@ struct zs_zero {
 };
 
 /* Stage 1: elements of each rank's chunk all-gathered at once (1 MiB). */
-#define GATHER_ROUND ((int64_t)1 << 18)
+#define GATHER_ROUND ((int64_t)1 << 16)
 
 static void unit_drop(zs_zero *z, int k);
 static zs_status unit_fetch(zs_zero *z, int k);
@@ -166,12 +169,13 @@ static zs_status build(zs_zero *z)
             z->resident += (e->b[k].len - z->ch[k].own_len) * (int64_t)sizeof(float);
         }
     }
-    if (z->stage == 1 && max_cs > GATHER_ROUND)
-        max_cs = GATHER_ROUND; /* gathers only, in rounds */
+    z->max_cs = max_cs;
     z->sg = z->stage >= 2 ? zs_zeros(ZS_F32, 1, &sg_n) : NULL;
-    z->stage_buf = zs_zeros(ZS_F32, 1, (int64_t[]){max_cs * P});
-    z->chunk = zs_zeros(ZS_F32, 1, &max_cs);
-    if ((z->stage >= 2 && !z->sg) || !z->stage_buf || !z->chunk)
+    if (z->stage >= 2 && !(z->stage_buf = zs_zeros(ZS_F32, 1, (int64_t[]){max_cs * P})))
+        return zs_set_error_code(ZS_ERR_NOMEM, "ZeRO: out of memory");
+    if (z->stage >= 2 && !(z->chunk = zs_zeros(ZS_F32, 1, &max_cs)))
+        return zs_set_error_code(ZS_ERR_NOMEM, "ZeRO: out of memory");
+    if (z->stage >= 2 && !z->sg)
         return zs_set_error_code(ZS_ERR_NOMEM, "ZeRO: out of memory");
     for (int k = 0; k < z->nb; k++) {
         zchunk *ch = &z->ch[k];
@@ -389,9 +393,28 @@ static zs_status gather_one(zs_zero *z, int k, zs_tensor *const *chunks, float *
 
 static zs_status gather_buckets(zs_zero *z, zs_tensor *const *chunks, float *dst)
 {
+    bool tmp = z->stage == 1; /* its staging lives for the gather only */
+    if (tmp) {
+        int64_t r = z->max_cs < GATHER_ROUND ? z->max_cs : GATHER_ROUND;
+        zsi_tracking_pause();
+        z->stage_buf = zs_empty(ZS_F32, 1, (int64_t[]){r * z->c->size});
+        z->chunk = zs_empty(ZS_F32, 1, &r);
+        zsi_tracking_resume();
+        if (!z->stage_buf || !z->chunk) {
+            zs_release(z->stage_buf);
+            zs_release(z->chunk);
+            z->stage_buf = z->chunk = NULL;
+            return zs_set_error_code(ZS_ERR_NOMEM, "ZeRO: out of memory");
+        }
+    }
     zs_status st = ZS_OK;
     for (int k = 0; st == ZS_OK && k < z->nb; k++)
         st = gather_one(z, k, chunks, dst);
+    if (tmp) {
+        zs_release(z->stage_buf);
+        zs_release(z->chunk);
+        z->stage_buf = z->chunk = NULL;
+    }
     return st;
 }
 
@@ -539,6 +562,7 @@ void zs_zero_get_memory(const zs_zero *z, zs_zero_memory *m)
         m->params_peak = m->params;
     }
     m->grad_shard = (int64_t)zs_nbytes(z->stage >= 2 ? z->sg : z->fg);
-    m->grad_peak = z->e->peak + (int64_t)(zs_nbytes(z->stage_buf) + zs_nbytes(z->chunk));
+    m->grad_peak = z->e->peak + (z->stage_buf ? (int64_t)zs_nbytes(z->stage_buf) : 0) +
+                   (z->chunk ? (int64_t)zs_nbytes(z->chunk) : 0);
     m->buckets = z->nb;
 }

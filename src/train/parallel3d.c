@@ -17,12 +17,17 @@
  * equal one process's on the same global batch up to the order of the
  * additions.
  *
- * The one-process copy of the model (the trainer's caller's GPT) is kept
- * on every rank: it is the layout of checkpoints (gathered there with
- * zs_tp_unshard within tp and a broadcast from the owning stage) and what
- * validation runs (on world rank 0, its loss broadcast). So a run resumes
- * on any layout. Memory: that copy costs the whole model per rank; a
- * model too large for one rank needs sharded checkpoints (not done).
+ * The caller's one-process GPT is read once, for this rank's shards
+ * (zsi_pgpt_new), and may be freed once zs_trainer_new returns (zs train
+ * gpt and bench/parallel free it): checkpoints are written in the
+ * one-process layout one parameter at a time (par_ckpt.c), so a run
+ * resumes on any layout, and validation runs on the split model. Each
+ * rank still builds that whole GPT once at start, before its part is cut.
+ *
+ * Memory per rank (measured against zs_memory_analyze_stage by
+ * bench/parallel, attributed with ZS_ALLOC_TRACE=1): the part's model
+ * state, each held micro-batch's activations and stage output (or head),
+ * and the backward's working set; the terms are in src/analyze/memory.c.
  */
 #include <math.h>
 #include <stdio.h>
