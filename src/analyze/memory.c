@@ -48,7 +48,9 @@
  *     and the MLP down-projection's input gradient) plus the f32 GEMM's
  *     packed weight block for that gradient, 4 min(h, KC) min(ff/t, NC)
  *     bytes (kernels/cpu/gemm.c: KC 1024, NC 2048); on the last stage at
- *     least e sb V/t (the logits' gradient beside the logits); under 1F1B
+ *     least e sb V/t (the logits' gradient beside the logits) and the
+ *     logits GEMM's packed token table in forward, 4 min(h, KC)
+ *     min(V/t, NC) bytes (beside the new logits, counted); under 1F1B
  *     on stages after the first, e sb h more (the previous micro-batch's
  *     input gradient, still in the pipe's send). Weight gradients add
  *     into the flat gradient in place (no transient).
@@ -237,8 +239,8 @@ zs_status zs_memory_analyze_stage(const zs_model_config *c, const zs_parallel *p
     double ft = (double)c->d_ff / t;
     double pack = 4 * fmin(h, GEMM_KC) * fmin(ft, GEMM_NC);
     double work = layers > 0 ? e * sb * (h + ft) + pack : 0;
-    if (last)
-        work = fmax(work, e * sb * vt);
+    if (last) /* the logits' gradient; in forward, the logits GEMM's packed table */
+        work = fmax(work, fmax(e * sb * vt, 4 * fmin(h, GEMM_KC) * fmin(vt, GEMM_NC)));
     if (!p->gpipe && stage > 0 && zs_parallel_micro_batches(p) > 1)
         work += e * sb * h;
     o->work = work;

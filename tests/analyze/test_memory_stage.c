@@ -11,7 +11,7 @@
  * e sb h, and its working set e sb (h + ff/t) + the GEMM's packed weight
  * block + (1F1B) one pending input gradient e sb h; the last stage's head
  * n e sb (2h + V/t), no outputs term, and a working set of at least the
- * logits' gradient e sb V/t; the first stage has no pending gradient; the
+ * logits' gradient e sb V/t and the logits GEMM's packed table; the first stage has no pending gradient; the
  * total adds them; a bad stage is refused with a message.
  */
 #include "testutil.h"
@@ -45,7 +45,7 @@ static void check(int tp, int pp, int dp, int zero, int m, bool gpipe, int stage
     double head = last ? (double)n * e * sb * (2 * h + vt) : 0;
     double work = e * sb * (h + ff) + 4 * fmin(h, 1024) * fmin(ff, 2048);
     if (last)
-        work = fmax(work, e * sb * vt);
+        work = fmax(work, fmax(e * sb * vt, 4 * fmin(h, 1024) * fmin(vt, 2048)));
     if (!gpipe && !first && m > 1)
         work += e * sb * h;
     double act = (double)layers * (double)n * sm.act_layer + bnd + head;
