@@ -117,7 +117,9 @@ static void run(zs_dtype dt, bool all_ignored)
              "onehot) / count: error %.2e (tol %.0e)", zs_dtype_name(dt),
              all_ignored ? " (all ignored)" : "", gerr, gtol);
     /* strided logits: a transposed view's row_lse */
-    zs_tensor *xt = zs_contiguous(zs_transpose(x4, 0, 1)); /* [C, N] */
+    zs_tensor *x4t = zs_transpose(x4, 0, 1);
+    zs_tensor *xt = zs_contiguous(x4t); /* [C, N] */
+    zs_release(x4t);
     zs_tensor *back = zs_transpose(xt, 0, 1);              /* [N, C], strided */
     zs_tensor *ls = zsi_row_lse(back);
     double serr = 0;
