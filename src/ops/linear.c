@@ -143,13 +143,12 @@ static void mats_release(mat *m, int n)
 
 /* out = epilogue(x w^T) for f32, h (may be NULL) receiving the
  * pre-activation. */
-static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
-                         zs_tensor *b, zs_tensor *r, zs_tensor *out,
-                         zs_tensor *h)
+/* The four operands of a linear as matrices: m[0] x [M, K], m[1] w
+ * [N, K], m[2] the bias [1, N] and m[3] the residual [M, N] (left zero
+ * when NULL). mats_release(m, 4) after, whatever the status. */
+static zs_status mats_init(mat *m, zs_tensor *x, zs_tensor *w, zs_tensor *b, zs_tensor *r,
+                           int64_t M, int64_t N, int64_t K)
 {
-    int64_t K = w->shape[1], N = w->shape[0];
-    int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
-    mat m[4] = {{0}};
     zs_status st = mat_init(&m[0], x, M, K, true);
     if (st == ZS_OK)
         st = mat_init(&m[1], w, N, K, true);
@@ -157,6 +156,17 @@ static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
         st = mat_init(&m[2], b, 1, N, false);
     if (st == ZS_OK && r)
         st = mat_init(&m[3], r, M, N, false);
+    return st;
+}
+
+static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
+                         zs_tensor *b, zs_tensor *r, zs_tensor *out,
+                         zs_tensor *h)
+{
+    int64_t K = w->shape[1], N = w->shape[0];
+    int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
+    mat m[4] = {{0}};
+    zs_status st = mats_init(m, x, w, b, r, M, N, K);
     if (st == ZS_OK) {
         zsk_epilogue ep = {.bias = b ? m[2].p : NULL, .gelu = kind == LIN_GELU,
                            .pre = h ? zs_data(h) : NULL, .ldp = N,
@@ -186,13 +196,7 @@ static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
     if (M == 0 || N == 0)
         return ZS_OK;
     mat m[4] = {{0}};
-    zs_status st = mat_init(&m[0], x, M, K, true);
-    if (st == ZS_OK)
-        st = mat_init(&m[1], w, N, K, true);
-    if (st == ZS_OK && b)
-        st = mat_init(&m[2], b, 1, N, false);
-    if (st == ZS_OK && r)
-        st = mat_init(&m[3], r, M, N, false);
+    zs_status st = mats_init(m, x, w, b, r, M, N, K);
     if (st == ZS_OK) {
         zsk_epilogue ep = {.gelu = kind == LIN_GELU, .ldp = N, .ldr = m[3].ld,
                            .bias16 = b ? m[2].p : NULL,
