@@ -22,7 +22,8 @@ int cmd_sysinfo(int argc, char **argv)
         return flags_exit(p);
     const zs_cpu_features *f = zs_cpu();
     printf("zhisuan %s\n", ZS_VERSION);
-    printf("threads        %d (ZS_NUM_THREADS)\n", zs_num_threads());
+    printf("threads        %d (ZS_NUM_THREADS; %d CPUs usable: affinity, cgroup quota)\n",
+           zs_num_threads(), zs_cpu_count());
     printf("cpu features   avx2=%d fma=%d f16c=%d avx512f=%d avx512bw=%d "
            "avx512vl=%d avx512_bf16=%d avx512vnni=%d (as capped)\n", f->avx2, f->fma, f->f16c,
            f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16, f->avx512vnni);

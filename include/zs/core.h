@@ -420,6 +420,9 @@ typedef void (*zs_range_fn)(void *ctx, int64_t begin, int64_t end);
 void zs_parallel_for(int64_t n, int64_t grain, zs_range_fn fn, void *ctx);
 /* Pool size (ZS_NUM_THREADS, else the number of online CPUs). */
 int zs_num_threads(void);
+/* The CPUs this process may run on: online CPUs cut to the affinity mask
+ * and the cgroup CPU quota (rounded up). The pool's default size. */
+int zs_cpu_count(void);
 /* Resizes the pool (1 = serial). Not to be called from pool tasks, nor
  * while other threads run operators (it waits for the pool, but kernels
  * that read zs_num_threads() mid-call would see two sizes). */

@@ -1,7 +1,8 @@
 /*
  * thread.c - the persistent thread pool behind zs_parallel_for.
  *
- * One pool per process, sized by ZS_NUM_THREADS or the online CPU count.
+ * One pool per process, sized by ZS_NUM_THREADS or zs_cpu_count() (the
+ * online CPUs this process may use: affinity and cgroup quota).
  * A call splits [0, n) into at most one chunk per thread (at least `grain`
  * items each: even static splits suit the memory-bound kernels best) and
  * publishes the job by bumping a generation counter; every thread, the
@@ -36,6 +37,7 @@
  */
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -170,6 +172,49 @@ static void pool_start(int n)
     }
 }
 
+/* CPUs of a cgroup CPU quota, rounded up (v2 cpu.max "QUOTA PERIOD", v1
+ * cfs_quota_us / cfs_period_us); 0: no quota or none readable. */
+static long cgroup_cpus(void)
+{
+    long q = -1, p = 0;
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &q, &p) != 2)
+            q = -1; /* "max PERIOD": no quota */
+        fclose(f);
+    } else {
+        FILE *fq = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
+        FILE *fp = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
+        if (!fq || fscanf(fq, "%ld", &q) != 1 || !fp || fscanf(fp, "%ld", &p) != 1)
+            q = -1;
+        if (fq)
+            fclose(fq);
+        if (fp)
+            fclose(fp);
+    }
+    return q > 0 && p > 0 ? (q + p - 1) / p : 0;
+}
+
+/* The CPUs this process may run on: the online count, cut to its affinity
+ * mask (taskset, a container's cpuset) and its cgroup quota (docker
+ * --cpus). With the online count alone, a 2-CPU container on a 64-core
+ * host ran 64 threads that each took one static chunk: every parallel
+ * region waited for threads the quota had descheduled. */
+int zs_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1 &&
+        CPU_COUNT(&set) < n)
+        n = CPU_COUNT(&set);
+    long q = cgroup_cpus();
+    if (q >= 1 && q < n)
+        n = q;
+#endif
+    return n >= 1 ? (int)n : 1;
+}
+
 static int default_threads(void)
 {
     const char *e = getenv("ZS_NUM_THREADS");
@@ -178,8 +223,7 @@ static int default_threads(void)
         if (n >= 1)
             return n;
     }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n >= 1 ? (int)n : 1;
+    return zs_cpu_count();
 }
 
 static void pool_exit(void)

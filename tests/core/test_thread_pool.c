@@ -14,9 +14,11 @@
  * Before the fix, 10^6 calls here (about 4 s) gave some wrong items on 2
  * busy cores in 5 runs of 5 (10^5 calls: 1 run in 2).
  */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -64,8 +66,31 @@ static int64_t call(int64_t n, int64_t grain)
     return wrong;
 }
 
+/* zs_cpu_count, the pool's default size, follows the affinity mask (a
+ * container's cpuset, taskset): one CPU allowed, one counted. */
+static void test_cpu_count(void)
+{
+    cpu_set_t all, one;
+    ZT_CHECK(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity");
+    int n = zs_cpu_count(), online = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    ZT_CHECK(n >= 1 && n <= online && n <= CPU_COUNT(&all),
+             "zs_cpu_count %d: at least 1, at most the %d online and %d allowed", n, online,
+             CPU_COUNT(&all));
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ZT_CHECK(sched_setaffinity(0, sizeof one, &one) == 0, "sched_setaffinity");
+    ZT_CHECK(zs_cpu_count() == 1, "one CPU in the affinity mask: zs_cpu_count %d",
+             zs_cpu_count());
+    ZT_CHECK(sched_setaffinity(0, sizeof all, &all) == 0, "affinity restored");
+    zt_section("zs_cpu_count follows the affinity mask");
+}
+
 int main(void)
 {
+    test_cpu_count();
     zs_set_num_threads(POOL);
     int nt = zs_num_threads();
     ZT_CHECK(nt == POOL, "a pool of %d threads (got %d)", POOL, nt);
