@@ -77,7 +77,7 @@ void zsi_par_log_end(const zs_trainer *t);
 zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss);
 /* The norm of the whole model's gradient (over tp and pp, each
  * parameter once). Collective. */
-double zsi_par_grad_norm(zs_trainer *t);
+zs_status zsi_par_grad_norm(zs_trainer *t, double *norm);
 /* Validation on the split model (forward only, the loss by the last
  * stage), the same on every rank. Collective. */
 double zsi_par_validate(zs_trainer *t);

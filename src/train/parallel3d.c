@@ -485,7 +485,7 @@ zs_status zsi_par_gradients(zs_trainer *t, int64_t step, double *loss)
     return l ? st : st != ZS_OK ? st : ZS_ERR_NOMEM;
 }
 
-double zsi_par_grad_norm(zs_trainer *t)
+zs_status zsi_par_grad_norm(zs_trainer *t, double *norm)
 {
     zsi_par *p = t->par;
     zs_module *m = t->m;
@@ -507,9 +507,11 @@ double zsi_par_grad_norm(zs_trainer *t)
                      : ZS_ERR_NOMEM;
     if (st == ZS_OK && p->stages > 1)
         st = zs_comm_allreduce(p->grid->pp, s, false, ZS_ALLREDUCE_MPI);
-    double n = st == ZS_OK ? sqrt(zs_item(s)) : NAN;
+    if (st != ZS_OK && grid_broken(p))
+        name_groups(p);
+    *norm = st == ZS_OK ? sqrt(zs_item(s)) : NAN;
     zs_release(s);
-    return n;
+    return st;
 }
 
 

@@ -315,12 +315,20 @@ zs_status zsi_train_update(zs_trainer *t, int64_t step, double *gnorm)
         return st != ZS_OK ? st : su;
     }
     if (t->c.clip > 0) {
-        *gnorm = t->par ? zsi_par_grad_norm(t)
-                 : t->z ? zs_zero_grad_norm(t->z) : zs_grad_norm(1, &t->fp);
+        if (t->par) {
+            /* a failed reduction (a rank timed out) keeps its own message */
+            if ((st = zsi_par_grad_norm(t, gnorm)) != ZS_OK)
+                return st;
+        } else {
+            zs_clear_error(); /* ZeRO's norm says a failed reduction by NaN + message */
+            *gnorm = t->z ? zs_zero_grad_norm(t->z) : zs_grad_norm(1, &t->fp);
+            if (isnan(*gnorm) && t->z && *zs_last_error())
+                return zs_set_error_code(ZS_ERR_IO, "step %lld: gradient norm: %s",
+                                         (long long)step, zs_last_error());
+        }
         if (isnan(*gnorm))
-            return zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is "
-                                     "NaN%s", (long long)step, t->z ? " (or its "
-                                     "reduction failed)" : "");
+            return zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is NaN",
+                                     (long long)step);
         scale = zs_clip_coef(*gnorm, t->c.clip);
     }
     double t1 = zsi_train_now();
