@@ -184,6 +184,29 @@ static void copy_row(const copy_job *j, int64_t row)
         }
         return;
     }
+    /* f16 <-> f32, the casts of --precision fp16: rows through F16C */
+    if (d->dtype == ZS_F16 && s->dtype == ZS_F32) {
+        uint16_t *o = (uint16_t *)dp + doff;
+        const float *x = (const float *)sp + soff;
+        if (ds == 1 && ss == 1) {
+            zsi_f16_narrow(x, o, n);
+            return;
+        }
+        for (int64_t i = 0; i < n; i++)
+            o[i * ds] = zs_f32_to_f16(x[i * ss]);
+        return;
+    }
+    if (d->dtype == ZS_F32 && s->dtype == ZS_F16) {
+        float *o = (float *)dp + doff;
+        const uint16_t *x = (const uint16_t *)sp + soff;
+        if (ds == 1 && ss == 1) {
+            zsi_f16_widen(x, o, n);
+            return;
+        }
+        for (int64_t i = 0; i < n; i++)
+            o[i * ds] = zs_f16_to_f32(x[i * ss]);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         zsi_store(d->dtype, dp, doff + i * ds,
                   zsi_load(s->dtype, sp, soff + i * ss));

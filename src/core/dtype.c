@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/internal.h"
 #include "zs/core.h"
 
 static const struct {
@@ -150,6 +151,54 @@ float zs_f16_to_f32(uint16_t h)
     }
     memcpy(&f, &u, 4);
     return f;
+}
+
+/* Rows of f16 <-> f32: F16C's vcvtph2ps / vcvtps2ph (round to nearest
+ * even, as zs_f32_to_f16) 8 at a time where the CPU has it; the scalar
+ * conversions for the tail and elsewhere. The casts of --precision fp16
+ * (copy.c) and the kernels' widen/narrow (kernels/cpu/lowp.c) run here. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define F16C_FN __attribute__((target("avx,f16c")))
+
+F16C_FN static int64_t widen_f16c(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    return i;
+}
+
+F16C_FN static int64_t narrow_f16c(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    return i;
+}
+#endif
+
+void zsi_f16_widen(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__x86_64__)
+    if (zs_cpu()->f16c)
+        i = widen_f16c(src, dst, n);
+#endif
+    for (; i < n; i++)
+        dst[i] = zs_f16_to_f32(src[i]);
+}
+
+void zsi_f16_narrow(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__x86_64__)
+    if (zs_cpu()->f16c)
+        i = narrow_f16c(src, dst, n);
+#endif
+    for (; i < n; i++)
+        dst[i] = zs_f32_to_f16(src[i]);
 }
 
 uint8_t zs_f32_to_f8e4m3(float x)

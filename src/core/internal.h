@@ -92,6 +92,11 @@ int zsi_norm_dim(const char *op, int dim, int ndim);
 /* "[2, 3]" */
 char *zsi_shape_fmt(int ndim, const int64_t *shape, char *buf, size_t n);
 
+/* n f16 values to f32 and back (dtype.c; F16C where the CPU has it,
+ * rounding to nearest even as zs_f32_to_f16). */
+void zsi_f16_widen(const uint16_t *src, float *dst, int64_t n);
+void zsi_f16_narrow(const float *src, uint16_t *dst, int64_t n);
+
 /* Element access as double for any dtype (slow paths, tests, printing). */
 double zsi_load(zs_dtype dt, const void *base, int64_t i);
 void zsi_store(zs_dtype dt, void *base, int64_t i, double v);

@@ -91,10 +91,59 @@ static void test_random(void)
     zt_section("200000 random floats round to the nearest half (ties to even)");
 }
 
+/* zs_copy_ between f32 and f16 (the casts of --precision fp16): rows
+ * through F16C where the CPU has it, strided views element by element;
+ * both give zs_f32_to_f16's bits and zs_f16_to_f32's values (ctest runs
+ * this again under ZS_CPU_ISA=portable: the scalar rows). */
+static void test_copy_rows(void)
+{
+    enum { R = 7, C = 1003 }; /* odd rows: an 8-lane body and a tail */
+    zs_tensor *x = zs_empty(ZS_F32, ZS_SHAPE(R, C)), *h = zs_empty(ZS_F16, ZS_SHAPE(R, C));
+    zs_tensor *back = zs_empty(ZS_F32, ZS_SHAPE(R, C));
+    float *xs = zs_data(x);
+    uint64_t s = 11;
+    for (int i = 0; i < R * C; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        xs[i] = ldexpf((float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0),
+                       (int)((s >> 3) % 48) - 30); /* subnormal halves to inf */
+    }
+    xs[5] = 65519.0f; /* rounds down to the largest half */
+    xs[6] = 65520.0f; /* a tie up to inf */
+    xs[7] = -INFINITY;
+    int bad = 0;
+    ZT_CHECK(zs_copy_(h, x) == ZS_OK && zs_copy_(back, h) == ZS_OK, "f32 -> f16 -> f32");
+    const uint16_t *hs = zs_data(h);
+    const float *bs = zs_data(back);
+    for (int i = 0; i < R * C && bad < 5; i++)
+        if (hs[i] != zs_f32_to_f16(xs[i]) || memcmp(&bs[i], &(float){zs_f16_to_f32(hs[i])}, 4)) {
+            ZT_CHECK(0, "element %d: %a -> %#x -> %a, want %#x -> %a", i, xs[i], hs[i], bs[i],
+                     zs_f32_to_f16(xs[i]), zs_f16_to_f32(zs_f32_to_f16(xs[i])));
+            bad++;
+        }
+    /* transposed views: the strided loops */
+    zs_tensor *ht = zs_empty(ZS_F16, ZS_SHAPE(C, R)), *bt = zs_empty(ZS_F32, ZS_SHAPE(C, R));
+    zs_tensor *xv = zs_transpose(x, 0, 1), *hv = zs_transpose(h, 0, 1);
+    ZT_CHECK(zs_copy_(ht, xv) == ZS_OK && zs_copy_(bt, hv) == ZS_OK,
+             "strided casts");
+    const uint16_t *hts = zs_data(ht);
+    const float *bts = zs_data(bt);
+    for (int r = 0; r < R && bad < 5; r++)
+        for (int c = 0; c < C && bad < 5; c++)
+            if (hts[c * R + r] != hs[r * C + c] || bts[c * R + r] != bs[r * C + c]) {
+                ZT_CHECK(0, "strided element (%d, %d) differs from the row's", r, c);
+                bad++;
+            }
+    zs_tensor *all[] = {x, h, back, ht, bt, xv, hv};
+    for (int i = 0; i < 7; i++)
+        zs_release(all[i]);
+    zt_section("zs_copy_ f32 <-> f16 rows (7 x 1003) and strided views: the scalar bits");
+}
+
 int main(void)
 {
     test_edges();
     test_all_halves();
     test_random();
+    test_copy_rows();
     return zt_done();
 }
