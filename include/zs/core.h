@@ -423,6 +423,9 @@ int zs_num_threads(void);
 /* The CPUs this process may run on: online CPUs cut to the affinity mask
  * and the cgroup CPU quota (rounded up). The pool's default size. */
 int zs_cpu_count(void);
+/* The cgroup CPU quota in CPUs, rounded up (v2 cpu.max, v1
+ * cpu.cfs_quota_us / cpu.cfs_period_us); 0: no quota, or none readable. */
+int zs_cpu_quota(void);
 /* Resizes the pool (1 = serial). Not to be called from pool tasks, nor
  * while other threads run operators (it waits for the pool, but kernels
  * that read zs_num_threads() mid-call would see two sizes). */

@@ -172,9 +172,7 @@ static void pool_start(int n)
     }
 }
 
-/* CPUs of a cgroup CPU quota, rounded up (v2 cpu.max "QUOTA PERIOD", v1
- * cfs_quota_us / cfs_period_us); 0: no quota or none readable. */
-static long cgroup_cpus(void)
+int zs_cpu_quota(void)
 {
     long q = -1, p = 0;
     FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
@@ -192,29 +190,54 @@ static long cgroup_cpus(void)
         if (fp)
             fclose(fp);
     }
-    return q > 0 && p > 0 ? (q + p - 1) / p : 0;
+    return q > 0 && p > 0 ? (int)((q + p - 1) / p) : 0;
 }
 
 /* The CPUs this process may run on: the online count, cut to its affinity
  * mask (taskset, a container's cpuset) and its cgroup quota (docker
  * --cpus). With the online count alone, a 2-CPU container on a 64-core
- * host ran 64 threads that each took one static chunk: every parallel
- * region waited for threads the quota had descheduled. */
-int zs_cpu_count(void)
+ * host would run 64 threads, each with one static chunk, and every
+ * parallel region would wait for threads the quota has descheduled; and
+ * ranks that mpirun binds to a core each would run a pool per core. */
+/* CPUs in this process's affinity mask (0: unknown). */
+static long affinity_cpus(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
 #if defined(__linux__)
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1 &&
-        CPU_COUNT(&set) < n)
-        n = CPU_COUNT(&set);
-    long q = cgroup_cpus();
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+#endif
+    return 0;
+}
+
+int zs_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN), a = affinity_cpus(), q = zs_cpu_quota();
+    if (a >= 1 && a < n)
+        n = a;
     if (q >= 1 && q < n)
         n = q;
-#endif
     return n >= 1 ? (int)n : 1;
 }
 
+/* Processes of this job on this host, from the MPI launcher's environment
+ * (0: not launched so). */
+static long local_ranks(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
+                          "MV2_COMM_WORLD_LOCAL_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atol(v) > 0)
+            return atol(v);
+    }
+    return 0;
+}
+
+/* ZS_NUM_THREADS, else zs_cpu_count(); ranks that share the host unbound
+ * (mpirun binds none when they outnumber the cores) split its CPUs, as
+ * torchrun's one thread per rank does, so 4 ranks on 2 cores run 4
+ * threads, not 8. */
 static int default_threads(void)
 {
     const char *e = getenv("ZS_NUM_THREADS");
@@ -223,7 +246,10 @@ static int default_threads(void)
         if (n >= 1)
             return n;
     }
-    return zs_cpu_count();
+    long n = zs_cpu_count(), local = local_ranks();
+    if (local > 1 && affinity_cpus() >= sysconf(_SC_NPROCESSORS_ONLN)) /* not bound */
+        n = n / local >= 1 ? n / local : 1;
+    return (int)n;
 }
 
 static void pool_exit(void)

@@ -58,13 +58,16 @@ static long local_ranks(void)
     return 0;
 }
 
-/* The host's online CPUs. Not this process's affinity mask: mpirun binds
+/* The host's online CPUs, cut to the cgroup CPU quota (a container's
+ * share: docker --cpus). Not this process's affinity mask: mpirun binds
  * each of 2 ranks on 2 cores to a core of its own (a mask of one CPU),
  * which is no oversubscription. (A container's cpuset smaller than the
  * online CPUs goes unseen: ZS_COMM_IDLE=polite says it.) */
 static long host_cpus(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = sysconf(_SC_NPROCESSORS_ONLN), q = zs_cpu_quota();
+    if (q >= 1 && q < n)
+        n = q;
     return n > 0 ? n : 1;
 }
 
