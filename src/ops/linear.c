@@ -7,13 +7,14 @@
  * pre-activation h when autograd records) and residual run in the GEMM's
  * epilogue, so the output is written once. Operands whose rows are not
  * unit-stride are copied first; a transposed 2-D x or w is read in place.
- * bf16: the BF16 GEMM accumulates x w^T in f32; its epilogue adds the
- * bf16 bias, applies GeLU and adds the bf16 residual in f32 and writes the
- * bf16 output, rounded once (h, the saved pre-activation, in bf16: half
- * the bytes of f32, as PyTorch's autocast keeps its bf16 linear output). f64 composes matmul, add and gelu (same
+ * bf16 and f16: the 16-bit GEMM accumulates x w^T in f32; its epilogue
+ * adds the 16-bit bias, applies GeLU and adds the 16-bit residual in f32
+ * and writes the 16-bit output, rounded once (h, the saved pre-activation,
+ * in the 16-bit type: half the bytes of f32, as PyTorch's autocast keeps
+ * its 16-bit linear output). f64 composes matmul, add and gelu (same
  * math, used by gradient checks) and copies the result into the output.
- * Each is a descriptor run by zsi_run (ops/op.h): kernels f32, bf16
- * (run_bf16) and f64 on the CPU; h is the kernel's aux result, made only
+ * Each is a descriptor run by zsi_run (ops/op.h): kernels f32, bf16 and
+ * f16 (run_16) and f64 on the CPU; h is the kernel's aux result, made only
  * when a node is recorded; one node with the backward rule below.
  *
  * Backward (g: [..., N]): gh = g gelu'(h) (GeLU; bf16 and f32: one pass,
@@ -179,17 +180,21 @@ static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
     return st;
 }
 
-/* ---- bf16: the BF16 GEMM, an f32 epilogue, one rounding ----------------- */
+/* ---- bf16 and f16: the 16-bit GEMM, an f32 epilogue, one rounding -------- */
 
-/* out (bf16) = epilogue(x w^T): the product accumulates in f32 (BF16
- * GEMM) in the GEMM's per-thread block (no M x N f32 buffer: for the LM
- * head's 2048 x 4096 that was 32 MiB per call); the GEMM's epilogue adds
- * the bf16 bias, stores h (bf16, may be NULL: the pre-activation GeLU's
- * backward reads), applies GeLU, adds the bf16 residual, all in f32, and
- * writes out rounded once, while the block is in cache. */
-static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
-                          zs_tensor *b, zs_tensor *r, zs_tensor *out,
-                          zs_tensor *h)
+/* out (bf16 or f16) = epilogue(x w^T): the product accumulates in f32
+ * (BF16 or F16 GEMM) in the GEMM's per-thread block (no M x N f32 buffer:
+ * for the LM head's 2048 x 4096 that was 32 MiB per call); the GEMM's
+ * epilogue adds the 16-bit bias, stores h (the pre-activation rounded to
+ * out's dtype, may be NULL: the pre-activation GeLU's backward reads),
+ * applies GeLU to that rounded value (as PyTorch's autocast runs gelu on
+ * the 16-bit linear output), adds the 16-bit residual, all in f32, and
+ * writes out rounded once, while the block is in cache. (f16 composed
+ * bias, GeLU and residual from operators over four M x N f32 temporaries
+ * until 2026-11-27.) */
+static zs_status run_16(lin_kind kind, zs_tensor *x, zs_tensor *w,
+                        zs_tensor *b, zs_tensor *r, zs_tensor *out,
+                        zs_tensor *h)
 {
     int64_t K = w->shape[1], N = w->shape[0];
     int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
@@ -198,55 +203,17 @@ static zs_status run_bf16(lin_kind kind, zs_tensor *x, zs_tensor *w,
     mat m[4] = {{0}};
     zs_status st = mats_init(m, x, w, b, r, M, N, K);
     if (st == ZS_OK) {
+        bool f16 = out->dtype == ZS_F16;
         zsk_epilogue ep = {.gelu = kind == LIN_GELU, .ldp = N, .ldr = m[3].ld,
                            .bias16 = b ? m[2].p : NULL,
                            .pre16 = h ? zs_data(h) : NULL,
                            .res16 = r ? m[3].p : NULL,
-                           .out16 = zs_data(out), .ldo = N};
-        zsk_gemm_bf16_ex(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p,
-                         m[0].ld, m[1].p, m[1].ld, 0.0f, NULL, N, &ep);
+                           .out16 = zs_data(out), .ldo = N, .f16 = f16};
+        (f16 ? zsk_gemm_f16_ex : zsk_gemm_bf16_ex)(m[0].trans, !m[1].trans, M, N, K, 1.0f,
+                                                    m[0].p, m[0].ld, m[1].p, m[1].ld, 0.0f,
+                                                    NULL, N, &ep);
     }
     mats_release(m, 4);
-    return st;
-}
-
-/* ---- f16: the F16 GEMM, then the epilogue by operators, one rounding ---- */
-
-/* out (f16) = epilogue(x w^T): the product accumulates in f32 (F16 GEMM);
- * bias, GeLU and residual are applied in f32 by operators; h (f16, may be
- * NULL) receives the pre-activation, which GeLU's backward reads. The
- * bf16 path's fused epilogue (run_bf16) has no f16 form yet. */
-static zs_status run_f16(lin_kind kind, zs_tensor *x, zs_tensor *w,
-                         zs_tensor *b, zs_tensor *r, zs_tensor *out,
-                         zs_tensor *h)
-{
-    int64_t K = w->shape[1], N = w->shape[0];
-    int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
-    mat m[2] = {{0}};
-    zs_tensor *acc = zsi_new_tensor(ZS_F32, out->ndim, out->shape), *v = NULL, *o = NULL;
-    zs_status st = acc ? mat_init(&m[0], x, M, K, true) : ZS_ERR_NOMEM;
-    if (st == ZS_OK)
-        st = mat_init(&m[1], w, N, K, true);
-    if (st == ZS_OK)
-        zsk_gemm_f16(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld, m[1].p,
-                     m[1].ld, 0.0f, zs_data(acc), N);
-    zs_no_grad_push();
-    zs_tensor *b32 = b ? zs_to_dtype(b, ZS_F32) : NULL;
-    zs_tensor *r32 = r ? zs_to_dtype(r, ZS_F32) : NULL;
-    if (st == ZS_OK)
-        v = b ? zs_add(acc, b32) : zs_retain(acc);
-    if (v && h)
-        st = zsi_copy_host(h, v);
-    if (v)
-        o = kind == LIN_GELU ? zs_gelu(v, ZS_GELU_TANH)
-          : kind == LIN_RESIDUAL ? zs_add(v, r32) : zs_retain(v);
-    zs_no_grad_pop();
-    if (st == ZS_OK)
-        st = o ? zsi_copy_host(out, o) : ZS_ERR_NOMEM;
-    zs_tensor *all[] = {acc, v, o, b32, r32};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        zs_release(all[i]);
-    mats_release(m, 2);
     return st;
 }
 
@@ -319,14 +286,14 @@ static zs_status want_h(const zsi_call *c, zs_tensor *out, zs_dtype dt)
     return zsi_aux_new(c, 0, dt, out->ndim, out->shape) ? ZS_OK : ZS_ERR_NOMEM;
 }
 
-/* f32, bf16 and f16 (run_f32, run_bf16, run_f16), with scope tracking
+/* f32, bf16 and f16 (run_f32, run_16), with scope tracking
  * paused. */
 static zs_status cpu_linear(const zsi_call *c, zs_tensor *out)
 {
     zsi_tracking_pause();
     zs_status st = want_h(c, out, out->dtype);
     if (st == ZS_OK)
-        st = (out->dtype == ZS_F32 ? run_f32 : out->dtype == ZS_F16 ? run_f16 : run_bf16)(
+        st = (out->dtype == ZS_F32 ? run_f32 : run_16)(
             kind_of(c), c->in[0], c->in[1], in_b(c), in_r(c), out, c->aux[0]);
     zsi_tracking_resume();
     return st;

@@ -1,6 +1,7 @@
 /*
  * test_gemm_epilogue_bf16.c - the bf16 forms of the GEMM epilogue
- * (zsk_gemm_bf16_ex with bias16, pre16, res16, out16; gemm.h) and the GeLU
+ * (zsk_gemm_bf16_ex with bias16, pre16, res16, out16; gemm.h; the same
+ * cases in IEEE halves through zsk_gemm_f16_ex with ep.f16) and the GeLU
  * backward zsk_gelu_tanh_bw, against float64 references computed from the
  * bf16 values the inputs hold, on every 16-bit GEMM path the CPU has (the
  * vdpbf16ps one, bf16 widened to f32 panels, the portable one via
@@ -34,6 +35,9 @@
 #define SENTINEL 0x7bcdu
 
 static uint64_t rng_state = SEED;
+/* The 16-bit type of the epilogue cases: bf16, or IEEE half (the F16
+ * GEMM, zsk_gemm_f16_ex with ep.f16) when set. */
+static bool F16;
 
 static float urand(void)
 {
@@ -46,11 +50,14 @@ static uint16_t *rand16(int64_t n, float scale)
 {
     uint16_t *p = malloc((size_t)(n + 1) * sizeof *p);
     for (int64_t i = 0; i < n; i++)
-        p[i] = zs_f32_to_bf16(scale * urand());
+        p[i] = F16 ? zs_f32_to_f16(scale * urand()) : zs_f32_to_bf16(scale * urand());
     return p;
 }
 
-static double ld(const uint16_t *p, int64_t i) { return zs_bf16_to_f32(p[i]); }
+static double ld(const uint16_t *p, int64_t i)
+{
+    return F16 ? zs_f16_to_f32(p[i]) : zs_bf16_to_f32(p[i]);
+}
 
 static double gelu_d(double v)
 {
@@ -85,8 +92,9 @@ static double run_case(const epi_case *e)
     zsk_epilogue ep = {.gelu = e->gelu, .ldp = ldo, .ldr = ldr,
                        .bias16 = e->bias ? bias : NULL,
                        .pre16 = e->pre ? pre : NULL,
-                       .res16 = e->res ? res : NULL, .out16 = out, .ldo = ldo};
-    zsk_gemm_bf16_ex(e->ta, e->tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N, &ep);
+                       .res16 = e->res ? res : NULL, .out16 = out, .ldo = ldo, .f16 = F16};
+    (F16 ? zsk_gemm_f16_ex : zsk_gemm_bf16_ex)(e->ta, e->tb, M, N, K, 1.0f, A, lda, B, ldb,
+                                                0.0f, C, N, &ep);
     double worst = 0;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < ldo; j++) {
@@ -319,6 +327,20 @@ int main(void)
     }
     zsk_lowp_force_fallback = zsk_lowp_force_bf16_as_f32 = false;
     zt_section("bf16 epilogues (bias16, gelu + pre16, res16, out16) and rounding");
+    /* the same cases in IEEE halves (a linear layer under --precision
+     * fp16): the F16 GEMM's paths, the bound of one bf16 rounding covering
+     * the half's (2^-11) */
+    F16 = true;
+    for (int p = 0; p < 2; p++) {
+        zsk_lowp_force_fallback = p == 1;
+        char path[96];
+        snprintf(path, sizeof path, "f16: %s", zsk_gemm_desc_for(ZSK_GEMM_F16)->name);
+        zs_set_num_threads(2);
+        test_epilogues(path);
+    }
+    zsk_lowp_force_fallback = false;
+    F16 = false;
+    zt_section("f16 epilogues (zsk_gemm_f16_ex, ep.f16)");
     test_gelu_bw();
     return zt_done();
 }

@@ -897,8 +897,16 @@ void zsk_gemm_f16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                   const uint16_t *B, int64_t ldb, float beta, float *C,
                   int64_t ldc)
 {
+    zsk_gemm_f16_ex(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
+void zsk_gemm_f16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                     float alpha, const uint16_t *A, int64_t lda,
+                     const uint16_t *B, int64_t ldb, float beta, float *C,
+                     int64_t ldc, const zsk_epilogue *ep)
+{
     zsk_gemm_run(zsk_gemm_desc_for(ZSK_GEMM_F16), ta, tb, M, N, K, alpha, A,
-                 lda, B, ldb, beta, C, ldc, NULL);
+                 lda, B, ldb, beta, C, ldc, ep);
 }
 
 void zsk_dgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K,

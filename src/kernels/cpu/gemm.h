@@ -68,6 +68,9 @@ typedef struct zsk_epilogue {
     const uint16_t *res16;
     uint16_t *out16;
     int64_t ldo;
+    /* the 16-bit forms hold IEEE halves (zs_f32_to_f16's rounding), not
+     * bf16: zsk_gemm_f16_ex's callers */
+    bool f16;
 } zsk_epilogue;
 
 /* zsk_sgemm followed by the epilogue ep (NULL: plain zsk_sgemm). */

@@ -152,18 +152,28 @@ AVX512 void zsk_sgemm_epi_avx512(const float *t, int64_t ldt, int64_t m,
     static inline
 #define AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-/* 16 bf16 patterns (mask mk; others 0) widened to f32: exact. */
-TGT16 __m512 ld16(const uint16_t *p, __mmask16 mk)
+/* 16 bf16 patterns (mask mk; others 0) widened to f32: exact; f16:
+ * IEEE halves (vcvtph2ps, exact too). */
+TGT16 __m512 ld16(const uint16_t *p, __mmask16 mk, bool f16)
 {
-    __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, p));
+    __m256i h = _mm256_maskz_loadu_epi16(mk, p);
+    if (f16)
+        return _mm512_cvtph_ps(h);
+    __m512i w = _mm512_cvtepu16_epi32(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
 /* v rounded to bf16 as zs_f32_to_bf16 does (nearest even; NaN: its top
  * half with the quiet bit set), 16 patterns stored under mask mk. Integer
- * arithmetic, not vcvtneps2bf16 (which flushes subnormals). */
-TGT16 void st16(uint16_t *p, __mmask16 mk, __m512 v)
+ * arithmetic, not vcvtneps2bf16 (which flushes subnormals). f16:
+ * vcvtps2ph, nearest even as zs_f32_to_f16 (NaN payloads aside). */
+TGT16 void st16(uint16_t *p, __mmask16 mk, __m512 v, bool f16)
 {
+    if (f16) {
+        _mm256_mask_storeu_epi16(p, mk, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT |
+                                                           _MM_FROUND_NO_EXC));
+        return;
+    }
     __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
     __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
     __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
@@ -178,6 +188,7 @@ AVX512BW static void epi16_avx512(const float *t, int64_t ldt, int64_t m,
                                   const zsk_epilogue *ep)
 {
     __m512 vb = SPLAT(beta);
+    bool f16 = ep->f16;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j += 16) {
             __mmask16 mk = n - j >= 16 ? (__mmask16)0xffff
@@ -189,14 +200,14 @@ AVX512BW static void epi16_avx512(const float *t, int64_t ldt, int64_t m,
             if (ep->bias)
                 r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mk, ep->bias + j));
             if (ep->bias16)
-                r = _mm512_add_ps(r, ld16(ep->bias16 + j, mk));
+                r = _mm512_add_ps(r, ld16(ep->bias16 + j, mk, f16));
             if (ep->gelu) {
                 if (ep->pre)
                     _mm512_mask_storeu_ps(ep->pre + i * ep->ldp + j, mk, r);
-                if (ep->pre16 || ep->out16) { /* GeLU of the bf16 pre-activation */
+                if (ep->pre16 || ep->out16) { /* GeLU of the 16-bit pre-activation */
                     uint16_t h[16];
-                    st16(h, mk, r);
-                    r = ld16(h, mk);
+                    st16(h, mk, r, f16);
+                    r = ld16(h, mk, f16);
                     if (ep->pre16)
                         _mm256_mask_storeu_epi16(ep->pre16 + i * ep->ldp + j, mk,
                                                  _mm256_maskz_loadu_epi16(mk, h));
@@ -206,9 +217,9 @@ AVX512BW static void epi16_avx512(const float *t, int64_t ldt, int64_t m,
             if (ep->res)
                 r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mk, ep->res + i * ep->ldr + j));
             if (ep->res16)
-                r = _mm512_add_ps(r, ld16(ep->res16 + i * ep->ldr + j, mk));
+                r = _mm512_add_ps(r, ld16(ep->res16 + i * ep->ldr + j, mk, f16));
             if (ep->out16)
-                st16(ep->out16 + i * ep->ldo + j, mk, r);
+                st16(ep->out16 + i * ep->ldo + j, mk, r, f16);
             else
                 _mm512_mask_storeu_ps(p, mk, r);
         }
@@ -238,9 +249,9 @@ AVX512BW void zsk_gelu_tanh_bw_avx512(bool bf16, const void *g, const void *h,
         __mmask16 mk = n - k >= 16 ? (__mmask16)0xffff
                                    : (__mmask16)((1u << (n - k)) - 1);
         if (bf16) {
-            __m512 gv = ld16((const uint16_t *)g + k, mk);
-            __m512 d = v_gelu_grad(ld16((const uint16_t *)h + k, mk));
-            st16((uint16_t *)out + k, mk, _mm512_mul_ps(gv, d));
+            __m512 gv = ld16((const uint16_t *)g + k, mk, false);
+            __m512 d = v_gelu_grad(ld16((const uint16_t *)h + k, mk, false));
+            st16((uint16_t *)out + k, mk, _mm512_mul_ps(gv, d), false);
         } else {
             __m512 gv = _mm512_maskz_loadu_ps(mk, (const float *)g + k);
             __m512 d = v_gelu_grad(_mm512_maskz_loadu_ps(mk, (const float *)h + k));

@@ -40,6 +40,12 @@ void zsk_gemm_f16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                   float alpha, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, float *C,
                   int64_t ldc);
+/* zsk_gemm_f16 followed by the epilogue ep, as zsk_gemm_bf16_ex; ep's
+ * 16-bit forms are IEEE halves (set ep->f16). */
+void zsk_gemm_f16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                     float alpha, const uint16_t *A, int64_t lda,
+                     const uint16_t *B, int64_t ldb, float beta, float *C,
+                     int64_t ldc, const zsk_epilogue *ep);
 
 /* Test hook: when set, both GEMMs take the portable C path (packing to f32
  * and a plain-C micro-kernel) whatever the CPU supports. */

@@ -37,7 +37,18 @@ static float gelu_ref(float x)
     return (float)(v / (1.0 + exp(-2.0 * u)));
 }
 
-/* The epilogue with bf16 operands (gemm.h: bias16, pre16, res16, out16). */
+/* The epilogue with 16-bit operands (gemm.h: bias16, pre16, res16,
+ * out16; bf16, or f16 with ep->f16). */
+static float from16(const zsk_epilogue *ep, uint16_t h)
+{
+    return ep->f16 ? zs_f16_to_f32(h) : zs_bf16_to_f32(h);
+}
+
+static uint16_t to16(const zsk_epilogue *ep, float v)
+{
+    return ep->f16 ? zs_f32_to_f16(v) : zs_f32_to_bf16(v);
+}
+
 static void epi16_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
                       float *c, int64_t ldc, float beta,
                       const zsk_epilogue *ep)
@@ -50,13 +61,13 @@ static void epi16_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
             if (ep->bias)
                 v += ep->bias[j];
             if (ep->bias16)
-                v += zs_bf16_to_f32(ep->bias16[j]);
+                v += from16(ep, ep->bias16[j]);
             if (ep->gelu) {
                 if (ep->pre)
                     ep->pre[i * ep->ldp + j] = v;
-                if (ep->pre16 || ep->out16) { /* GeLU of the bf16 pre-activation */
-                    uint16_t h = zs_f32_to_bf16(v);
-                    v = zs_bf16_to_f32(h);
+                if (ep->pre16 || ep->out16) { /* GeLU of the 16-bit pre-activation */
+                    uint16_t h = to16(ep, v);
+                    v = from16(ep, h);
                     if (ep->pre16)
                         ep->pre16[i * ep->ldp + j] = h;
                 }
@@ -65,9 +76,9 @@ static void epi16_ref(const float *t, int64_t ldt, int64_t m, int64_t n,
             if (ep->res)
                 v += ep->res[i * ep->ldr + j];
             if (ep->res16)
-                v += zs_bf16_to_f32(ep->res16[i * ep->ldr + j]);
+                v += from16(ep, ep->res16[i * ep->ldr + j]);
             if (ep->out16)
-                ep->out16[i * ep->ldo + j] = zs_f32_to_bf16(v);
+                ep->out16[i * ep->ldo + j] = to16(ep, v);
             else
                 c[i * ldc + j] = v;
         }
