@@ -426,6 +426,9 @@ int zs_cpu_count(void);
 /* The cgroup CPU quota in CPUs, rounded up (v2 cpu.max, v1
  * cpu.cfs_quota_us / cpu.cfs_period_us); 0: no quota, or none readable. */
 int zs_cpu_quota(void);
+/* Processes of this MPI job on this host, from the launcher's environment
+ * (OpenMPI, MPICH, PMI, MVAPICH); 0: not started by such a launcher. */
+int zs_local_ranks(void);
 /* Resizes the pool (1 = serial). Not to be called from pool tasks, nor
  * while other threads run operators (it waits for the pool, but kernels
  * that read zs_num_threads() mid-call would see two sizes). */

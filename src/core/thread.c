@@ -220,16 +220,14 @@ int zs_cpu_count(void)
     return n >= 1 ? (int)n : 1;
 }
 
-/* Processes of this job on this host, from the MPI launcher's environment
- * (0: not launched so). */
-static long local_ranks(void)
+int zs_local_ranks(void)
 {
     const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
                           "MV2_COMM_WORLD_LOCAL_SIZE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *v = getenv(vars[i]);
         if (v && atol(v) > 0)
-            return atol(v);
+            return (int)atol(v);
     }
     return 0;
 }
@@ -246,7 +244,7 @@ static int default_threads(void)
         if (n >= 1)
             return n;
     }
-    long n = zs_cpu_count(), local = local_ranks();
+    long n = zs_cpu_count(), local = zs_local_ranks();
     if (local > 1 && affinity_cpus() >= sysconf(_SC_NPROCESSORS_ONLN)) /* not bound */
         n = n / local >= 1 ? n / local : 1;
     return (int)n;

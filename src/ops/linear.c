@@ -14,7 +14,7 @@
  * its 16-bit linear output). f64 composes matmul, add and gelu (same
  * math, used by gradient checks) and copies the result into the output.
  * Each is a descriptor run by zsi_run (ops/op.h): kernels f32, bf16 and
- * f16 (run_16) and f64 on the CPU; h is the kernel's aux result, made only
+ * f16 (run_gemm) and f64 on the CPU; h is the kernel's aux result, made only
  * when a node is recorded; one node with the backward rule below.
  *
  * Backward (g: [..., N]): gh = g gelu'(h) (GeLU; bf16 and f32: one pass,
@@ -160,41 +160,20 @@ static zs_status mats_init(mat *m, zs_tensor *x, zs_tensor *w, zs_tensor *b, zs_
     return st;
 }
 
-static zs_status run_f32(lin_kind kind, zs_tensor *x, zs_tensor *w,
-                         zs_tensor *b, zs_tensor *r, zs_tensor *out,
-                         zs_tensor *h)
-{
-    int64_t K = w->shape[1], N = w->shape[0];
-    int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
-    mat m[4] = {{0}};
-    zs_status st = mats_init(m, x, w, b, r, M, N, K);
-    if (st == ZS_OK) {
-        zsk_epilogue ep = {.bias = b ? m[2].p : NULL, .gelu = kind == LIN_GELU,
-                           .pre = h ? zs_data(h) : NULL, .ldp = N,
-                           .res = r ? m[3].p : NULL, .ldr = m[3].ld};
-        /* op(B) = w^T: w's rows (length K) read transposed */
-        zsk_sgemm_ex(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld,
-                     m[1].p, m[1].ld, 0.0f, zs_data(out), N, &ep);
-    }
-    mats_release(m, 4);
-    return st;
-}
-
-/* ---- bf16 and f16: the 16-bit GEMM, an f32 epilogue, one rounding -------- */
-
-/* out (bf16 or f16) = epilogue(x w^T): the product accumulates in f32
- * (BF16 or F16 GEMM) in the GEMM's per-thread block (no M x N f32 buffer:
- * for the LM head's 2048 x 4096 that was 32 MiB per call); the GEMM's
- * epilogue adds the 16-bit bias, stores h (the pre-activation rounded to
- * out's dtype, may be NULL: the pre-activation GeLU's backward reads),
+/* out = epilogue(x w^T) by one GEMM call for f32, bf16 and f16.
+ * f32: zsk_sgemm_ex writes out, storing h (the f32 pre-activation) when
+ * given. bf16 and f16: the 16-bit GEMM accumulates in f32 in its
+ * per-thread block (no M x N f32 buffer: for the LM head's 2048 x 4096
+ * that was 32 MiB per call); the epilogue adds the 16-bit bias, stores h
+ * (the pre-activation rounded to out's dtype: GeLU's backward reads it),
  * applies GeLU to that rounded value (as PyTorch's autocast runs gelu on
  * the 16-bit linear output), adds the 16-bit residual, all in f32, and
  * writes out rounded once, while the block is in cache. (f16 composed
  * bias, GeLU and residual from operators over four M x N f32 temporaries
- * until 2026-11-27.) */
-static zs_status run_16(lin_kind kind, zs_tensor *x, zs_tensor *w,
-                        zs_tensor *b, zs_tensor *r, zs_tensor *out,
-                        zs_tensor *h)
+ * until 2026-11-27.) op(B) = w^T: w's rows (length K) read transposed. */
+static zs_status run_gemm(lin_kind kind, zs_tensor *x, zs_tensor *w,
+                          zs_tensor *b, zs_tensor *r, zs_tensor *out,
+                          zs_tensor *h)
 {
     int64_t K = w->shape[1], N = w->shape[0];
     int64_t M = zsi_shape_numel(x->ndim - 1, x->shape);
@@ -202,19 +181,26 @@ static zs_status run_16(lin_kind kind, zs_tensor *x, zs_tensor *w,
         return ZS_OK;
     mat m[4] = {{0}};
     zs_status st = mats_init(m, x, w, b, r, M, N, K);
-    if (st == ZS_OK) {
-        bool f16 = out->dtype == ZS_F16;
-        zsk_epilogue ep = {.gelu = kind == LIN_GELU, .ldp = N, .ldr = m[3].ld,
-                           .bias16 = b ? m[2].p : NULL,
-                           .pre16 = h ? zs_data(h) : NULL,
-                           .res16 = r ? m[3].p : NULL,
-                           .out16 = zs_data(out), .ldo = N, .f16 = f16};
-        (f16 ? zsk_gemm_f16_ex : zsk_gemm_bf16_ex)(m[0].trans, !m[1].trans, M, N, K, 1.0f,
-                                                    m[0].p, m[0].ld, m[1].p, m[1].ld, 0.0f,
-                                                    NULL, N, &ep);
+    if (st != ZS_OK) {
+        mats_release(m, 4);
+        return st;
+    }
+    zsk_epilogue ep = {.gelu = kind == LIN_GELU, .ldp = N, .ldr = m[3].ld};
+    const void *bp = b ? m[2].p : NULL, *rp = r ? m[3].p : NULL;
+    void *hp = h ? zs_data(h) : NULL;
+    if (out->dtype == ZS_F32) {
+        ep.bias = bp, ep.pre = hp, ep.res = rp;
+        zsk_sgemm_ex(m[0].trans, !m[1].trans, M, N, K, 1.0f, m[0].p, m[0].ld, m[1].p,
+                     m[1].ld, 0.0f, zs_data(out), N, &ep);
+    } else {
+        ep.bias16 = bp, ep.pre16 = hp, ep.res16 = rp;
+        ep.out16 = zs_data(out), ep.ldo = N, ep.f16 = out->dtype == ZS_F16;
+        (ep.f16 ? zsk_gemm_f16_ex : zsk_gemm_bf16_ex)(m[0].trans, !m[1].trans, M, N, K,
+                                                       1.0f, m[0].p, m[0].ld, m[1].p,
+                                                       m[1].ld, 0.0f, NULL, N, &ep);
     }
     mats_release(m, 4);
-    return st;
+    return ZS_OK;
 }
 
 /* ---- f64: composed from operators --------------------------------------- */
@@ -286,14 +272,14 @@ static zs_status want_h(const zsi_call *c, zs_tensor *out, zs_dtype dt)
     return zsi_aux_new(c, 0, dt, out->ndim, out->shape) ? ZS_OK : ZS_ERR_NOMEM;
 }
 
-/* f32, bf16 and f16 (run_f32, run_16), with scope tracking
+/* f32, bf16 and f16 (run_gemm), with scope tracking
  * paused. */
 static zs_status cpu_linear(const zsi_call *c, zs_tensor *out)
 {
     zsi_tracking_pause();
     zs_status st = want_h(c, out, out->dtype);
     if (st == ZS_OK)
-        st = (out->dtype == ZS_F32 ? run_f32 : run_16)(
+        st = run_gemm(
             kind_of(c), c->in[0], c->in[1], in_b(c), in_r(c), out, c->aux[0]);
     zsi_tracking_resume();
     return st;

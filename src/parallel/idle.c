@@ -44,20 +44,6 @@
 #define FIRST_NAP_S 10e-6
 #define MAX_NAP_S 200e-6
 
-/* Ranks of this job on this host, from the launcher's environment (0:
- * unknown). */
-static long local_ranks(void)
-{
-    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                          "PMI_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atol(v) > 0)
-            return atol(v);
-    }
-    return 0;
-}
-
 /* The host's online CPUs, cut to the cgroup CPU quota (a container's
  * share: docker --cpus). Not this process's affinity mask: mpirun binds
  * each of 2 ranks on 2 cores to a core of its own (a mask of one CPU),
@@ -90,7 +76,7 @@ bool zsi_idle_detect(void)
         return true;
     if (env_true("OMPI_MCA_mpi_yield_when_idle"))
         return true;
-    long ranks = local_ranks();
+    long ranks = zs_local_ranks();
     return ranks > host_cpus();
 }
 

@@ -88,9 +88,30 @@ static void test_cpu_count(void)
     zt_section("zs_cpu_count follows the affinity mask");
 }
 
+/* The pool's default size (read once, at the first pool call: this runs
+ * before any) as the second of two unbound ranks of an OpenMPI job on
+ * this host: half the CPUs, at least 1; bound ranks (a mask smaller than
+ * the online CPUs) keep their mask's count. */
+static void test_default_split(void)
+{
+    unsetenv("ZS_NUM_THREADS");
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    cpu_set_t all;
+    sched_getaffinity(0, sizeof all, &all);
+    int n = zs_cpu_count(), want = n;
+    if (CPU_COUNT(&all) >= sysconf(_SC_NPROCESSORS_ONLN))
+        want = n / 2 >= 1 ? n / 2 : 1;
+    ZT_CHECK(zs_local_ranks() == 2, "zs_local_ranks reads the launcher: %d", zs_local_ranks());
+    ZT_CHECK(zs_num_threads() == want, "2 local ranks, %d usable CPUs: %d threads by "
+             "default (want %d)", n, zs_num_threads(), want);
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    zt_section("unbound ranks of one host split its CPUs");
+}
+
 int main(void)
 {
     test_cpu_count();
+    test_default_split();
     zs_set_num_threads(POOL);
     int nt = zs_num_threads();
     ZT_CHECK(nt == POOL, "a pool of %d threads (got %d)", POOL, nt);
