@@ -3,14 +3,20 @@
  * AVX-512 / AVX2 / scalar code without -march=native at build time, and
  * the ISA cap: ZS_CPU_ISA=portable|avx2|avx512 clears the features above
  * it in what zs_cpu() reports, so one AVX-512 machine runs and tests the
- * paths of the machines that stop at AVX2 or at none.
+ * paths of the machines that stop at AVX2 or at none; and how many CPUs
+ * this process may use (zs_cpu_count: affinity mask, cgroup quota) and how
+ * many ranks of its MPI job share the host (zs_local_ranks), which size the
+ * thread pool and the comm's waits.
  */
 #include <cpuid.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/internal.h"
 #include "zs/core.h"
 
 static zs_cpu_features hw, feats; /* the hardware's; capped */
@@ -94,4 +100,65 @@ const char *zs_cpu_isa(void)
 {
     pthread_once(&once, detect);
     return isa;
+}
+
+/* ---- CPUs this process may use ------------------------------------------ */
+
+int zs_cpu_quota(void)
+{
+    long q = -1, p = 0;
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &q, &p) != 2)
+            q = -1; /* "max PERIOD": no quota */
+        fclose(f);
+    } else {
+        FILE *fq = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
+        FILE *fp = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
+        if (!fq || fscanf(fq, "%ld", &q) != 1 || !fp || fscanf(fp, "%ld", &p) != 1)
+            q = -1;
+        if (fq)
+            fclose(fq);
+        if (fp)
+            fclose(fp);
+    }
+    return q > 0 && p > 0 ? (int)((q + p - 1) / p) : 0;
+}
+
+long zsi_affinity_cpus(void)
+{
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+#endif
+    return 0;
+}
+
+/* The online count, cut to the affinity mask (taskset, a container's
+ * cpuset) and the cgroup quota (docker --cpus). With the online count
+ * alone, a 2-CPU container on a 64-core host would size the thread pool at
+ * 64 threads, each with one static chunk, and every parallel region would
+ * wait for threads the quota has descheduled; and ranks that mpirun binds
+ * to a core each would run a pool per core. */
+int zs_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN), a = zsi_affinity_cpus(), q = zs_cpu_quota();
+    if (a >= 1 && a < n)
+        n = a;
+    if (q >= 1 && q < n)
+        n = q;
+    return n >= 1 ? (int)n : 1;
+}
+
+int zs_local_ranks(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
+                          "MV2_COMM_WORLD_LOCAL_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atol(v) > 0)
+            return (int)atol(v);
+    }
+    return 0;
 }

@@ -92,6 +92,9 @@ int zsi_norm_dim(const char *op, int dim, int ndim);
 /* "[2, 3]" */
 char *zsi_shape_fmt(int ndim, const int64_t *shape, char *buf, size_t n);
 
+/* CPUs in this process's affinity mask (0: unknown; cpu.c). */
+long zsi_affinity_cpus(void);
+
 /* n f16 values to f32 and back (dtype.c; F16C where the CPU has it,
  * rounding to nearest even as zs_f32_to_f16). */
 void zsi_f16_widen(const uint16_t *src, float *dst, int64_t n);

@@ -37,12 +37,12 @@
  */
 #include <pthread.h>
 #include <sched.h>
-#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/internal.h"
 #include "zs/core.h"
 
 #define SPIN_ITERS 20000
@@ -172,66 +172,6 @@ static void pool_start(int n)
     }
 }
 
-int zs_cpu_quota(void)
-{
-    long q = -1, p = 0;
-    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
-    if (f) {
-        if (fscanf(f, "%ld %ld", &q, &p) != 2)
-            q = -1; /* "max PERIOD": no quota */
-        fclose(f);
-    } else {
-        FILE *fq = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
-        FILE *fp = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
-        if (!fq || fscanf(fq, "%ld", &q) != 1 || !fp || fscanf(fp, "%ld", &p) != 1)
-            q = -1;
-        if (fq)
-            fclose(fq);
-        if (fp)
-            fclose(fp);
-    }
-    return q > 0 && p > 0 ? (int)((q + p - 1) / p) : 0;
-}
-
-/* The CPUs this process may run on: the online count, cut to its affinity
- * mask (taskset, a container's cpuset) and its cgroup quota (docker
- * --cpus). With the online count alone, a 2-CPU container on a 64-core
- * host would run 64 threads, each with one static chunk, and every
- * parallel region would wait for threads the quota has descheduled; and
- * ranks that mpirun binds to a core each would run a pool per core. */
-/* CPUs in this process's affinity mask (0: unknown). */
-static long affinity_cpus(void)
-{
-#if defined(__linux__)
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        return CPU_COUNT(&set);
-#endif
-    return 0;
-}
-
-int zs_cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN), a = affinity_cpus(), q = zs_cpu_quota();
-    if (a >= 1 && a < n)
-        n = a;
-    if (q >= 1 && q < n)
-        n = q;
-    return n >= 1 ? (int)n : 1;
-}
-
-int zs_local_ranks(void)
-{
-    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
-                          "MV2_COMM_WORLD_LOCAL_SIZE"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atol(v) > 0)
-            return (int)atol(v);
-    }
-    return 0;
-}
-
 /* ZS_NUM_THREADS, else zs_cpu_count(); ranks that share the host unbound
  * (mpirun binds none when they outnumber the cores) split its CPUs, as
  * torchrun's one thread per rank does, so 4 ranks on 2 cores run 4
@@ -245,7 +185,7 @@ static int default_threads(void)
             return n;
     }
     long n = zs_cpu_count(), local = zs_local_ranks();
-    if (local > 1 && affinity_cpus() >= sysconf(_SC_NPROCESSORS_ONLN)) /* not bound */
+    if (local > 1 && zsi_affinity_cpus() >= sysconf(_SC_NPROCESSORS_ONLN)) /* not bound */
         n = n / local >= 1 ? n / local : 1;
     return (int)n;
 }
