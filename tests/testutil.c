@@ -168,3 +168,17 @@ zs_module *zt_tiny_gpt(zs_gpt_arch arch, int64_t vocab, int64_t ctx, uint64_t se
         zs_names_free(n, p, names);
     return m;
 }
+
+zs_status zt_token_batch(int64_t index, int rows, zs_tensor **x, zs_tensor **y)
+{
+    int64_t ids[4 * 13];
+    rows = rows < 1 ? 1 : rows > 4 ? 4 : rows;
+    for (int r = 0; r < rows; r++)
+        for (int t = 0; t < 13; t++)
+            ids[r * 13 + t] = (3 * index + 5 * r + 7 * t + r * t) % 61;
+    zs_tensor *all = zs_from_data(ZS_I64, ZS_SHAPE(rows, 13), ids);
+    *x = zs_contiguous(zs_narrow(all, 1, 0, 12));
+    *y = zs_contiguous(zs_narrow(all, 1, 1, 12));
+    zs_release(all);
+    return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
+}

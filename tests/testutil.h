@@ -40,6 +40,10 @@ int zt_dist_done(void);
 
 /* Uniform [-1, 1) tensor of dtype dt. */
 zs_tensor *zt_rand(zs_dtype dt, int ndim, const int64_t *shape, uint64_t seed);
+/* A GPT batch for the graph tests: rows (<= 4) rows of 12 tokens from a
+ * vocabulary of 61 as *x and the next 12 as *y, a function of index only.
+ * Returns ZS_ERR_NOMEM when a tensor could not be made. */
+zs_status zt_token_batch(int64_t index, int rows, zs_tensor **x, zs_tensor **y);
 /* Same values as zt_rand but stored as a non-contiguous view (every other
  * element of a twice-as-wide buffer, then transposed back and forth). */
 zs_tensor *zt_rand_strided(zs_dtype dt, int ndim, const int64_t *shape,

@@ -64,15 +64,7 @@ static int count_op(const zs_graph *g, const char *op)
 static zs_status tok_batch(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
 {
     int64_t rows = ctx ? *(const int64_t *)ctx : 0; /* last-batch rows, or 0 */
-    int64_t R = rows && index == STEPS - 1 ? rows : 4, ids[4 * 13];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < 13; t++)
-            ids[r * 13 + t] = (3 * index + 5 * r + 7 * t + r * t) % 61;
-    zs_tensor *all = zs_from_data(ZS_I64, ZS_SHAPE(R, 13), ids);
-    *x = zs_contiguous(zs_narrow(all, 1, 0, 12));
-    *y = zs_contiguous(zs_narrow(all, 1, 1, 12));
-    zs_release(all);
-    return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
+    return zt_token_batch(index, rows && index == STEPS - 1 ? (int)rows : 4, x, y);
 }
 
 /* Images [6, 1, 28, 28] and labels in [0, 10), index-dependent. */
