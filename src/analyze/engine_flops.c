@@ -36,13 +36,15 @@
  *     attention_backward 2.5 x forward (recomputed q.k, then dv, dp, dq, dk)
  *     add                gradient accumulation where a tensor has two
  *                        consumers: the residual stream twice per layer
- *                        (NC each) and the three narrow() views of the
- *                        fused QKV output, each zero-padded to [3, B, n,
- *                        T, d] by slice backward and summed (2 x 3NC)
+ *                        (NC each); the three narrow() views of the fused
+ *                        QKV output add their gradients into their slots
+ *                        of one buffer in place (axpy_, no FLOPs counted;
+ *                        a captured graph's slices pass does the same)
  *     embedding_backward scatter-add of the token gradients, NC
  * Views, copies and the embedding gather count no FLOPs and are not
  * listed. Real work the engine does not count: the
- * leaf accumulation of the tied wte's two gradients (zs_axpy_, VC adds).
+ * leaf accumulation of the tied wte's two gradients (zs_axpy_, VC adds)
+ * and the k and v gradients' in-place adds into the QKV buffer (2NC).
  *
  * Textbook relation. The GEMMs alone are 72NLC^2 + 6NCV = 6 x (12LC^2 +
  * VC) x N, i.e. the 6N rule with N the matmul weights (Kaplan et al.);
@@ -151,7 +153,7 @@ static void backward(zs_engine_flops *o, const zs_model_config *c, double N,
     bwd(o, "linear_gelu_backward", L, l * 38.0 * NF);
     bwd(o, "sum", 4 * L + pos, l * (5.0 * NC + NF) + (double)pos * NC);
     bwd(o, "attention_backward", L, l * 2.5 * attn);
-    bwd(o, "add", 4 * L, l * (2.0 * NC + 2.0 * 3.0 * NC));
+    bwd(o, "add", 2 * L, l * 2.0 * NC);
     bwd(o, "embedding_backward", 1, NC);
 }
 

@@ -329,22 +329,37 @@ static bool meta_matches(const zsi_meta *m, const zs_tensor *g)
     return true;
 }
 
+/* The sum so far of node m's gradient when the engine holds it alone (no
+ * other reference to the tensor or its memory: a rule's result that is
+ * also another input's gradient, as add's, is left alone), else NULL. */
+static zs_tensor *sole_gout(const zsi_node *m)
+{
+    zs_tensor *g = m->gout;
+    return g && zsi_ref_get(&g->refcount) == 1 && g->storage &&
+                   zsi_ref_get(&g->storage->refcount) == 1 ? g : NULL;
+}
+
 /* The in-place gradient destinations a rule may use (zsi_grad_acc): for
  * each leaf input (at most 8 inputs) whose .grad exists, is contiguous
  * and has the input's dtype, shape and device, that .grad (a captured
- * graph records the in-place node, as it records accumulate_leaf's axpy).
- * Adding there is what accumulate_leaf's axpy would do, without the
+ * graph records the in-place node, as it records accumulate_leaf's axpy);
+ * with zsi_op.acc_nodes, outside graph capture, also a non-leaf input's
+ * gradient summed so far (sole_gout; a capture records the rules' plain
+ * form, which graph passes rewrite: the slices pass for slices). Adding there is what
+ * accumulate_leaf's axpy or accumulate_node's add would do, without the
  * gradient's own buffer. True when one is offered. */
 static bool offer_acc(const zsi_node *n, zs_tensor **acc)
 {
-    bool any = false;
+    bool any = false, nodes = n->c.op->acc_nodes && !zsi_capture;
     if (n->c.nin > 8)
         return false;
     for (int i = 0; i < n->c.nin; i++) {
         zs_tensor *leaf = n->in_node[i] ? NULL : n->in_leaf[i];
-        zs_tensor *g = leaf ? leaf->grad : NULL;
+        zs_tensor *g = leaf ? leaf->grad
+                     : nodes && n->in_node[i] ? sole_gout(n->in_node[i]) : NULL;
         if (g && zsi_needs_grad(&n->c, i) && zs_is_contiguous(g) &&
-            g->dtype == n->c.in_meta[i].dtype && g->device == leaf->device &&
+            g->dtype == n->c.in_meta[i].dtype &&
+            (!leaf || g->device == leaf->device) &&
             meta_matches(&n->c.in_meta[i], g)) {
             acc[i] = g;
             any = true;

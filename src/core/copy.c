@@ -92,8 +92,15 @@ double zs_item(const zs_tensor *t) { return zs_get(t, 0); }
 typedef struct copy_job {
     zs_tensor *dst;
     const zs_tensor *src;
-    int64_t inner; /* size of the last dim (1 for 0-d) */
+    int64_t inner; /* size of the last dim (1 for 0-d); flat: of a chunk */
+    int64_t numel; /* flat: both contiguous, rows are chunks of numel */
+    bool flat;
 } copy_job;
+
+/* Elements per row of a flat copy: both sides contiguous (the flat f32
+ * weights converted to bf16 once per step, one dim of 12 M elements, ran
+ * on one thread as one row). */
+#define FLAT_CHUNK 32768
 
 /* zs_f32_to_bf16 inlined (nearest even; NaN: its top half, quiet), the
  * same bits. */
@@ -110,12 +117,17 @@ static void copy_row(const copy_job *j, int64_t row)
     const zs_tensor *d = j->dst, *s = j->src;
     int64_t n = j->inner;
     int64_t doff = d->offset, soff = s->offset;
-    if (d->ndim > 0) {
+    int64_t ds = d->ndim ? d->strides[d->ndim - 1] : 1;
+    int64_t ss = s->ndim ? s->strides[s->ndim - 1] : 1;
+    if (j->flat) {
+        doff += row * n;
+        soff += row * n;
+        n = j->numel - row * n < n ? j->numel - row * n : n;
+        ds = ss = 1;
+    } else if (d->ndim > 0) {
         doff += flat_offset(d, row * n);
         soff += flat_offset(s, row * n);
     }
-    int64_t ds = d->ndim ? d->strides[d->ndim - 1] : 1;
-    int64_t ss = s->ndim ? s->strides[s->ndim - 1] : 1;
     size_t es = zs_dtype_size(d->dtype);
     char *dp = (char *)d->storage->data;
     const char *sp = (const char *)s->storage->data;
@@ -337,8 +349,12 @@ zs_status zsi_copy_host(zs_tensor *dst, const zs_tensor *src)
     }
     if (try_transpose_copy(dst, src))
         return ZS_OK;
-    copy_job j = {dst, src, dst->ndim ? dst->shape[dst->ndim - 1] : 1};
-    int64_t rows = numel / j.inner;
+    copy_job j = {dst, src, dst->ndim ? dst->shape[dst->ndim - 1] : 1, numel, false};
+    if (zs_is_contiguous(dst) && zs_is_contiguous(src)) {
+        j.flat = true;
+        j.inner = FLAT_CHUNK;
+    }
+    int64_t rows = (numel + j.inner - 1) / j.inner;
     zs_parallel_for(rows, 1 + 16384 / (j.inner + 1), copy_rows, &j);
     return ZS_OK;
 }

@@ -340,7 +340,11 @@ zs_status zs_graph_replay(zs_graph *g)
     double t0 = g->profile ? zsi_graph_now() : 0;
     for (int i = 0; i < g->n && st == ZS_OK; i++) {
         zsi_gnode *n = g->nodes[i];
-        if ((st = g->profile ? zsi_gnode_exec_timed(n) : zsi_gnode_exec(n)) != ZS_OK)
+        /* the peak report's attribution: the kernels' scratch by node */
+        zs_alloc_tag_push(n->label ? n->label : n->call.def->op.name);
+        st = g->profile ? zsi_gnode_exec_timed(n) : zsi_gnode_exec(n);
+        zs_alloc_tag_pop();
+        if (st != ZS_OK)
             st = zs_set_error_code(st, "graph replay: node %d (%s) failed: %s", i,
                                    n->label ? n->label : n->call.def->op.name,
                                    zs_last_error());

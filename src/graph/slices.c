@@ -2,7 +2,9 @@
  * slices.c - the slice-gradient pass (zs_graph_fuse_slices, zs/graph.h).
  *
  * The backward of k slices of one tensor (GPT's q, k, v: narrow(permute(
- * reshape(qkv)))) is, as eager runs it: k slice_backward nodes, each
+ * reshape(qkv)))) is, as a capture records it (eager adds each slice's
+ * gradient into the sum so far in place, ops/views.c, which a capture
+ * does not offer, autograd/engine.c): k slice_backward nodes, each
  * zero-filling a buffer of the whole tensor's size and copying its
  * gradient into its slot; k - 1 adds summing those buffers; and, when the
  * sliced tensor was a permuted view of a contiguous one, a copy making
@@ -17,12 +19,14 @@
  * its slot of the copy's result: 18.9 MB per layer. Bits: at each position
  * the adds computed g + 0 (+ 0) with one nonzero term g, which is g except
  * that -0 becomes +0; the node writes g + 0.0f, the same bits; positions no
- * slice covers get +0, as 0 + 0.
+ * slice covers get +0, as 0 + 0. bf16 and f16 (the adds computed in f32
+ * and rounded): the result zeroed, then 0 + g by zsk_axpy, the same bits.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph/internal.h"
+#include "kernels/cpu/kernels.h"
 
 #define MAXK 8
 
@@ -79,8 +83,21 @@ static void gather_rows(void *ctx, int64_t b, int64_t e)
 static zs_status gather_run(zsi_gnode *n)
 {
     gather *G = n->impl;
-    if (!G->covered)
+    zs_dtype dt = G->out->dtype;
+    if (!G->covered || dt != ZS_F32)
         memset(zs_data(G->out), 0, zs_nbytes(G->out));
+    if (dt != ZS_F32) { /* 16-bit: 0 + g in f32, rounded (axpy), as the adds */
+        for (int i = 0; i < G->k; i++) {
+            const slot *sl = &G->s[i];
+            const zs_tensor *g = sl->g;
+            zsk_iter it;
+            zsk_iter_init(&it, g->ndim, g->shape, 2,
+                          (const int64_t *[]){sl->dst, g->strides});
+            zsk_axpy(dt, &it, (uint16_t *)zs_data(G->out) + sl->off, 1.0,
+                     (const uint16_t *)g->storage->data + g->offset);
+        }
+        return ZS_OK;
+    }
     for (int i = 0; i < G->k; i++) {
         const zs_tensor *g = G->s[i].g;
         int64_t inner = g->ndim ? g->shape[g->ndim - 1] : 1;
@@ -128,11 +145,17 @@ static bool is(const zsi_gnode *n, const zsi_opdef *d)
     return !n->run && n->call.def == d;
 }
 
-/* t covers its whole storage, contiguous, f32, offset 0. */
+/* The dtypes the gather writes: f32, bf16, f16. */
+static bool gather_dtype(zs_dtype dt)
+{
+    return dt == ZS_F32 || dt == ZS_BF16 || dt == ZS_F16;
+}
+
+/* t covers its whole storage, contiguous, of a gather dtype, offset 0. */
 static bool whole(const zs_tensor *t)
 {
-    return t->dtype == ZS_F32 && t->offset == 0 && zs_is_contiguous(t) &&
-           (size_t)zs_numel(t) * sizeof(float) == t->storage->nbytes;
+    return gather_dtype(t->dtype) && t->offset == 0 && zs_is_contiguous(t) &&
+           (size_t)zs_numel(t) * zs_dtype_size(t->dtype) == t->storage->nbytes;
 }
 
 /* The node in [0, before) whose outs[0] is storage s, or -1. */
@@ -162,7 +185,7 @@ static bool collect(const zs_graph *g, zsi_sset *r, zs_storage *s, int before, m
         return false;
     m->nodes[m->nn++] = i;
     if (is(n, &zsi_def_slice_backward)) {
-        if (m->k == MAXK || n->in[0]->dtype != ZS_F32)
+        if (m->k == MAXK || n->in[0]->dtype != n->outs[0]->dtype)
             return false;
         m->sb[m->k++] = i;
         return true;
@@ -170,7 +193,8 @@ static bool collect(const zs_graph *g, zsi_sset *r, zs_storage *s, int before, m
     if (!is(n, &zsi_def_add) || n->call.nin != 2)
         return false;
     for (int j = 0; j < 2; j++)
-        if (!whole(n->in[j]) || n->in[j]->ndim != n->outs[0]->ndim ||
+        if (!whole(n->in[j]) || n->in[j]->dtype != n->outs[0]->dtype ||
+            n->in[j]->ndim != n->outs[0]->ndim ||
             memcmp(n->in[j]->shape, n->outs[0]->shape,
                    (size_t)n->outs[0]->ndim * sizeof(int64_t)) ||
             !collect(g, r, n->in[j]->storage, i, m))
@@ -186,7 +210,7 @@ static bool build(const zs_graph *g, const match *m, zsi_gnode *c, gather *G)
     const zsi_gnode *s0 = g->nodes[m->sb[0]];
     const zs_tensor *sum = s0->outs[0];
     int nd = sum->ndim;
-    if (v->offset != 0 || v->ndim != nd || !zs_is_contiguous(o) || o->dtype != ZS_F32)
+    if (v->offset != 0 || v->ndim != nd || !zs_is_contiguous(o) || o->dtype != sum->dtype)
         return false;
     int64_t dstr[ZS_MAX_DIMS]; /* per dim of sum: its stride in o */
     bool used[ZS_MAX_DIMS] = {0};
@@ -294,7 +318,7 @@ int zs_graph_fuse_slices(zs_graph *g, int nkeep, zs_tensor *const *keep)
     int removed = 0;
     for (int i = 0; i < g->n; i++) {
         zsi_gnode *c = g->nodes[i];
-        if (!is(c, &zsi_def_copy) || c->call.nin != 1 || c->in[0]->dtype != ZS_F32 ||
+        if (!is(c, &zsi_def_copy) || c->call.nin != 1 || !gather_dtype(c->in[0]->dtype) ||
             reads(&r, c->in[0]->storage) != 1)
             continue;
         match m = {.nn = 0};

@@ -70,31 +70,6 @@ static zs_status cpu_axpy(const zsi_call *c, zs_tensor *dst)
     return ZS_OK;
 }
 
-/* 16-bit dst and src, element by element in row-major order (a rare
- * path: the leaves of training are f32) */
-static zs_status cpu_axpy_lowp(const zsi_call *c, zs_tensor *dst)
-{
-    const axpy_attrs *a = c->attrs;
-    const zs_tensor *src = c->in[1];
-    int64_t ss[ZS_MAX_DIMS], idx[ZS_MAX_DIMS] = {0}, n = zs_numel(dst);
-    zsk_broadcast_strides(src->ndim, src->shape, src->strides, c->ndim, c->shape, ss);
-    uint16_t *d = zs_data(dst);
-    const uint16_t *x = zs_data(src);
-    float alpha = (float)a->alpha;
-    zs_dtype dt = dst->dtype;
-    for (int64_t k = 0; k < n; k++) {
-        int64_t od = 0, os = 0;
-        for (int i = 0; i < c->ndim; i++) {
-            od += idx[i] * dst->strides[i];
-            os += idx[i] * ss[i];
-        }
-        d[od] = zsk_st16(dt, zsk_ld16(dt, d[od]) + alpha * zsk_ld16(dt, x[os]));
-        for (int i = c->ndim - 1; i >= 0 && ++idx[i] == c->shape[i]; i--)
-            idx[i] = 0;
-    }
-    return ZS_OK;
-}
-
 /* dst read and written, src read. No FLOPs, as before axpy_ was a
  * descriptor: the step FLOPs that src/analyze/engine_flops.c predicts
  * (and tests/analyze/test_engine_flops.c asserts) leave the leaf
@@ -108,7 +83,7 @@ zsi_opdef zsi_def_axpy_ = {
     .op = {.name = "axpy_"}, .arity = 2, .inplace = true,
     .infer = infer_axpy, .cost = axpy_cost, .attr_size = sizeof(axpy_attrs),
     .kernel = {[ZS_CPU] = {[ZS_F32] = cpu_axpy, [ZS_F64] = cpu_axpy,
-                           [ZS_BF16] = cpu_axpy_lowp, [ZS_F16] = cpu_axpy_lowp}},
+                           [ZS_BF16] = cpu_axpy, [ZS_F16] = cpu_axpy}},
 };
 
 zs_status zs_axpy_(zs_tensor *dst, double alpha, const zs_tensor *src)

@@ -79,9 +79,10 @@ static inline const void *zsi_node_attrs(const zsi_ctx *n) { return n->attrs; }
 /* Input i's in-place gradient destination in a backward rule (borrowed;
  * contiguous, of the input's dtype and shape), or NULL: then the rule
  * returns gin[i] as usual. A rule that adds into it leaves gin[i] NULL.
- * Saves the transient of a weight's gradient before the engine adds it
- * (the engine offers it for leaves whose .grad exists, outside graph
- * capture). */
+ * Saves the transient of a weight's gradient before the engine adds it:
+ * the engine offers a leaf's .grad when it exists and, to rules with
+ * zsi_op.acc_nodes outside graph capture, the sum so far of a non-leaf
+ * input's gradient when no other tensor shares its memory. */
 static inline zs_tensor *zsi_grad_acc(const zsi_ctx *n, int i)
 {
     return n->acc ? n->acc[i] : NULL;
@@ -98,6 +99,11 @@ typedef zs_status (*zsi_backward_fn)(zsi_ctx *n, zs_tensor *gout,
 struct zsi_op {
     const char *name;
     zsi_backward_fn backward;
+    /* the rule may also be offered (zsi_grad_acc) the gradient being summed
+     * for an input made by another node, which the engine holds alone: a
+     * slice's gradient is added into its slot there instead of a zeroed
+     * input-sized buffer summed with the others' (GPT's q, k, v) */
+    bool acc_nodes;
     /* counters, filled by zsi_op_end while profiling, under the profiler's
      * lock (ops/op.c) */
     uint64_t calls;

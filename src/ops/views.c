@@ -18,12 +18,14 @@
  * copy replays the call.
  *
  * Backward rules, driver calls only: reshape back, inverse permutation,
- * scatter into zeros (slice: the descriptor slice_backward), sum over
+ * scatter into zeros (slice: the descriptor slice_backward; or, offered
+ * the input's gradient summed so far, an axpy_ into its slot), sum over
  * broadcast dims (expand), identity (copies), convert back (to_dtype), the
  * hook then identity (backward_hook).
  */
 #include <string.h>
 
+#include "kernels/cpu/kernels.h"
 #include "ops/internal.h"
 #include "ops/attrs.h"
 
@@ -304,7 +306,7 @@ static void save_slice(zsi_ctx *n, const zsi_call *c, zs_tensor *out)
 }
 
 zsi_opdef zsi_def_slice = {
-    .op = {.name = "slice", .backward = slice_bw}, .arity = 1,
+    .op = {.name = "slice", .backward = slice_bw, .acc_nodes = true}, .arity = 1,
     .cls = ZSI_VIEW, .infer = infer_slice, .view = view_slice,
     .save = save_slice, .cost = no_cost, .attr_size = sizeof(slice_attrs),
     .bw_ops = (zsi_opdef *const[]){&zsi_def_slice_backward, NULL}};
@@ -345,6 +347,12 @@ static zs_status infer_slice_bw(zsi_call *c)
     return ZS_OK;
 }
 
+/* The dtypes zsk_axpy and axpy_ take. */
+static bool axpy_dtype(zs_dtype dt)
+{
+    return dt == ZS_F32 || dt == ZS_F64 || dt == ZS_BF16 || dt == ZS_F16;
+}
+
 static zs_status cpu_slice_bw(const zsi_call *c, zs_tensor *out)
 {
     const slice_bw_attrs *a = c->attrs;
@@ -358,7 +366,16 @@ static zs_status cpu_slice_bw(const zsi_call *c, zs_tensor *out)
     zs_tensor *dst = zsi_new_view(out, g->ndim, g->shape, str,
                                   out->offset + a->start * out->strides[d]);
     zsi_tracking_resume();
-    zs_status st = dst ? zsi_copy_host(dst, g) : ZS_ERR_NOMEM;
+    zs_status st = !dst ? ZS_ERR_NOMEM : ZS_OK;
+    if (dst && axpy_dtype(g->dtype)) { /* 0 + g: -0 becomes +0, as summing the
+                                      * k slices' gradients does */
+        zsk_iter it;
+        zsk_iter_init(&it, g->ndim, g->shape, 2, (const int64_t *[]){dst->strides,
+                                                                     g->strides});
+        zsk_axpy(g->dtype, &it, zs_data(dst), 1.0, zs_data(g));
+    } else if (dst) {
+        st = zsi_copy_host(dst, g);
+    }
     zs_release(dst);
     return st;
 }
@@ -702,12 +719,27 @@ static zs_status permute_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;
 }
 
+/* With the input's gradient summed so far offered (zsi_grad_acc: a slice
+ * of a tensor sliced k times, as GPT's q, k and v), g is added into its
+ * slot there: no input-sized zeros per slice, no k - 1 adds. The same
+ * bits: every slot element is 0 + g (slice_backward's) and each later
+ * slice adds its g to the sum so far, as the adds did (the slots do not
+ * overlap; where they do, the order of the sum is the engine's). */
 static zs_status slice_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
 {
     const zsi_meta *m = &n->in_meta[0];
     slice_bw_attrs at = {.ndim = m->ndim, .dim = n->p.i[P_SLICE],
                          .start = n->p.i[P_SLICE + 1],
                          .step = ((const slice_attrs *)zsi_node_attrs(n))->step};
+    zs_tensor *acc = zsi_grad_acc(n, 0);
+    if (acc && axpy_dtype(acc->dtype)) {
+        int64_t len = g->shape[at.dim];
+        zs_tensor *slot = zs_slice(acc, (int)at.dim, at.start,
+                                   at.start + (len ? (len - 1) * at.step + 1 : 0), at.step);
+        zs_status st = slot ? zs_axpy_(slot, 1.0, g) : ZS_ERR_NOMEM;
+        zs_release(slot);
+        return st;
+    }
     memcpy(at.shape, m->shape, sizeof at.shape);
     gin[0] = zsi_run(&zsi_def_slice_backward, 1, &g, &at);
     return gin[0] ? ZS_OK : ZS_ERR_NOMEM;

@@ -302,6 +302,7 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
     zs_alloc_stats a0, a1;
     zs_alloc_get_stats(&a0);
     zs_alloc_reset_peak(); /* the capture step's own peak, for the log */
+    zs_alloc_tag_push("graph capture");
     const char *env = getenv("ZS_GRAPH_DRY");
     bool dry = !env || strcmp(env, "0");
     zs_status st = record_step(t, dry);
@@ -329,6 +330,7 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
         isnan(zs_item(t->gsq))) /* the update refused: eager's message */
         st = zs_set_error_code(ZS_ERR_STATE, "step %lld: the gradient norm is NaN",
                                (long long)t->step);
+    zs_alloc_tag_pop();
     zs_alloc_get_stats(&a1);
     t->gpeak = a1.peak_bytes > a0.current_bytes ? a1.peak_bytes - a0.current_bytes : 0;
     if (st == ZS_OK && t->c.dump_graph) /* the replays after this step, timed */

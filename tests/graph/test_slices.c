@@ -2,10 +2,12 @@
  * test_slices.c - the slice-gradient pass (zs_graph_fuse_slices,
  * src/graph/slices.c).
  *
- * - GPT tiny (2 layers): a captured step's q, k, v gradient assembly (3
- *   slice_backward nodes and 2 adds per layer, then a copy) becomes one
- *   node per layer (10 nodes removed); replayed, every parameter's
- *   gradient equals eager's bit for bit, planned or not.
+ * - GPT tiny (2 layers), in f32 and under bf16 and f16 autocast: a
+ *   captured step's q, k, v gradient assembly (3 slice_backward nodes and
+ *   2 adds per layer, then a copy) becomes one node per layer (10 nodes
+ *   removed); replayed, every parameter's gradient equals eager's bit for
+ *   bit, planned or not (eager adds each slice's gradient into the sum so
+ *   far in place: the same bits by another path).
  * - A graph without the pattern is left alone; errors: no graph, a graph
  *   being captured.
  */
@@ -17,14 +19,20 @@
 
 static const zs_gpt_config GPT2 = {ZS_GPT2, 61, 32, 2, 2, 32};
 
-/* One step's gradients (scope inside); *g captures it when given. */
-static void step(zs_module *m, zs_tensor *x, zs_tensor *y, zs_graph **g, zs_tensor **la)
+/* One step's gradients (scope inside) under autocast to lowp (f32: none);
+ * *g captures it when given. */
+static void step(zs_module *m, zs_tensor *x, zs_tensor *y, zs_dtype lowp, zs_graph **g,
+                 zs_tensor **la)
 {
     zs_module_zero_grad(m);
     zs_scope_push();
     if (g)
         *g = zs_graph_capture_begin();
+    if (lowp != ZS_F32)
+        zs_autocast_push(lowp);
     zs_tensor *l = zs_gpt_loss(m, x, y);
+    if (lowp != ZS_F32)
+        zs_autocast_pop();
     ZT_CHECK(l && zs_backward(l, NULL, false) == ZS_OK, "step: %s", zs_last_error());
     if (g) {
         ZT_CHECK(zs_graph_capture_end(*g) == ZS_OK, "capture: %s", zs_last_error());
@@ -45,6 +53,47 @@ static int diff_grads(int np, zs_tensor **p, zs_tensor **ref)
     return bad;
 }
 
+/* The pass on a captured step under lowp against the eager step. */
+static void check_pass(zs_module *m, zs_tensor *x, zs_tensor *y, zs_dtype lowp)
+{
+    zs_tensor **p;
+    char **names;
+    int np = zs_module_parameters(m, &p, &names);
+    step(m, x, y, lowp, NULL, NULL);
+    zs_tensor *ref[256];
+    ZT_CHECK(np > 0 && np <= 256, "%d parameters", np);
+    for (int i = 0; i < np; i++)
+        ref[i] = zs_clone(p[i]->grad);
+    zs_graph *g = NULL;
+    zs_tensor *la = NULL;
+    step(m, x, y, lowp, &g, &la);
+    int n0 = zs_graph_size(g);
+    int removed = zs_graph_fuse_slices(g, 1, &la);
+    int gathers = 0;
+    for (int i = 0; i < g->n; i++)
+        gathers += g->nodes[i]->label && !strcmp(g->nodes[i]->label, "slice_gather");
+    printf("gpt tiny %s: %d nodes, the pass removed %d, %d slice_gather nodes\n",
+           zs_dtype_name(lowp), n0, removed, gathers);
+    ZT_CHECK(removed == 10 && gathers == 2, "%s: removed %d nodes (expected 10: 3 "
+             "slice_backward and 2 adds per layer), %d gathers (expected 2)",
+             zs_dtype_name(lowp), removed, gathers);
+    zs_module_zero_grad(m);
+    ZT_CHECK(zs_graph_replay(g) == ZS_OK, "replay: %s", zs_last_error());
+    ZT_CHECK(diff_grads(np, p, ref) == 0, "%s unplanned replay: %d gradients differ "
+             "from eager", zs_dtype_name(lowp), diff_grads(np, p, ref));
+    ZT_CHECK(zs_graph_plan_memory(g, 1, &la) == ZS_OK, "plan: %s", zs_last_error());
+    zs_module_zero_grad(m);
+    ZT_CHECK(zs_graph_replay(g) == ZS_OK, "planned replay: %s", zs_last_error());
+    ZT_CHECK(diff_grads(np, p, ref) == 0, "%s planned replay: %d gradients differ "
+             "from eager", zs_dtype_name(lowp), diff_grads(np, p, ref));
+    ZT_EXPECT_ERROR(zs_graph_fuse_slices(g, 1, &la) < 0, "already planned");
+    for (int i = 0; i < np; i++)
+        zs_release(ref[i]);
+    zs_names_free(np, p, names);
+    zs_graph_free(g);
+    zs_release(la);
+}
+
 int main(void)
 {
     zs_manual_seed(9);
@@ -57,38 +106,10 @@ int main(void)
     zs_tensor *x = zs_contiguous(xv), *y = zs_contiguous(yv);
     zs_release(xv);
     zs_release(yv);
-    zs_tensor **p;
-    char **names;
-    int np = zs_module_parameters(m, &p, &names);
-    step(m, x, y, NULL, NULL);
-    zs_tensor *ref[256];
-    ZT_CHECK(np > 0 && np <= 256, "%d parameters", np);
-    for (int i = 0; i < np; i++)
-        ref[i] = zs_clone(p[i]->grad);
-    zs_graph *g = NULL;
-    zs_tensor *la = NULL;
-    step(m, x, y, &g, &la);
-    int n0 = zs_graph_size(g);
-    int removed = zs_graph_fuse_slices(g, 1, &la);
-    int gathers = 0;
-    for (int i = 0; i < g->n; i++)
-        gathers += g->nodes[i]->label && !strcmp(g->nodes[i]->label, "slice_gather");
-    printf("gpt tiny: %d nodes, the pass removed %d, %d slice_gather nodes\n", n0,
-           removed, gathers);
-    ZT_CHECK(removed == 10 && gathers == 2, "removed %d nodes (expected 10: 3 "
-             "slice_backward and 2 adds per layer), %d gathers (expected 2)", removed,
-             gathers);
-    zs_module_zero_grad(m);
-    ZT_CHECK(zs_graph_replay(g) == ZS_OK, "replay: %s", zs_last_error());
-    ZT_CHECK(diff_grads(np, p, ref) == 0, "unplanned replay: %d gradients differ "
-             "from eager", diff_grads(np, p, ref));
-    ZT_CHECK(zs_graph_plan_memory(g, 1, &la) == ZS_OK, "plan: %s", zs_last_error());
-    zs_module_zero_grad(m);
-    ZT_CHECK(zs_graph_replay(g) == ZS_OK, "planned replay: %s", zs_last_error());
-    ZT_CHECK(diff_grads(np, p, ref) == 0, "planned replay: %d gradients differ "
-             "from eager", diff_grads(np, p, ref));
-    ZT_EXPECT_ERROR(zs_graph_fuse_slices(g, 1, &la) < 0, "already planned");
-    zt_section("slice gradients: one node per layer, eager's bits");
+    const zs_dtype dts[] = {ZS_F32, ZS_BF16, ZS_F16};
+    for (int k = 0; k < 3; k++)
+        check_pass(m, x, y, dts[k]);
+    zt_section("slice gradients: one node per layer, eager's bits (f32, bf16, f16)");
 
     ZT_EXPECT_ERROR(zs_graph_fuse_slices(NULL, 0, NULL) < 0, "no graph");
     zs_graph *c = zs_graph_capture_begin();
@@ -103,11 +124,6 @@ int main(void)
     zs_release(a);
     zt_section("slice gradients: no pattern, errors");
 
-    for (int i = 0; i < np; i++)
-        zs_release(ref[i]);
-    zs_names_free(np, p, names);
-    zs_graph_free(g);
-    zs_release(la);
     zs_release(x);
     zs_release(y);
     zs_release(all);

@@ -623,8 +623,6 @@ zs_status zsk_attention_backward(const zsk_attn *a, const void *o,
                                  const int64_t sd[3], void *dq, void *dk,
                                  void *dv)
 {
-    if (zsk_attention_bf16_usable(a)) /* vdpbf16ps: attention_bf16.c */
-        return zsk_attention_backward_bf16(a, o, lse, dout, sd, dq, dk, dv);
     bw_ctx c = {.a = a, .o = o, .lse = lse, .dout = dout, .dq = dq,
                 .dk = dk, .dv = dv};
     memcpy(c.sd, sd, sizeof c.sd);

@@ -44,18 +44,14 @@ zs_status zsk_attention_backward(const zsk_attn *a, const void *o,
                                  const int64_t sd[3], void *dq, void *dk,
                                  void *dv);
 
-/* The vdpbf16ps path of attention_bf16.c: usable for bf16 on CPUs with
+/* The vdpbf16ps forward of attention_bf16.c: usable for bf16 on CPUs with
  * AVX512_BF16 (zs_cpu(), so ZS_CPU_ISA caps it) when D is a multiple of 16;
- * the two drivers above call it then. The same contracts as
- * zsk_attention_forward / _backward. zsk_attention_bf16_off (a test hook)
- * turns it off. */
+ * zsk_attention_forward calls it then (the backward widens to f32: faster,
+ * see attention_bf16.c). The contract of zsk_attention_forward.
+ * zsk_attention_bf16_off (a test hook) turns it off. */
 extern bool zsk_attention_bf16_off;
 bool zsk_attention_bf16_usable(const zsk_attn *a);
 zs_status zsk_attention_forward_bf16(const zsk_attn *a, void *o, void *lse);
-zs_status zsk_attention_backward_bf16(const zsk_attn *a, const void *o,
-                                      const void *lse, const void *dout,
-                                      const int64_t sd[3], void *dq, void *dk,
-                                      void *dv);
 
 /* The AVX2 + FMA f32 kernels of attention_avx2.c, for f32 with
  * D % 16 == 0 and D <= 128 (zsk_attention_avx2_usable; always false off

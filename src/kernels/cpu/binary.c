@@ -1,5 +1,6 @@
 /*
- * binary.c - elementwise a op b, a op scalar and axpy for f32/f64.
+ * binary.c - elementwise a op b, a op scalar and axpy for f32/f64 (axpy
+ * also for bf16/f16, in f32 with one rounding).
  *
  * Each segment (a run along the innermost merged dim) has a unit-stride
  * fast path that the compiler vectorises; broadcast operands have stride 0
@@ -9,6 +10,7 @@
  * under ZS_CPU_ISA (ZSK_ISA_VOID, kernels.h).
  */
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/lowp.h"
 
 typedef struct bin_ctx {
     const zsk_iter *it;
@@ -129,11 +131,60 @@ void zsk_binary_scalar(zs_dtype dt, zsk_binop op, const zsk_iter *it,
     zsk_iter_parallel(it, ZSK_GRAIN, dt == ZS_F64 ? scal_seg_f64 : scal_seg_f32, &c);
 }
 
+/* 16-bit dst and src (c->op holds the dtype): blocks widened to f32 on the
+ * stack, dst + alpha * src in f32, one rounding per element (what the
+ * element-by-element form computed). */
+#define AXPY16_BLOCK 512
+static ZSK_ISA_VOID(axpy_seg_16, (void *p, const int64_t *offs, int64_t n), (p, offs, n))
+{
+    const bin_ctx *c = p;
+    zs_dtype dt = (zs_dtype)c->op;
+    int last = c->it->ndim - 1;
+    int64_t so = c->it->strides[0][last], sa = c->it->strides[1][last];
+    uint16_t *o = (uint16_t *)c->out + offs[0];
+    const uint16_t *a = (const uint16_t *)c->a + offs[1];
+    float al = (float)c->s, x[AXPY16_BLOCK], y[AXPY16_BLOCK];
+    uint16_t t[AXPY16_BLOCK];
+    for (int64_t s = 0; s < n; s += AXPY16_BLOCK) {
+        int64_t m = n - s < AXPY16_BLOCK ? n - s : AXPY16_BLOCK;
+        uint16_t *os = o + s * so;
+        const uint16_t *as = a + s * sa;
+        if (so == 1) {
+            zsk_widen16(dt, os, x, m);
+        } else {
+            for (int64_t i = 0; i < m; i++)
+                t[i] = os[i * so];
+            zsk_widen16(dt, t, x, m);
+        }
+        if (sa == 1) {
+            zsk_widen16(dt, as, y, m);
+        } else {
+            for (int64_t i = 0; i < m; i++)
+                t[i] = as[i * sa];
+            zsk_widen16(dt, t, y, m);
+        }
+        for (int64_t i = 0; i < m; i++)
+            x[i] += al * y[i];
+        if (so == 1) {
+            zsk_narrow16(dt, x, os, m);
+        } else {
+            zsk_narrow16(dt, x, t, m);
+            for (int64_t i = 0; i < m; i++)
+                os[i * so] = t[i];
+        }
+    }
+}
+
 /* axpy must not split one destination element across threads: broadcast
  * sources are fine (dst is never broadcast). */
 void zsk_axpy(zs_dtype dt, const zsk_iter *it, void *dst, double alpha,
               const void *src)
 {
+    if (zsk_is_lowp16(dt)) {
+        bin_ctx c = {it, (zsk_binop)dt, dst, src, NULL, alpha};
+        zsk_iter_parallel(it, ZSK_GRAIN, axpy_seg_16, &c);
+        return;
+    }
     bin_ctx c = {it, ZSK_ADD, dst, src, NULL, alpha};
     zsk_iter_parallel(it, ZSK_GRAIN, dt == ZS_F64 ? axpy_seg_f64 : axpy_seg_f32, &c);
 }

@@ -152,35 +152,43 @@ AVX512 void zsk_sgemm_epi_avx512(const float *t, int64_t ldt, int64_t m,
     static inline
 #define AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-/* 16 bf16 patterns (mask mk; others 0) widened to f32: exact; f16:
- * IEEE halves (vcvtph2ps, exact too). */
-TGT16 __m512 ld16(const uint16_t *p, __mmask16 mk, bool f16)
+/* 16 bf16 patterns widened to f32: exact; f16: IEEE halves (vcvtph2ps,
+ * exact too). */
+TGT16 __m512 cvt16(__m256i h, bool f16)
 {
-    __m256i h = _mm256_maskz_loadu_epi16(mk, p);
     if (f16)
         return _mm512_cvtph_ps(h);
     __m512i w = _mm512_cvtepu16_epi32(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
-/* v rounded to bf16 as zs_f32_to_bf16 does (nearest even; NaN: its top
- * half with the quiet bit set), 16 patterns stored under mask mk. Integer
- * arithmetic, not vcvtneps2bf16 (which flushes subnormals). f16:
- * vcvtps2ph, nearest even as zs_f32_to_f16 (NaN payloads aside). */
-TGT16 void st16(uint16_t *p, __mmask16 mk, __m512 v, bool f16)
+/* The same loaded from p under mask mk (others 0). */
+TGT16 __m512 ld16(const uint16_t *p, __mmask16 mk, bool f16)
 {
-    if (f16) {
-        _mm256_mask_storeu_epi16(p, mk, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT |
-                                                           _MM_FROUND_NO_EXC));
-        return;
-    }
+    return cvt16(_mm256_maskz_loadu_epi16(mk, p), f16);
+}
+
+/* v rounded to bf16 as zs_f32_to_bf16 does (nearest even; NaN: its top
+ * half with the quiet bit set): 16 patterns. Integer arithmetic, not
+ * vcvtneps2bf16 (which flushes subnormals). f16: vcvtps2ph, nearest even
+ * as zs_f32_to_f16 (NaN payloads aside). */
+TGT16 __m256i rnd16(__m512 v, bool f16)
+{
+    if (f16)
+        return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
     __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
     __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
     r = _mm512_srli_epi32(r, 16);
     __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
-    _mm256_mask_storeu_epi16(p, mk, _mm512_cvtepi32_epi16(r));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* rnd16(v) stored under mask mk. */
+TGT16 void st16(uint16_t *p, __mmask16 mk, __m512 v, bool f16)
+{
+    _mm256_mask_storeu_epi16(p, mk, rnd16(v, f16));
 }
 
 AVX512BW static void epi16_avx512(const float *t, int64_t ldt, int64_t m,
@@ -204,13 +212,14 @@ AVX512BW static void epi16_avx512(const float *t, int64_t ldt, int64_t m,
             if (ep->gelu) {
                 if (ep->pre)
                     _mm512_mask_storeu_ps(ep->pre + i * ep->ldp + j, mk, r);
-                if (ep->pre16 || ep->out16) { /* GeLU of the 16-bit pre-activation */
-                    uint16_t h[16];
-                    st16(h, mk, r, f16);
-                    r = ld16(h, mk, f16);
+                if (ep->pre16 || ep->out16) { /* GeLU of the 16-bit pre-activation
+                                               * (in registers: a store and
+                                               * reload of the 16 patterns
+                                               * stalled on store forwarding) */
+                    __m256i h = rnd16(r, f16);
+                    r = cvt16(h, f16);
                     if (ep->pre16)
-                        _mm256_mask_storeu_epi16(ep->pre16 + i * ep->ldp + j, mk,
-                                                 _mm256_maskz_loadu_epi16(mk, h));
+                        _mm256_mask_storeu_epi16(ep->pre16 + i * ep->ldp + j, mk, h);
                 }
                 r = v_gelu(r);
             }

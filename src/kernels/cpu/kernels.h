@@ -108,7 +108,8 @@ void zsk_binary(zs_dtype dt, zsk_binop op, const zsk_iter *it, void *out,
 /* out = a op s; `it` has 2 operands: out, a. */
 void zsk_binary_scalar(zs_dtype dt, zsk_binop op, const zsk_iter *it,
                        void *out, const void *a, double s);
-/* dst += alpha * src; `it` has 2 operands: dst, src. */
+/* dst += alpha * src; `it` has 2 operands: dst, src. dt: f32, f64, bf16 or
+ * f16 (16-bit: computed in f32, one rounding per element). */
 void zsk_axpy(zs_dtype dt, const zsk_iter *it, void *dst, double alpha,
               const void *src);
 
