@@ -877,7 +877,7 @@ void zsk_gelu_tanh_bw(bool bf16, const void *g, const void *h, void *out,
     if (zsk_gemm_desc_for(ZSK_GEMM_F32)->isa == ZSK_GEMM_AVX512 && f->avx512bw &&
         f->avx512vl)
         fn = zsk_gelu_tanh_bw_avx512;
-    else if (f->avx2 && f->fma)
+    else if (f->avx2 && f->fma && f->f16c)
         fn = zsk_gelu_tanh_bw_avx2;
     gelu_bw_job j = {bf16, fn, g, h, out};
     zs_parallel_for(n, 16384, gelu_bw_range, &j);

@@ -83,7 +83,7 @@ void zsk_sgemm_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
  * epilogue (h: the saved pre-activation). bf16: g, h and out are raw bf16
  * patterns, computed in f32 and rounded once; else f32. Multithreaded over
  * the pool; AVX-512 (the epilogue's vector tanh, relative error ~3e-7)
- * when the f32 GEMM runs AVX-512, AVX2 + FMA (the same method on 8 lanes)
+ * when the f32 GEMM runs AVX-512, AVX2 + FMA + F16C (the same method on 8 lanes)
  * when zs_cpu() has them, else portable code evaluated in double.
  * out may alias g. */
 void zsk_gelu_tanh_bw(bool bf16, const void *g, const void *h, void *out,
