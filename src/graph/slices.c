@@ -151,10 +151,12 @@ static bool gather_dtype(zs_dtype dt)
     return dt == ZS_F32 || dt == ZS_BF16 || dt == ZS_F16;
 }
 
-/* t covers its whole storage, contiguous, of a gather dtype, offset 0. */
+/* t covers its whole storage, contiguous, of a gather dtype, offset 0, in
+ * the CPU's memory (the gather runs CPU code on the bytes). */
 static bool whole(const zs_tensor *t)
 {
-    return gather_dtype(t->dtype) && t->offset == 0 && zs_is_contiguous(t) &&
+    return t->device == ZS_CPU && gather_dtype(t->dtype) && t->offset == 0 &&
+           zs_is_contiguous(t) &&
            (size_t)zs_numel(t) * zs_dtype_size(t->dtype) == t->storage->nbytes;
 }
 
@@ -210,7 +212,8 @@ static bool build(const zs_graph *g, const match *m, zsi_gnode *c, gather *G)
     const zsi_gnode *s0 = g->nodes[m->sb[0]];
     const zs_tensor *sum = s0->outs[0];
     int nd = sum->ndim;
-    if (v->offset != 0 || v->ndim != nd || !zs_is_contiguous(o) || o->dtype != sum->dtype)
+    if (v->offset != 0 || v->ndim != nd || !zs_is_contiguous(o) || o->dtype != sum->dtype ||
+        o->device != ZS_CPU)
         return false;
     int64_t dstr[ZS_MAX_DIMS]; /* per dim of sum: its stride in o */
     bool used[ZS_MAX_DIMS] = {0};

@@ -732,7 +732,9 @@ static zs_status slice_bw(zsi_ctx *n, zs_tensor *g, zs_tensor **gin)
                          .start = n->p.i[P_SLICE + 1],
                          .step = ((const slice_attrs *)zsi_node_attrs(n))->step};
     zs_tensor *acc = zsi_grad_acc(n, 0);
-    if (acc && axpy_dtype(acc->dtype)) {
+    /* the CPU only: the other devices' axpy_ may want contiguous operands
+     * (CUDA's does) and the slot is a strided view */
+    if (acc && acc->device == ZS_CPU && axpy_dtype(acc->dtype)) {
         int64_t len = g->shape[at.dim];
         zs_tensor *slot = zs_slice(acc, (int)at.dim, at.start,
                                    at.start + (len ? (len - 1) * at.step + 1 : 0), at.step);
