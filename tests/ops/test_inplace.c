@@ -131,6 +131,37 @@ static void test_copy(void)
     zt_section("copy_: layouts, reshaping, conversions (exact)");
 }
 
+/* Contiguous conversions are split into chunks of 32768 elements over the
+ * pool (core/copy.c): 100011 elements (three chunks and a tail), the source
+ * a contiguous view at an offset, each element against the scalar
+ * conversion, and back. */
+static void test_copy_flat(void)
+{
+    zs_tensor *all = zt_rand(ZS_F32, ZS_SHAPE(4, 33337), 21);
+    zs_tensor *x = zs_narrow(all, 0, 1, 3); /* contiguous, offset 33337 */
+    zs_tensor *bf = zs_empty(ZS_BF16, ZS_SHAPE(3, 33337));
+    zs_tensor *h = zs_empty(ZS_F16, ZS_SHAPE(3, 33337));
+    zs_tensor *back = zs_empty(ZS_F32, ZS_SHAPE(3, 33337));
+    bool ok = zs_is_contiguous(x) && zs_copy_(bf, x) == ZS_OK && zs_copy_(h, x) == ZS_OK;
+    const float *xs = (const float *)zs_data(all) + 33337;
+    const uint16_t *bs = zs_data(bf), *hs = zs_data(h);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < 3 * 33337; i++)
+        bad += bs[i] != zs_f32_to_bf16(xs[i]) || hs[i] != zs_f32_to_f16(xs[i]);
+    ZT_CHECK(ok && bad == 0, "f32 [3, 33337] at an offset -> bf16, f16: %lld elements "
+             "differ from the scalar conversion", (long long)bad);
+    ok = zs_copy_(back, bf) == ZS_OK;
+    const float *r = zs_data(back);
+    bad = 0;
+    for (int64_t i = 0; i < 3 * 33337; i++)
+        bad += r[i] != zs_bf16_to_f32(bs[i]);
+    ZT_CHECK(ok && bad == 0, "bf16 -> f32 [3, 33337]: %lld elements differ", (long long)bad);
+    zs_tensor *ts[] = {all, x, bf, h, back};
+    for (int i = 0; i < 5; i++)
+        zs_release(ts[i]);
+    zt_section("copy_: contiguous conversions in chunks over the pool (scalar bits)");
+}
+
 /* ---- fill_ and scale_ ------------------------------------------------------- */
 
 static void test_fill_scale(void)
@@ -321,6 +352,7 @@ int main(void)
 {
     test_axpy();
     test_copy();
+    test_copy_flat();
     test_fill_scale();
     test_driver();
     test_device();

@@ -135,6 +135,19 @@ void zsk_binary_scalar(zs_dtype dt, zsk_binop op, const zsk_iter *it,
  * stack, dst + alpha * src in f32, one rounding per element (what the
  * element-by-element form computed). */
 #define AXPY16_BLOCK 512
+
+/* m elements of p at stride st widened into x (t: scratch for a gather). */
+static inline void widen_strided(zs_dtype dt, const uint16_t *p, int64_t st,
+                                 int64_t m, uint16_t *t, float *x)
+{
+    if (st != 1) {
+        for (int64_t i = 0; i < m; i++)
+            t[i] = p[i * st];
+        p = t;
+    }
+    zsk_widen16(dt, p, x, m);
+}
+
 static ZSK_ISA_VOID(axpy_seg_16, (void *p, const int64_t *offs, int64_t n), (p, offs, n))
 {
     const bin_ctx *c = p;
@@ -148,30 +161,13 @@ static ZSK_ISA_VOID(axpy_seg_16, (void *p, const int64_t *offs, int64_t n), (p, 
     for (int64_t s = 0; s < n; s += AXPY16_BLOCK) {
         int64_t m = n - s < AXPY16_BLOCK ? n - s : AXPY16_BLOCK;
         uint16_t *os = o + s * so;
-        const uint16_t *as = a + s * sa;
-        if (so == 1) {
-            zsk_widen16(dt, os, x, m);
-        } else {
-            for (int64_t i = 0; i < m; i++)
-                t[i] = os[i * so];
-            zsk_widen16(dt, t, x, m);
-        }
-        if (sa == 1) {
-            zsk_widen16(dt, as, y, m);
-        } else {
-            for (int64_t i = 0; i < m; i++)
-                t[i] = as[i * sa];
-            zsk_widen16(dt, t, y, m);
-        }
+        widen_strided(dt, os, so, m, t, x);
+        widen_strided(dt, a + s * sa, sa, m, t, y);
         for (int64_t i = 0; i < m; i++)
             x[i] += al * y[i];
-        if (so == 1) {
-            zsk_narrow16(dt, x, os, m);
-        } else {
-            zsk_narrow16(dt, x, t, m);
-            for (int64_t i = 0; i < m; i++)
-                os[i * so] = t[i];
-        }
+        zsk_narrow16(dt, x, so == 1 ? os : t, m);
+        for (int64_t i = 0; so != 1 && i < m; i++)
+            os[i * so] = t[i];
     }
 }
 

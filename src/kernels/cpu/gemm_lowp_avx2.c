@@ -19,6 +19,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/half8.h"
 #include "zs/core.h"
 
 #define MR 6
@@ -37,23 +38,11 @@ typedef struct hsrc {
 
 /* ---- conversion, loads and stores --------------------------------------- */
 
-/* 8 halves as f32: bf16 by shift, f16 by vcvtph2ps (both exact). */
+/* 8 halves as f32: bf16 by shift, f16 by vcvtph2ps (both exact;
+ * half8.h). */
 TGT INL __m256 cvt8(enum fmt f, __m128i h)
 {
-    if (f == FMT_F16)
-        return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* The n (< 8 possible, <= 0 too) valid halves at p, the rest zero. */
-TGT INL __m128i load8(const uint16_t *p, int64_t n)
-{
-    if (n >= 8)
-        return _mm_loadu_si128((const __m128i *)p);
-    uint16_t t[8] = {0};
-    for (int64_t i = 0; i < n; i++)
-        t[i] = p[i];
-    return _mm_loadu_si128((const __m128i *)t);
+    return zsk_cvt8h(h, f == FMT_F16);
 }
 
 /* Lane mask of the first n (0..8) lanes. */
@@ -106,7 +95,7 @@ TGT INL void pack_panel_kcontig(enum fmt f, hsrc s, int64_t nrows,
             __m256 r[8];
             for (int i = 0; i < 8; i++)
                 r[i] = i < gw && g0 + i < nrows
-                           ? cvt8(f, load8(s.x + (g0 + i) * s.rs + k0, kv))
+                           ? cvt8(f, zsk_ld8h(s.x + (g0 + i) * s.rs + k0, kv))
                            : _mm256_setzero_ps();
             transpose8(r);
             for (int64_t k = 0; k < 8 && k < kv; k++)
@@ -121,7 +110,7 @@ TGT INL void pack_panel_rcontig(enum fmt f, hsrc s, int64_t nrows,
 {
     for (int64_t k = 0; k < kc; k++)
         for (int g0 = 0; g0 < w; g0 += 8) {
-            __m256 v = cvt8(f, load8(s.x + k * s.ks + g0, nrows - g0));
+            __m256 v = cvt8(f, zsk_ld8h(s.x + k * s.ks + g0, nrows - g0));
             store_n(out + k * w + g0, w - g0, _mm256_mul_ps(v, va));
         }
 }
@@ -197,7 +186,7 @@ TGT INL void small_nn(enum fmt f, const int MS, int64_t n0, int64_t n1,
             const uint16_t *row = b.x + n + k * b.ks;
             __m256 bv[8];
             for (int s = 0; s < NS; s++)
-                bv[s] = cvt8(f, load8(row + 8 * s, n1 - n - 8 * s));
+                bv[s] = cvt8(f, zsk_ld8h(row + 8 * s, n1 - n - 8 * s));
             for (int i = 0; i < MS; i++) {
                 __m256 av = _mm256_broadcast_ss(a + i * lda + k);
                 for (int s = 0; s < NS; s++)
@@ -234,7 +223,7 @@ TGT INL void small_nt(enum fmt f, const int MS, int64_t n0, int64_t n1,
                 av[i] = kv >= 8 ? _mm256_loadu_ps(a + i * lda + k)
                                 : _mm256_maskload_ps(a + i * lda + k, lanes(kv));
             for (int c = 0; c < NCOL; c++) {
-                __m256 bv = cvt8(f, load8(bp[c] + k, kv));
+                __m256 bv = cvt8(f, zsk_ld8h(bp[c] + k, kv));
                 for (int i = 0; i < MS; i++)
                     acc[i][c] = _mm256_fmadd_ps(av[i], bv, acc[i][c]);
             }

@@ -1,7 +1,8 @@
 /*
  * kernels/cpu/half8.h - 8 lanes of 16-bit floats (bf16, or IEEE halves)
  * on AVX2 + F16C, for the AVX2 kernels that read and write them in
- * registers: loads and stores of the first n (1..8) of a row, exact
+ * registers (the GEMM's packing and epilogue, GeLU's backward, paged
+ * attention's K/V rows): loads and stores of the first n (1..8) of a row, exact
  * widening, and rounding as zs_f32_to_bf16 / vcvtps2ph. Inline, compiled
  * for avx2,fma,f16c: call them only from functions with that target, on
  * CPUs that have it (zs_cpu()).
@@ -17,13 +18,15 @@
 #define ZSK_HALF8                                                              \
     static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-/* The first n (1..8) halves at p, the rest 0. */
+/* The first n halves at p (n >= 8: eight; n <= 0: none), the rest 0;
+ * nothing past them is read. */
 ZSK_HALF8 __m128i zsk_ld8h(const uint16_t *p, int64_t n)
 {
     if (n >= 8)
         return _mm_loadu_si128((const __m128i *)p);
     uint16_t b[8] = {0};
-    memcpy(b, p, (size_t)n * sizeof *b);
+    for (int64_t i = 0; i < n; i++)
+        b[i] = p[i];
     return _mm_loadu_si128((const __m128i *)b);
 }
 

@@ -29,6 +29,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "kernels/cpu/half8.h"
 #define ZSK_PAGED_AVX512 1
 #define AVX512 __attribute__((target("avx512f")))
 #define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f")))
@@ -221,10 +223,8 @@ AVX2_INLINE __m256 load_kv8(zs_dtype kv, const void *row, int64_t i)
 {
     if (kv == ZS_F32)
         return _mm256_loadu_ps((const float *)row + i);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
-    if (kv == ZS_F16)
-        return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return zsk_cvt8h(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)),
+                     kv == ZS_F16);
 }
 
 /* The sum and the max of 8 lanes, always the same tree. */
