@@ -38,6 +38,7 @@
 #include "core/internal.h"
 #include "graph/internal.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/lowp.h"
 
 /* at least this many nodes between two readers make the split worth a
  * recomputation (the forward use and the backward use are hundreds of
@@ -155,8 +156,7 @@ static void gelu16_range(void *p, int64_t i0, int64_t i1)
     float t[1024];
     for (int64_t i = i0; i < i1; i += 1024) {
         int64_t n = i1 - i < 1024 ? i1 - i : 1024;
-        for (int64_t k = 0; k < n; k++)
-            t[k] = zs_bf16_to_f32(j->h[i + k]);
+        zsk_widen16(ZS_BF16, j->h + i, t, n);
         zsk_epilogue ep = {.gelu = true, .out16 = j->out + i, .ldo = n};
         j->epi(t, n, 1, n, t, n, 0.0f, &ep);
     }

@@ -20,13 +20,16 @@
  * the adds computed g + 0 (+ 0) with one nonzero term g, which is g except
  * that -0 becomes +0; the node writes g + 0.0f, the same bits; positions no
  * slice covers get +0, as 0 + 0. bf16 and f16 (the adds computed in f32
- * and rounded): the result zeroed, then 0 + g by zsk_axpy, the same bits.
+ * and rounded): g + 0.0f rounded back, the same bits (bf16 as an integer
+ * map); the row loop is the f32 one's (it was a zeroed result and one
+ * zsk_axpy per slot, 3.5 ms a layer on GPT small bf16, 2-core Zen 4).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph/internal.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/lowp.h"
 
 #define MAXK 8
 
@@ -50,17 +53,63 @@ typedef struct gather {
     const slot *cur;              /* the slot being written */
 } gather;
 
+/* bf16 row: o = g + 0 as the adds computed it (widened, plus 0.0f,
+ * rounded back), which is g with -0 as +0 and NaNs quieted: an integer
+ * map: 0.93 ms a layer on GPT small bf16 (2-core Zen 4), against 3.3 ms
+ * through the bulk conversions, three calls per 64-element row. */
+static inline uint16_t bf16_plus0(uint16_t v)
+{
+    return v == 0x8000u ? 0 : (v & 0x7fffu) > 0x7f80u ? (uint16_t)(v | 0x40u) : v;
+}
+
+/* f16 row: g widened, plus 0.0f, rounded back, in pieces (f16 widens to
+ * normal f32s); strided operands element by element. */
+static void row_f16(const uint16_t *a, int64_t gs, uint16_t *o, int64_t ds, int64_t inner)
+{
+    float t[512];
+    uint16_t u[512];
+    for (int64_t j0 = 0; j0 < inner; j0 += 512) {
+        int64_t m = inner - j0 < 512 ? inner - j0 : 512;
+        if (gs == 1)
+            zsk_widen16(ZS_F16, a + j0, t, m);
+        else
+            for (int64_t j = 0; j < m; j++)
+                t[j] = zsk_ld16(ZS_F16, a[(j0 + j) * gs]);
+        for (int64_t j = 0; j < m; j++)
+            t[j] += 0.0f;
+        zsk_narrow16(ZS_F16, t, ds == 1 ? o + j0 : u, m);
+        if (ds != 1)
+            for (int64_t j = 0; j < m; j++)
+                o[(j0 + j) * ds] = u[j];
+    }
+}
+
+static void row16(zs_dtype dt, const uint16_t *a, int64_t gs, uint16_t *o, int64_t ds,
+                  int64_t inner)
+{
+    if (dt == ZS_F16)
+        row_f16(a, gs, o, ds, inner);
+    else if (gs == 1 && ds == 1)
+        for (int64_t j = 0; j < inner; j++)
+            o[j] = bf16_plus0(a[j]);
+    else
+        for (int64_t j = 0; j < inner; j++)
+            o[j * ds] = bf16_plus0(a[j * gs]);
+}
+
 /* Rows (all dims but the last) [b, e) of the current slot. */
 static void gather_rows(void *ctx, int64_t b, int64_t e)
 {
     const gather *G = ctx;
     const slot *s = G->cur;
     const zs_tensor *g = s->g;
+    zs_dtype dt = g->dtype;
+    size_t es = zs_dtype_size(dt);
     int nd = g->ndim;
     int64_t inner = nd ? g->shape[nd - 1] : 1;
     int64_t gs = nd ? g->strides[nd - 1] : 1, ds = nd ? s->dst[nd - 1] : 1;
-    const float *src = (const float *)g->storage->data + g->offset;
-    float *dst = (float *)G->out->storage->data + G->out->offset + s->off;
+    const char *src = (const char *)g->storage->data + (size_t)g->offset * es;
+    char *dst = (char *)G->out->storage->data + (size_t)(G->out->offset + s->off) * es;
     for (int64_t r = b; r < e; r++) {
         int64_t so = 0, dof = 0, q = r;
         for (int d = nd - 2; d >= 0; d--) {
@@ -69,8 +118,12 @@ static void gather_rows(void *ctx, int64_t b, int64_t e)
             so += i * g->strides[d];
             dof += i * s->dst[d];
         }
-        const float *a = src + so;
-        float *o = dst + dof;
+        if (dt != ZS_F32) {
+            row16(dt, (const uint16_t *)src + so, gs, (uint16_t *)dst + dof, ds, inner);
+            continue;
+        }
+        const float *a = (const float *)src + so;
+        float *o = (float *)dst + dof;
         if (gs == 1 && ds == 1)
             for (int64_t j = 0; j < inner; j++)
                 o[j] = a[j] + 0.0f; /* -0 -> +0, as the adds did */
@@ -83,21 +136,8 @@ static void gather_rows(void *ctx, int64_t b, int64_t e)
 static zs_status gather_run(zsi_gnode *n)
 {
     gather *G = n->impl;
-    zs_dtype dt = G->out->dtype;
-    if (!G->covered || dt != ZS_F32)
+    if (!G->covered)
         memset(zs_data(G->out), 0, zs_nbytes(G->out));
-    if (dt != ZS_F32) { /* 16-bit: 0 + g in f32, rounded (axpy), as the adds */
-        for (int i = 0; i < G->k; i++) {
-            const slot *sl = &G->s[i];
-            const zs_tensor *g = sl->g;
-            zsk_iter it;
-            zsk_iter_init(&it, g->ndim, g->shape, 2,
-                          (const int64_t *[]){sl->dst, g->strides});
-            zsk_axpy(dt, &it, (uint16_t *)zs_data(G->out) + sl->off, 1.0,
-                     (const uint16_t *)g->storage->data + g->offset);
-        }
-        return ZS_OK;
-    }
     for (int i = 0; i < G->k; i++) {
         const zs_tensor *g = G->s[i].g;
         int64_t inner = g->ndim ? g->shape[g->ndim - 1] : 1;
