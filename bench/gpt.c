@@ -718,6 +718,12 @@ static int run_graph_rows(const config *c)
     for (int k = 1; k >= 0 && st == ZS_OK; k--) {
         st = side_init(&t[k], c, &m, k);
         r[k].train_best_s = INFINITY;
+        if (st == ZS_OK && zs_alloc_tracing()) { /* ZS_ALLOC_TRACE=1 */
+            printf("\n%s trainer: what was held at the peak of its set-up and "
+                   "warm-up%s\n", k ? "graph" : "eager",
+                   k ? "" : " (the graph trainer's blocks included)");
+            zs_alloc_peak_report(stdout, 1 << 20);
+        }
     }
     zs_profile_reset();
     for (int64_t i = 0; st == ZS_OK && i < c->steps; i++)

@@ -102,7 +102,7 @@ typedef struct zs_graph_stats {
 } zs_graph_stats;
 void zs_graph_get_stats(const zs_graph *g, zs_graph_stats *s);
 
-/* ---- passes (src/graph/passes.c, fuse.c), each usable alone ----------- */
+/* ---- passes (src/graph/passes.c, fuse.c, ...), each usable alone ------ */
 
 /* Dead-code elimination: removes the nodes whose results nobody needs. A
  * node stays when it writes storage that existed before the capture (an
@@ -147,6 +147,23 @@ int zs_graph_fuse_slices(zs_graph *g, int nkeep, zs_tensor *const *keep);
  * fusion, before the memory plan. Returns the number of nodes added, or <
  * 0 + error. */
 int zs_graph_remat(zs_graph *g, int nkeep, zs_tensor *const *keep);
+
+/* Per-use weight casts (graph/casts.c): in a graph whose first use of a
+ * low-precision copy of a flat f32 buffer is one copy_ converting the
+ * whole buffer (mixed precision's weights, converted once per step; when
+ * only is not NULL, a copy in only's storage and no other), each
+ * node reading that copy gets its own conversion of the range it reads,
+ * right before it, into a fresh buffer for the memory plan, and the whole
+ * conversion goes: no node reads or writes the copy any more, so its
+ * owner may free it (the trainer does). A weight read in the forward and
+ * in the backward is converted twice. Same bits (the same conversion of
+ * the same, unwritten f32 values). Applies only when every reader is a
+ * plain driver call after the conversion and before any write of the f32
+ * buffer; otherwise nothing changes. Run after rematerialization, before
+ * the memory plan. Returns the number of conversion nodes added (0:
+ * nothing to do), or < 0 + error. */
+int zs_graph_split_casts(zs_graph *g, const zs_tensor *only, int nkeep,
+                         zs_tensor *const *keep);
 
 /* Memory planning by liveness: every storage the nodes make lives from
  * the node that makes it to the last node that uses it (to the end for

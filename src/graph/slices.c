@@ -110,26 +110,35 @@ static void gather_rows(void *ctx, int64_t b, int64_t e)
     int64_t gs = nd ? g->strides[nd - 1] : 1, ds = nd ? s->dst[nd - 1] : 1;
     const char *src = (const char *)g->storage->data + (size_t)g->offset * es;
     char *dst = (char *)G->out->storage->data + (size_t)(G->out->offset + s->off) * es;
+    /* row b's index by division, then an odometer: a division per
+     * dimension and row cost more than a 64-element row's copy */
+    int64_t idx[ZS_MAX_DIMS] = {0}, so = 0, dof = 0, q = b;
+    for (int d = nd - 2; d >= 0; d--) {
+        idx[d] = q % g->shape[d];
+        q /= g->shape[d];
+        so += idx[d] * g->strides[d];
+        dof += idx[d] * s->dst[d];
+    }
     for (int64_t r = b; r < e; r++) {
-        int64_t so = 0, dof = 0, q = r;
-        for (int d = nd - 2; d >= 0; d--) {
-            int64_t i = q % g->shape[d];
-            q /= g->shape[d];
-            so += i * g->strides[d];
-            dof += i * s->dst[d];
-        }
         if (dt != ZS_F32) {
             row16(dt, (const uint16_t *)src + so, gs, (uint16_t *)dst + dof, ds, inner);
-            continue;
+        } else {
+            const float *a = (const float *)src + so;
+            float *o = (float *)dst + dof;
+            if (gs == 1 && ds == 1)
+                for (int64_t j = 0; j < inner; j++)
+                    o[j] = a[j] + 0.0f; /* -0 -> +0, as the adds did */
+            else
+                for (int64_t j = 0; j < inner; j++)
+                    o[j * ds] = a[j * gs] + 0.0f;
         }
-        const float *a = (const float *)src + so;
-        float *o = (float *)dst + dof;
-        if (gs == 1 && ds == 1)
-            for (int64_t j = 0; j < inner; j++)
-                o[j] = a[j] + 0.0f; /* -0 -> +0, as the adds did */
-        else
-            for (int64_t j = 0; j < inner; j++)
-                o[j * ds] = a[j * gs] + 0.0f;
+        for (int d = nd - 2; d >= 0; d--) {
+            so += g->strides[d], dof += s->dst[d];
+            if (++idx[d] < g->shape[d])
+                break;
+            so -= idx[d] * g->strides[d], dof -= idx[d] * s->dst[d];
+            idx[d] = 0;
+        }
     }
 }
 

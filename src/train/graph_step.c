@@ -44,8 +44,9 @@
  *
  * Passes after a capture: dead-code elimination keeping the loss and the
  * sum of squares, the slice-gradient pass, pointwise fusion,
- * rematerialization, then the memory plan (every intermediate in one
- * arena). With dump_graph the graph is written before
+ * rematerialization, per-use weight casts (mixed precision: each reader of
+ * fp_low converts its own range, and fp_low is freed while the graph
+ * replays), then the memory plan (every intermediate in one arena). With dump_graph the graph is written before
  * and after them, and the replays after the capture step are timed node
  * by node (zs_graph_profile): the profile is appended to the text dump
  * when the graph is dropped (a recapture, the trainer freed).
@@ -212,6 +213,13 @@ static zs_status optimise(zs_trainer *t)
     int remat = zs_graph_remat(t->graph, nkeep, keep);
     if (remat < 0)
         return ZS_ERR_STATE;
+    int casts = t->fp_low ? zs_graph_split_casts(t->graph, t->fp_low, nkeep, keep) : 0;
+    if (casts < 0)
+        return ZS_ERR_STATE;
+    if (casts > 0) { /* nothing reads fp_low now; an eager step makes it again */
+        zs_release(t->fp_low);
+        t->fp_low = NULL;
+    }
     if ((st = zs_graph_plan_memory(t->graph, nkeep, keep)) != ZS_OK)
         return st;
     if (t->c.dump_graph && (st = dump(t, "a", "after dce, fusion and the memory plan")) != ZS_OK)
@@ -221,9 +229,11 @@ static zs_status optimise(zs_trainer *t)
     t->garena = s.planned_bytes;
     if (t->c.log && t->rank == 0) {
         fprintf(t->c.log, "graph: captured step %lld: %d nodes after dce (%d removed), slice "
-                "gradients (%d folded), fusion (%d folded) and rematerialization (%d "
-                "recomputed), %.1f MFLOP; intermediates %.2f MiB, planned arena %.2f MiB\n",
-                (long long)t->step, s.nodes, removed, gathered, fused, remat, s.flops / 1e6,
+                "gradients (%d folded), fusion (%d folded), rematerialization (%d "
+                "recomputed) and per-use weight casts (%d), %.1f MFLOP; intermediates "
+                "%.2f MiB, planned arena %.2f MiB\n",
+                (long long)t->step, s.nodes, removed, gathered, fused, remat, casts,
+                s.flops / 1e6,
                 (double)s.intermediate_bytes / 1048576,
                 (double)s.planned_bytes / 1048576);
     }

@@ -6,8 +6,9 @@
  *   scales, skipped steps and final parameters bit for bit over 20 steps
  *   (GPT tiny, clipping on): the captured step holds the flat weights'
  *   conversion (a copy_ into the trainer's low buffer, replayed every
- *   step) and the scaled loss; the scaler's unscale, Inf/NaN check, skip
- *   and update run eagerly after each replay.
+ *   step, then split into per-use casts and the copy freed) and the scaled
+ *   loss; the scaler's unscale, Inf/NaN check, skip and update run eagerly
+ *   after each replay.
  * - fp16 with Inf injected at steps 2, 3 and 7 (the loss times a factor
  *   tensor the batch function sets, so the captured graph sees it): the
  *   same steps are skipped as eager, the scale backs off there, and each
@@ -95,6 +96,10 @@ static zs_tensor *train(zs_dtype p, bool graph, record *r, int64_t *captures)
              graph ? "graph" : "eager", zs_last_error());
     zs_tensor *fp = t ? zs_clone(zs_trainer_flat_params(t)) : NULL;
     *captures = t ? t->captures : 0;
+    /* graph: every weight read converts its own range (graph/casts.c), so
+     * the trainer's flat low-precision copy is freed while it replays */
+    ZT_CHECK(!t || !graph || !t->fp_low, "%s graph: the flat low-precision weights are "
+             "still held", zs_precision_name(p));
     zs_trainer_free(t);
     zs_module_free(m);
     return fp;
