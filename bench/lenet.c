@@ -294,6 +294,10 @@ static zs_status bench_zs(trainer *t, const config *c, int64_t steps,
     }
     r->seconds = now() - t0;
     zs_alloc_get_stats(&a1);
+    if (zs_alloc_tracing()) { /* ZS_ALLOC_TRACE=1: what the timed steps' peak held */
+        printf("\n%s: held at the timed steps' peak\n", t->g ? "graph" : "eager");
+        zs_alloc_peak_report(stdout, 16 << 10);
+    }
     zs_graph_stats gs;
     zs_graph_get_stats(t->g, &gs);
     r->arena_bytes = (double)gs.planned_bytes;

@@ -122,6 +122,22 @@
  *   nodes at 4 GB/s), slice_gather 38, GeLU backward 37, Adam 31; the 77
  *   gradient accumulations (axpy_) 16 ms. Even removing all of it gives
  *   <= 1.08x: the 1.15x target is out of reach of graph passes here.
+ * - Fifth round (issue 27, 2026-11-28; bench/gpt --graph-only now
+ *   alternates the eager and graph trainers' timed steps, each trainer's
+ *   memory counted apart; GPT small 8 x 256, 2 threads, 2-core AMD EPYC
+ *   Zen 4 share, medians of five runs against five of the previous head
+ *   with the same bench): the bf16 slice gather was a zeroed result and
+ *   one zsk_axpy per slot (21 ms a step), now rows of an odometer with
+ *   an integer map for bf16 (4-5 ms); remat's bf16 GeLU widened element
+ *   by element through a call (30 -> 10-12 ms); per-use weight casts
+ *   (casts.c) drop the 23.5 MiB flat bf16 weight copy from the graph's
+ *   peak. Whole-run peak graph/eager: bf16 0.839 -> 0.780, fp32 0.747;
+ *   tokens/s graph/eager: bf16 0.927 -> 0.962, fp32 0.982 -> 0.986 (runs
+ *   spread +-4%). The per-operator tables of one interleaved run (bf16,
+ *   ms a step, eager / graph): GEMM nodes 472 / 448, attention 79 / 77;
+ *   graph only: remat 15, casts 6, slice gather 4; eager only: copy_ of
+ *   the flat weights 3.6, slice_backward + adds 5, fills 2.4, copies 3.
+ *   What separates the two is ~15 ms of a ~620 ms step either way.
  * - Replay runs under no-grad with scope tracking paused: kernels that
  *   call operators inside themselves record nothing and leak nothing.
  */
