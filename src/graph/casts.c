@@ -179,22 +179,6 @@ static zs_tensor *moved(const zs_tensor *t, const zs_tensor *buf, int64_t lo)
     return zsi_new_view(buf, t->ndim, t->shape, t->strides, t->offset - lo);
 }
 
-static bool insert_at(zs_graph *g, int p, zsi_gnode *r)
-{
-    if (g->n == g->cap) {
-        int cap = g->cap ? 2 * g->cap : 256;
-        zsi_gnode **q = realloc(g->nodes, (size_t)cap * sizeof *q);
-        if (!q)
-            return false;
-        g->nodes = q;
-        g->cap = cap;
-    }
-    memmove(g->nodes + p + 1, g->nodes + p, (size_t)(g->n - p) * sizeof *g->nodes);
-    g->nodes[p] = r;
-    g->n++;
-    return true;
-}
-
 /* Gives node p (a reader of low) a cast per input over low, moving its
  * inputs and aux results there; the casts go before it. Returns the
  * casts inserted, or -1 (out of memory: the graph is failed). */
@@ -223,7 +207,7 @@ static int split_reader(zs_graph *g, int p, const zs_tensor *low, const zs_tenso
                 r->aux[a] = w;
             }
         }
-        if (!ok || !insert_at(g, p + added, k)) {
+        if (!ok || !zsi_graph_insert(g, p + added, k)) {
             zs_release(v);
             zsi_gnode_free(k);
             g->failed = true; /* a reader half moved */

@@ -253,7 +253,7 @@ static zsi_cost cost_of(const zsi_call *c, const zs_tensor *out)
     return k;
 }
 
-static bool push(zs_graph *g, zsi_gnode *n)
+bool zsi_graph_insert(zs_graph *g, int at, zsi_gnode *n)
 {
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 256;
@@ -263,9 +263,13 @@ static bool push(zs_graph *g, zsi_gnode *n)
         g->nodes = p;
         g->cap = cap;
     }
-    g->nodes[g->n++] = n;
+    memmove(g->nodes + at + 1, g->nodes + at, (size_t)(g->n - at) * sizeof *g->nodes);
+    g->nodes[at] = n;
+    g->n++;
     return true;
 }
+
+static bool push(zs_graph *g, zsi_gnode *n) { return zsi_graph_insert(g, g->n, n); }
 
 /* The node's own header over t's elements (shape, strides, offset, the
  * storage retained), untracked: retaining t itself would add a reference

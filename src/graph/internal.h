@@ -88,6 +88,9 @@ struct zs_graph {
     double prof_seconds;     /* whole replays, summed */
 };
 
+/* Inserts n as node at (0 <= at <= g->n), the nodes from at on moving
+ * one down; false when the node array cannot grow (nothing changed). */
+bool zsi_graph_insert(zs_graph *g, int at, zsi_gnode *n);
 /* Frees a node: releases its tensors and its impl. */
 void zsi_gnode_free(zsi_gnode *n);
 /* Runs node n (its run function or its kernel). */

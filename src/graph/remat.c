@@ -226,22 +226,6 @@ static zsi_gnode *make_node(zs_graph *g, const zsi_gnode *f, rkind k)
     return r;
 }
 
-static bool insert_at(zs_graph *g, int p, zsi_gnode *r)
-{
-    if (g->n == g->cap) {
-        int cap = g->cap ? 2 * g->cap : 256;
-        zsi_gnode **q = realloc(g->nodes, (size_t)cap * sizeof *q);
-        if (!q)
-            return false;
-        g->nodes = q;
-        g->cap = cap;
-    }
-    memmove(g->nodes + p + 1, g->nodes + p, (size_t)(g->n - p) * sizeof *g->nodes);
-    g->nodes[p] = r;
-    g->n++;
-    return true;
-}
-
 /* Tries candidate node f: 1 recomputed, 0 not, < 0 out of memory. */
 static int try_node(zs_graph *g, int f, int nkeep, zs_tensor *const *keep)
 {
@@ -286,7 +270,7 @@ static int try_node(zs_graph *g, int f, int nkeep, zs_tensor *const *keep)
         }
     }
     zsi_tracking_resume();
-    if (ok && insert_at(g, p, r))
+    if (ok && zsi_graph_insert(g, p, r))
         return 1;
     /* readers already moved to r's storage cannot go back cheaply: the
      * graph is failed (an allocation of a few hundred bytes failed) */
