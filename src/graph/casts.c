@@ -54,21 +54,6 @@ static bool touches(const zsi_gnode *n, const zs_storage *s)
     return false;
 }
 
-/* Whether n writes s: a result, or in[0] of an in-place call (an update
- * writes its other inputs too: all of them, unless in[0] only). Aux
- * results over s are views of inputs (checked by the caller). */
-static bool writes(const zsi_gnode *n, const zs_storage *s)
-{
-    for (int k = 0; k < ZSI_MAX_OUT; k++)
-        if (n->outs[k] && n->outs[k]->storage == s)
-            return true;
-    if (n->call.def->inplace)
-        for (int j = 0; j < (n->call.def->inplace_in0 ? 1 : n->call.nin); j++)
-            if (n->in[j]->storage == s)
-                return true;
-    return false;
-}
-
 /* The flat cast: a plain copy_ of a contiguous f32 buffer into a whole
  * contiguous buffer of another float dtype and the same length. */
 static bool is_flat_cast(const zsi_gnode *n)
@@ -105,7 +90,7 @@ static bool extent(const zs_tensor *t, int64_t *lo, int64_t *hi)
  * written. */
 static bool movable(const zsi_gnode *r, const zs_storage *low)
 {
-    if (r->run || writes(r, low))
+    if (r->run || zsi_gnode_writes(r, low))
         return false;
     for (int j = 0; j < r->call.nin; j++) {
         int64_t lo, hi;
@@ -246,7 +231,7 @@ int zs_graph_split_casts(zs_graph *g, const zs_tensor *only, int nkeep,
          * by nodes whose reads can move */
         if (touches(n, low) && (src_written || !movable(n, low)))
             return 0;
-        src_written = src_written || writes(n, src);
+        src_written = src_written || zsi_gnode_writes(n, src);
     }
     for (int i = 0; i < c; i++)
         if (touches(g->nodes[i], low))

@@ -253,6 +253,29 @@ static zsi_cost cost_of(const zsi_call *c, const zs_tensor *out)
     return k;
 }
 
+bool zsi_gnode_reads(const zsi_gnode *n, const zs_storage *s)
+{
+    for (int j = 0; j < n->call.nin; j++)
+        if (n->in[j]->storage == s)
+            return true;
+    return false;
+}
+
+bool zsi_gnode_writes(const zsi_gnode *n, const zs_storage *s)
+{
+    for (int k = 0; k < ZSI_MAX_OUT; k++)
+        if (n->outs[k] && n->outs[k]->storage == s)
+            return true;
+    for (int k = 0; k < ZSI_MAX_AUX; k++)
+        if (n->aux[k] && n->aux[k]->storage == s && !zsi_gnode_reads(n, s))
+            return true;
+    if (n->call.def->inplace)
+        for (int j = 0; j < (n->call.def->inplace_in0 ? 1 : n->call.nin); j++)
+            if (n->in[j]->storage == s)
+                return true;
+    return false;
+}
+
 bool zsi_graph_insert(zs_graph *g, int at, zsi_gnode *n)
 {
     if (g->n == g->cap) {

@@ -88,6 +88,13 @@ struct zs_graph {
     double prof_seconds;     /* whole replays, summed */
 };
 
+/* Whether node n reads storage s (an input over it), and whether it
+ * writes it: a result; an aux result that is not a view of one of n's
+ * inputs (zsi_aux_copy of a contiguous input, a layer norm's weight, is
+ * that input, read); in place, in[0] (an update: all its inputs, unless
+ * the descriptor writes in[0] only). */
+bool zsi_gnode_reads(const zsi_gnode *n, const zs_storage *s);
+bool zsi_gnode_writes(const zsi_gnode *n, const zs_storage *s);
 /* Inserts n as node at (0 <= at <= g->n), the nodes from at on moving
  * one down; false when the node array cannot grow (nothing changed). */
 bool zsi_graph_insert(zs_graph *g, int at, zsi_gnode *n);

@@ -68,36 +68,6 @@ static rkind kind_of(const zsi_gnode *n)
     return o->dtype == ZS_F32 ? R_GELU : o->dtype == ZS_BF16 ? R_GELU16 : R_NONE;
 }
 
-static bool reads_storage(const zsi_gnode *n, const zs_storage *s);
-
-/* Whether node n writes storage s (results, aux results; in place: in[0],
- * which is outs[0]; an update's state buffers, its other inputs, unless
- * the descriptor writes in[0] only). An aux result that views one of n's
- * inputs (zsi_aux_copy of a contiguous input: a layer norm's weight,
- * inside the flat parameter buffer) is that input, read, not written. */
-static bool writes_storage(const zsi_gnode *n, const zs_storage *s)
-{
-    for (int k = 0; k < ZSI_MAX_OUT; k++)
-        if (n->outs[k] && n->outs[k]->storage == s)
-            return true;
-    for (int k = 0; k < ZSI_MAX_AUX; k++)
-        if (n->aux[k] && n->aux[k]->storage == s && !reads_storage(n, s))
-            return true;
-    if (n->call.def->inplace)
-        for (int j = 0; j < (n->call.def->inplace_in0 ? 1 : n->call.nin); j++)
-            if (n->in[j]->storage == s)
-                return true;
-    return false;
-}
-
-static bool reads_storage(const zsi_gnode *n, const zs_storage *s)
-{
-    for (int j = 0; j < n->call.nin; j++)
-        if (n->in[j]->storage == s)
-            return true;
-    return false;
-}
-
 static bool kept(const zs_storage *s, int nkeep, zs_tensor *const *keep)
 {
     for (int k = 0; k < nkeep; k++)
@@ -117,7 +87,7 @@ static bool input_ok(const zs_graph *g, const zs_tensor *t, int f, int p, int nk
     bool later = kept(s, nkeep, keep);
     for (int i = 0; i < g->n; i++) {
         const zsi_gnode *n = g->nodes[i];
-        bool w = writes_storage(n, s), r = reads_storage(n, s);
+        bool w = zsi_gnode_writes(n, s), r = zsi_gnode_reads(n, s);
         if (w && i > f && i < p)
             return false;
         if (!origin && (r || w)) /* as passes.c classifies: inputs first */
@@ -236,9 +206,9 @@ static int try_node(zs_graph *g, int f, int nkeep, zs_tensor *const *keep)
         return 0;
     int prev = -1, gap = 0, p = -1; /* the widest gap between readers */
     for (int i = 0; i < g->n; i++) {
-        if (i != f && writes_storage(g->nodes[i], s))
+        if (i != f && zsi_gnode_writes(g->nodes[i], s))
             return 0; /* written elsewhere too: not a plain value */
-        if (i <= f || !reads_storage(g->nodes[i], s))
+        if (i <= f || !zsi_gnode_reads(g->nodes[i], s))
             continue;
         if (prev >= 0 && i - prev > gap) {
             gap = i - prev;
