@@ -32,14 +32,6 @@
 #include "core/internal.h"
 #include "graph/internal.h"
 
-/* t covers its whole storage, contiguous, offset 0, in the CPU's memory
- * (the casts run CPU code). */
-static bool whole_cpu(const zs_tensor *t)
-{
-    return t->device == ZS_CPU && t->offset == 0 && zs_is_contiguous(t) &&
-           (size_t)zs_numel(t) * zs_dtype_size(t->dtype) == t->storage->nbytes;
-}
-
 static bool touches(const zsi_gnode *n, const zs_storage *s)
 {
     for (int j = 0; j < n->call.nin; j++)
@@ -55,14 +47,16 @@ static bool touches(const zsi_gnode *n, const zs_storage *s)
 }
 
 /* The flat cast: a plain copy_ of a contiguous f32 buffer into a whole
- * contiguous buffer of another float dtype and the same length. */
+ * contiguous buffer of another float dtype and the same length, both in
+ * the CPU's memory (the casts run CPU code). */
 static bool is_flat_cast(const zsi_gnode *n)
 {
     if (n->run || n->call.def != &zsi_def_copy_ || n->call.nin != 2)
         return false;
     const zs_tensor *d = n->in[0], *s = n->in[1];
     return d->dtype != ZS_F32 && zs_dtype_is_float(d->dtype) && s->dtype == ZS_F32 &&
-           whole_cpu(d) && whole_cpu(s) && zs_numel(d) == zs_numel(s);
+           d->device == ZS_CPU && s->device == ZS_CPU && zsi_whole_storage(d) &&
+           zsi_whole_storage(s) && zs_numel(d) == zs_numel(s);
 }
 
 /* Elements [lo, hi) of its storage that view t spans; false for a

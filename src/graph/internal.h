@@ -88,6 +88,11 @@ struct zs_graph {
     double prof_seconds;     /* whole replays, summed */
 };
 
+/* t (not NULL) is its whole storage: offset 0, contiguous, every byte. */
+static inline bool zsi_whole_storage(const zs_tensor *t)
+{
+    return t->offset == 0 && zs_is_contiguous(t) && zs_nbytes(t) == t->storage->nbytes;
+}
 /* Whether node n reads storage s (an input over it), and whether it
  * writes it: a result; an aux result that is not a view of one of n's
  * inputs (zsi_aux_copy of a contiguous input, a layer norm's weight, is

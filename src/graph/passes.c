@@ -143,16 +143,11 @@ static int by_size_desc(const void *x, const void *y)
  * the peak of the step. Both must be whole contiguous storages of one
  * dtype and element count. */
 
-static bool whole(const zs_tensor *t)
-{
-    return t->offset == 0 && zs_is_contiguous(t) && zs_nbytes(t) == t->storage->nbytes;
-}
-
 static bool overwrites_safely(const zsi_gnode *n, int j)
 {
     const zsi_opdef *d = n->call.def;
     const zs_tensor *o = n->outs[0], *x = n->in[j];
-    if (n->run || !n->kernel || d->inplace || !o || n->outs[1] || !whole(o) || !whole(x) ||
+    if (n->run || !n->kernel || d->inplace || !o || n->outs[1] || !zsi_whole_storage(o) || !zsi_whole_storage(x) ||
         x->dtype != o->dtype || zs_numel(x) != zs_numel(o))
         return false;
     return d->cls == ZSI_POINTWISE || (d == &zsi_def_cross_entropy_backward && j == 0);

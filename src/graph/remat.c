@@ -47,16 +47,11 @@
 
 typedef enum rkind { R_NONE, R_RERUN, R_GELU, R_GELU16 } rkind;
 
-static bool whole(const zs_tensor *t)
-{
-    return t && t->offset == 0 && zs_is_contiguous(t) && zs_nbytes(t) == t->storage->nbytes;
-}
-
 static rkind kind_of(const zsi_gnode *n)
 {
     const zsi_opdef *d = n->call.def;
     const zs_tensor *o = n->outs[0];
-    if (n->run || !n->kernel || n->recomputed || !whole(o) || o->storage->device != ZS_CPU ||
+    if (n->run || !n->kernel || n->recomputed || !o || !zsi_whole_storage(o) || o->storage->device != ZS_CPU ||
         n->outs[1])
         return R_NONE;
     if (d == &zsi_def_layer_norm || (d == &zsi_def_copy && n->call.nin == 1))

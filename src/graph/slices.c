@@ -204,9 +204,7 @@ static bool gather_dtype(zs_dtype dt)
  * the CPU's memory (the gather runs CPU code on the bytes). */
 static bool whole(const zs_tensor *t)
 {
-    return t->device == ZS_CPU && gather_dtype(t->dtype) && t->offset == 0 &&
-           zs_is_contiguous(t) &&
-           (size_t)zs_numel(t) * zs_dtype_size(t->dtype) == t->storage->nbytes;
+    return t->device == ZS_CPU && gather_dtype(t->dtype) && zsi_whole_storage(t);
 }
 
 /* The node in [0, before) whose outs[0] is storage s, or -1. */

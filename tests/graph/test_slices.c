@@ -98,16 +98,19 @@ static void check_pass(zs_module *m, zs_tensor *x, zs_tensor *y, zs_dtype lowp)
 }
 
 /* One step of sum_k sum(w[k] * narrow(permute(reshape(x)), 0, k, 1)) and
- * its backward, with x the [2, 5, 3 C] output a qkv projection would be
- * (GPT's slicing); *g captures it when given. */
-static void edge_step(zs_tensor *x, zs_tensor *const *w, zs_graph **g, zs_tensor **la)
+ * its backward, with x the [2, 5, 3 C] output a qkv projection would be;
+ * perm GPT's (2, 0, 3, 1, 4), or (2, 0, 3, 4, 1), whose last dim (the
+ * position) is strided in x, so the gather writes its rows strided; *g
+ * captures it when given. */
+static void edge_step(zs_tensor *x, zs_tensor *const *w, const int *perm, zs_graph **g,
+                      zs_tensor **la)
 {
     zs_zero_grad(x, true);
     zs_scope_push();
     if (g)
         *g = zs_graph_capture_begin();
     zs_tensor *r = zs_reshape(x, 5, (int64_t[]){2, 5, 3, 2, 4});
-    zs_tensor *p = zs_permute(r, (int[]){2, 0, 3, 1, 4});
+    zs_tensor *p = zs_permute(r, perm);
     zs_tensor *l = NULL;
     for (int k = 0; k < 3; k++) {
         zs_tensor *s = zs_sum(zs_mul(zs_narrow(p, 0, k, 1), w[k]), 0, NULL, false);
@@ -128,12 +131,16 @@ static void edge_step(zs_tensor *x, zs_tensor *const *w, zs_graph **g, zs_tensor
  * the replay's gradient of x is eager's, bit for bit. x's gradient is set
  * to none before each step, so the gathered buffer becomes it (adding into
  * a zeroed one would turn -0 into +0 either way). */
-static void check_edges(zs_dtype dt)
+static void check_edges(zs_dtype dt, const int *perm)
 {
     zs_tensor *x = zt_rand(dt, 3, (int64_t[]){2, 5, 24}, 31), *w[3];
     zs_set_requires_grad(x, true);
+    const int64_t full[5] = {2, 5, 3, 2, 4}; /* reshape(x)'s shape */
+    int64_t ws[5] = {1};
+    for (int d = 1; d < 5; d++)
+        ws[d] = full[perm[d]];
     for (int k = 0; k < 3; k++) {
-        zs_tensor *f = zt_rand(ZS_F32, 5, (int64_t[]){1, 2, 2, 5, 4}, 40 + (uint64_t)k);
+        zs_tensor *f = zt_rand(ZS_F32, 5, ws, 40 + (uint64_t)k);
         float *v = zs_data(f);
         const float edge[] = {-0.0f, NAN, dt == ZS_F16 ? 3e-6f : 1e-39f,
                               dt == ZS_F16 ? -3e-6f : -1e-39f, INFINITY, -INFINITY};
@@ -142,18 +149,19 @@ static void check_edges(zs_dtype dt)
         w[k] = zs_to_dtype(f, dt);
         zs_release(f);
     }
-    edge_step(x, w, NULL, NULL);
+    edge_step(x, w, perm, NULL, NULL);
     zs_tensor *ref = zs_clone(x->grad);
     zs_graph *g = NULL;
     zs_tensor *la = NULL;
-    edge_step(x, w, &g, &la);
+    edge_step(x, w, perm, &g, &la);
     int removed = zs_graph_fuse_slices(g, 1, &la);
-    ZT_CHECK(removed == 5, "%s edges: removed %d nodes (expected 5)", zs_dtype_name(dt),
-             removed);
+    ZT_CHECK(removed == 5, "%s edges, last dim %d: removed %d nodes (expected 5)",
+             zs_dtype_name(dt), perm[4], removed);
     ZT_CHECK(zs_graph_plan_memory(g, 1, &la) == ZS_OK, "plan: %s", zs_last_error());
     ZT_CHECK(zs_graph_replay(g) == ZS_OK, "replay: %s", zs_last_error());
     ZT_CHECK(x->grad && !memcmp(zs_data(x->grad), zs_data(ref), zs_nbytes(ref)),
-             "%s edges: the gathered gradient differs from eager's", zs_dtype_name(dt));
+             "%s edges, last dim %d: the gathered gradient differs from eager's",
+             zs_dtype_name(dt), perm[4]);
     zs_graph_free(g);
     zs_release(la);
     zs_release(ref);
@@ -178,9 +186,13 @@ int main(void)
     for (int k = 0; k < 3; k++)
         check_pass(m, x, y, dts[k]);
     zt_section("slice gradients: one node per layer, eager's bits (f32, bf16, f16)");
-    for (int k = 0; k < 3; k++)
-        check_edges(dts[k]);
-    zt_section("slice gradients: -0, NaN, subnormals, infinities (f32, bf16, f16)");
+    static const int gpt_perm[5] = {2, 0, 3, 1, 4}, strided[5] = {2, 0, 3, 4, 1};
+    for (int k = 0; k < 3; k++) {
+        check_edges(dts[k], gpt_perm);
+        check_edges(dts[k], strided);
+    }
+    zt_section("slice gradients: -0, NaN, subnormals, infinities (f32, bf16, f16; "
+               "contiguous and strided rows)");
 
     ZT_EXPECT_ERROR(zs_graph_fuse_slices(NULL, 0, NULL) < 0, "no graph");
     zs_graph *c = zs_graph_capture_begin();
