@@ -101,7 +101,7 @@ save_finding() {
 # is a bug.
 TSAN_TESTS=(test_threads test_tensor test_autograd test_mlp test_nn test_gpt
             test_optim test_dispatch test_serve_errors test_serve_stream
-            test_thread_pool test_serve_limits)
+            test_thread_pool test_serve_limits test_alloc_window)
 tsan() {
   local dir=build-tsan
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZS_TSAN=ON \

@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "core/internal.h"
 #include "zs/core.h"
 
 #define HDR 64
@@ -60,6 +61,7 @@ static void trace_free(block *b);
 static void trace_peak(void);
 
 #define EXACT 0xffffffffu
+#define WINDOW 0xfffffffeu /* a block inside a scratch window */
 
 #define MAGIC 0x5a53a110u
 
@@ -88,6 +90,32 @@ static size_t class_size(uint32_t c)
 
 static block *free_list[NCLASS];
 
+/* The scratch window (core/internal.h), under mu. Its blocks form a stack
+ * over the region (measuring: over a region that is not there): a block
+ * freed at the top pops it, with every freed block below it; one freed
+ * below the top waits for them. So nested temporaries, and the same
+ * buffers taken again and again by a kernel's chunks, reuse the same
+ * bytes. A class block counted by a measuring window carries the window's
+ * id in `bytes` (unused by class blocks otherwise; 0 for the others), so a
+ * free after the window closed, or under a later window, is not counted. */
+#define WSTACK 4096
+typedef struct wentry {
+    const void *p;     /* the block */
+    size_t at;         /* its offset in the window */
+    bool freed;
+} wentry;
+typedef struct window {
+    uint64_t id;       /* 0: no window open */
+    char *base;        /* NULL: measuring */
+    size_t cap, used, high;
+    int64_t live;
+    int n;             /* entries on the stack */
+    wentry stack[WSTACK];
+} window;
+static window win;
+static uint64_t win_next = 1;
+_Thread_local uint64_t zsi_alloc_scope;
+
 /* The smallest class holding n bytes, or -1 beyond the last. */
 static int size_class(size_t n)
 {
@@ -100,6 +128,91 @@ static int size_class(size_t n)
     size_t base = (size_t)64 << p, step = base / (p < FINE_P ? 4 : FINE_DIV);
     size_t q = (n - base + step - 1) / step; /* 1 .. div: div is 2 base */
     return (int)(CLASS_BASE(p) + q);
+}
+
+/* ---- scratch windows (core/internal.h) ---------------------------------- */
+
+size_t zsi_alloc_window_block(size_t n)
+{
+    return HDR + ((n ? n : 1) + 63) / 64 * 64;
+}
+
+static void window_push(const block *b, size_t need);
+
+/* Under mu, a request of n bytes from the open window's scope: the window
+ * block, or NULL: measuring, or it does not fit; *mark then says that the
+ * block the cache serves is pushed all the same (window_push), so the
+ * high-water mark is what the window would have needed. */
+static void *window_take(size_t n, uint64_t *mark)
+{
+    size_t need = zsi_alloc_window_block(n);
+    if (win.n == WSTACK)
+        return NULL; /* too many blocks at once: neither served nor counted */
+    if (!win.base || win.used > win.cap || need > win.cap - win.used) {
+        *mark = win.id;
+        return NULL;
+    }
+    block *b = (block *)(win.base + win.used);
+    b->cls = WINDOW;
+    b->magic = MAGIC;
+    b->bytes = win.id;
+    b->prev = NULL;
+    window_push(b, need);
+    return (char *)b + HDR;
+}
+
+/* Under mu: block b of need bytes goes on top of the window's stack. */
+static void window_push(const block *b, size_t need)
+{
+    win.stack[win.n++] = (wentry){b, win.used, false};
+    win.used += need;
+    if (win.used > win.high)
+        win.high = win.used;
+    win.live++;
+}
+
+/* Under mu: block b, taken under window b->bytes, is given back. */
+static void window_give(const block *b)
+{
+    if (b->bytes != win.id)
+        return;
+    int k = win.n - 1;
+    while (k >= 0 && win.stack[k].p != b)
+        k--;
+    if (k < 0)
+        return; /* not on this window's stack (cannot happen) */
+    win.stack[k].freed = true;
+    win.live--;
+    while (win.n > 0 && win.stack[win.n - 1].freed)
+        win.used = win.stack[--win.n].at;
+}
+
+bool zsi_alloc_window_open(void *base, size_t nbytes)
+{
+    pthread_mutex_lock(&mu);
+    uint64_t id = win.id == 0 ? win_next++ : 0;
+    if (id) {
+        win.id = id;
+        win.base = base;
+        win.cap = nbytes;
+        win.used = win.high = 0;
+        win.live = 0;
+        win.n = 0;
+    }
+    pthread_mutex_unlock(&mu);
+    zsi_alloc_scope = id;
+    return id != 0;
+}
+
+size_t zsi_alloc_window_close(int64_t *live)
+{
+    pthread_mutex_lock(&mu);
+    size_t high = win.high;
+    *live = win.live;
+    win.id = 0;
+    pthread_mutex_unlock(&mu);
+    zsi_alloc_scope = 0;
+    return high;
 }
 
 void zs_alloc_fail_after(int64_t n)
@@ -125,6 +238,14 @@ void *zs_alloc(size_t nbytes)
                           "alloc: out of memory (%zu bytes, injected)", nbytes);
         return NULL;
     }
+    uint64_t mark = 0; /* the window counting this block */
+    if (zsi_alloc_scope && zsi_alloc_scope == win.id) {
+        void *w = window_take(nbytes, &mark);
+        if (w) {
+            pthread_mutex_unlock(&mu);
+            return w;
+        }
+    }
     block *b = free_list[c];
     if (b) {
         free_list[c] = b->next;
@@ -144,11 +265,17 @@ void *zs_alloc(size_t nbytes)
         b->cls = (uint32_t)c;
         b->magic = MAGIC;
         b->prev = NULL;
+        b->bytes = 0;
         pthread_mutex_lock(&mu);
         stats.n_system++;
         pthread_mutex_unlock(&mu);
     }
     pthread_mutex_lock(&mu);
+    b->bytes = 0;
+    if (mark && mark == win.id && win.n < WSTACK) {
+        b->bytes = mark;
+        window_push(b, zsi_alloc_window_block(nbytes));
+    }
     stats.n_allocs++;
     stats.current_bytes += sz;
     if (tracing)
@@ -212,6 +339,14 @@ void zs_free(void *p)
     block *b = (block *)((char *)p - HDR);
     if (b->magic != MAGIC)
         abort(); /* internal invariant: not our block */
+    if (b->cls == WINDOW) { /* its bytes are the window's region */
+        pthread_mutex_lock(&mu);
+        b->magic = 0; /* a second free aborts; under mu: once given back,
+                       * another thread's block may start here */
+        window_give(b);
+        pthread_mutex_unlock(&mu);
+        return;
+    }
     if (b->cls == EXACT) {
         pthread_mutex_lock(&mu);
         stats.current_bytes -= b->bytes;
@@ -224,6 +359,10 @@ void zs_free(void *p)
     pthread_mutex_lock(&mu);
     if (tracing)
         trace_free(b);
+    if (b->bytes) {
+        window_give(b);
+        b->bytes = 0;
+    }
     stats.current_bytes -= sz;
     stats.cached_bytes += sz;
     b->next = free_list[b->cls];

@@ -5,6 +5,9 @@
 #define ZS_CORE_INTERNAL_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "zs/core.h"
 
@@ -77,6 +80,29 @@ void zsi_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
 int64_t zsi_shape_numel(int ndim, const int64_t *shape);
 /* Validates a user shape (ndim in [0, 8], sizes >= 0); op names the caller. */
 zs_status zsi_check_shape(const char *op, int ndim, const int64_t *shape);
+
+/* Scratch windows (alloc.c): a node of a planned graph gets the memory its
+ * kernel takes and gives back while it runs (im2col columns, packed GEMM
+ * panels: zs_alloc/zs_free inside the kernel) from a region of the graph's
+ * arena, so that it is planned with the node's values rather than held on
+ * top of them. zsi_alloc_window_open(base, n) starts one: until close,
+ * zs_alloc calls from this thread, and from pool workers while they run a
+ * chunk of a job this thread published (thread.c hands them
+ * zsi_alloc_scope), are served from [base, base + n) as a stack (each
+ * block its 64-byte header plus its size rounded to 64; freeing the top
+ * block pops it and the freed blocks under it); a request that does not
+ * fit goes to the cache as usual. zs_free of a window block only counts
+ * it. base NULL measures instead: every request goes to the cache, and
+ * the window counts what the stack would have needed. Close returns that
+ * high-water mark in bytes (serving: including what the requests that did
+ * not fit would have needed) and the window blocks still live (*live > 0:
+ * memory escaped the node; it must not be reused while held). One window
+ * at a time in the process; windows serve host memory only. */
+extern _Thread_local uint64_t zsi_alloc_scope;
+bool zsi_alloc_window_open(void *base, size_t nbytes); /* false: one is open */
+size_t zsi_alloc_window_close(int64_t *live);
+/* Bytes a window needs for one block of n (header, rounding). */
+size_t zsi_alloc_window_block(size_t n);
 
 /* Scope tracking is paused while the library builds temporaries of its
  * own (backward rules, composite operators); they are owned by their

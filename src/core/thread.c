@@ -19,7 +19,7 @@
  * inline instead of waiting (no interleaving of two jobs' chunks, no
  * deadlock when jobs nest or threads contend); the kernels split work by
  * zs_num_threads(), not by who runs a chunk, so the result is the same.
- * The job fields (fn, ctx, n) are written by the owner before it publishes
+ * The job fields (fn, ctx, n, scope) are written by the owner before it publishes
  * the job (release store of `claim`) and read by a worker only after it
  * claimed a chunk of that job (acquire CAS), while the owner still waits
  * for that chunk.
@@ -65,6 +65,8 @@ typedef struct pool {
     zs_range_fn fn;
     void *ctx;
     int64_t n;
+    uint64_t scope; /* the owner's zsi_alloc_scope: its chunks' allocations
+                     * belong to the owner's scratch window (alloc.c) */
 } pool;
 
 /* The fields of `claim`: chunks (at most 256 threads) and the next chunk
@@ -101,7 +103,10 @@ static void work_on(uint_fast64_t gen)
                                                   memory_order_acq_rel,
                                                   memory_order_acquire)) {
             /* chunk c of the job of gen: its owner waits for it */
+            uint64_t mine = zsi_alloc_scope;
+            zsi_alloc_scope = P.scope;
             run_chunk(c, nchunks);
+            zsi_alloc_scope = mine;
             atomic_fetch_sub_explicit(&P.pending, 1, memory_order_release);
         }
     }
@@ -240,6 +245,7 @@ void zs_parallel_for(int64_t n, int64_t grain, zs_range_fn fn, void *ctx)
     P.fn = fn;
     P.ctx = ctx;
     P.n = n;
+    P.scope = zsi_alloc_scope;
     atomic_store(&P.pending, (int)nchunks);
     uint_fast64_t g = atomic_load(&P.generation) + 1;
     atomic_store_explicit(&P.claim, (g & CLAIM_GEN_MASK) << 20 | (uint_fast64_t)nchunks << 10,

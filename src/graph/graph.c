@@ -237,6 +237,7 @@ void zsi_gnode_free(zsi_gnode *n)
         zs_release(n->aux[k]);
     if (n->impl_free)
         n->impl_free(n->impl);
+    free(n->scratch);
     free(n);
 }
 
@@ -364,6 +365,40 @@ zs_status zsi_gnode_exec(zsi_gnode *n)
     return n->run ? n->run(n) : n->kernel(&n->call, n->outs[0]);
 }
 
+/* Runs node i of g inside its scratch window (core/internal.h): while
+ * the plan's scratch is measured, one that counts; once placed, one over
+ * the node's bytes of the arena. Scratch a node keeps past its end cannot
+ * share the arena: measured, the node gets none; served from the arena,
+ * the graph fails and its arena is never freed. */
+static zs_status exec_node(zs_graph *g, int i)
+{
+    zsi_gnode *n = g->nodes[i];
+    bool measure = g->scratch == ZSI_SCRATCH_MEASURE;
+    bool win = measure ? zsi_alloc_window_open(NULL, 0)
+               : g->scratch == ZSI_SCRATCH_PLACED && n->scratch &&
+                     zsi_alloc_window_open(n->scratch->data, n->scratch->nbytes);
+    zs_status st = g->profile ? zsi_gnode_exec_timed(n) : zsi_gnode_exec(n);
+    if (!win)
+        return st;
+    int64_t live = 0;
+    size_t high = zsi_alloc_window_close(&live);
+    if (measure) {
+        g->need[i] = live == 0 ? high : 0;
+    } else if (high > n->scratch->nbytes && live == 0) {
+        g->need[i] = high; /* grown at the end of the replay */
+        g->regrow = true;
+    }
+    if (!measure && live > 0) {
+        g->failed = g->pinned = true;
+        st = zs_set_error_code(ZS_ERR_STATE, "graph replay: node %d (%s) kept %lld "
+                               "block%s of its scratch, inside the graph's arena, past "
+                               "its end; the graph is off and its arena is never freed",
+                               i, n->label ? n->label : n->call.def->op.name,
+                               (long long)live, live == 1 ? "" : "s");
+    }
+    return st;
+}
+
 zs_status zs_graph_replay(zs_graph *g)
 {
     if (!g)
@@ -371,8 +406,8 @@ zs_status zs_graph_replay(zs_graph *g)
     if (g->capturing || g->failed)
         return zs_set_error("graph replay: the graph is %s",
                             g->capturing ? "still being captured (call "
-                            "zs_graph_capture_end)" : "incomplete (its capture "
-                            "failed)");
+                            "zs_graph_capture_end)" : "unusable (its capture, its "
+                            "memory plan or a replay failed)");
     if (current)
         return zs_set_error("graph replay: this thread is capturing a graph");
     zs_status st = zsi_graph_materialize(g);
@@ -385,7 +420,7 @@ zs_status zs_graph_replay(zs_graph *g)
         zsi_gnode *n = g->nodes[i];
         /* the peak report's attribution: the kernels' scratch by node */
         zs_alloc_tag_push(n->label ? n->label : n->call.def->op.name);
-        st = g->profile ? zsi_gnode_exec_timed(n) : zsi_gnode_exec(n);
+        st = exec_node(g, i);
         zs_alloc_tag_pop();
         if (st != ZS_OK)
             st = zs_set_error_code(st, "graph replay: node %d (%s) failed: %s", i,
@@ -396,6 +431,8 @@ zs_status zs_graph_replay(zs_graph *g)
         g->prof_seconds += zsi_graph_now() - t0;
         g->prof_replays++;
     }
+    if (st == ZS_OK && (g->scratch == ZSI_SCRATCH_MEASURE || g->regrow))
+        st = zsi_graph_plan_scratch(g);
     zsi_tracking_resume();
     zs_no_grad_pop();
     return st;
@@ -415,7 +452,9 @@ void zs_graph_free(zs_graph *g)
         zsi_gnode_free(g->nodes[i]);
     free(g->nodes);
     free(g->plan);
-    zs_free(g->arena); /* after the nodes: their storages point into it */
+    free(g->need);
+    if (!g->pinned)
+        zs_free(g->arena); /* after the nodes: their storages point into it */
     free(g);
 }
 

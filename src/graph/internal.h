@@ -30,6 +30,10 @@ struct zsi_gnode {
     void (*impl_free)(void *impl);
     const char *label;       /* NULL: the operator's name */
     bool recomputed;         /* added by remat.c (a value made again) */
+    /* the arena bytes its kernel's own temporaries are served from while it
+     * runs (passes.c, zsi_graph_plan_scratch); NULL: none. Owned (a bare
+     * struct: data points into the arena) */
+    zs_storage *scratch;
     double seconds;          /* replay time summed while profiling */
 };
 
@@ -74,6 +78,16 @@ struct zs_graph {
     int nplan;
     size_t arena_bytes;
     void *arena;             /* host memory (zs_alloc), or NULL */
+    /* the nodes' kernel scratch (zsi_graph_plan_scratch): measured during
+     * the first replay after the plan (need[i]: node i's bytes), then
+     * placed in the arena; pinned: a node kept scratch past its end, so
+     * the arena is never freed (its bytes may still be in use) */
+    enum { ZSI_SCRATCH_OFF, ZSI_SCRATCH_MEASURE, ZSI_SCRATCH_PLACED } scratch;
+    size_t *need;
+    bool regrow;             /* a node needed more than its place (another
+                              * interleaving of its threads): grown at the
+                              * end of the replay */
+    bool pinned;
     /* the lean capture (lean.c) */
     zsi_sset refs;           /* made storage -> the graph's aliases of it;
                               * -2: first met as an input */
@@ -87,6 +101,17 @@ struct zs_graph {
     int64_t prof_replays;
     double prof_seconds;     /* whole replays, summed */
 };
+
+/* Places each node's kernel scratch, measured by the first replay after
+ * the memory plan (g->need[i]: node i's bytes), in the arena as a value
+ * alive during that node only, and moves the planned storages into the
+ * new arena (the values kept after a replay copied over; the old arena
+ * freed first). Called again when a replay found a node needing more
+ * than its place (g->regrow): places only grow. Without memory, or with
+ * nothing to place, the plan stays as it was and the kernels take what
+ * does not fit from the cache. ZS_OK, or an error with the graph marked
+ * failed (it had no arena left). */
+zs_status zsi_graph_plan_scratch(zs_graph *g);
 
 /* t (not NULL) is its whole storage: offset 0, contiguous, every byte. */
 static inline bool zsi_whole_storage(const zs_tensor *t)

@@ -343,6 +343,11 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
     zs_alloc_tag_pop();
     zs_alloc_get_stats(&a1);
     t->gpeak = a1.peak_bytes > a0.current_bytes ? a1.peak_bytes - a0.current_bytes : 0;
+    if (st == ZS_OK && dry) { /* the first replay placed the kernels' scratch */
+        zs_graph_stats s;
+        zs_graph_get_stats(t->graph, &s);
+        t->garena = s.planned_bytes;
+    }
     if (st == ZS_OK && t->c.dump_graph) /* the replays after this step, timed */
         st = zs_graph_profile(t->graph, true);
     if (st == ZS_OK && t->c.log && t->rank == 0)
@@ -413,7 +418,10 @@ zs_status zs_trainer_graph_memory(const zs_trainer *t, size_t *step_peak,
     if (!t || !t->graph)
         return zs_set_error("trainer graph memory: %s", t ? "no graph captured "
                             "(graph mode off, or no step run yet)" : "no trainer");
+    zs_graph_stats s; /* the arena now: the kernels' scratch joins it after
+                       * the first replay (graph/passes.c) */
+    zs_graph_get_stats(t->graph, &s);
     *step_peak = t->gpeak;
-    *arena = t->garena;
+    *arena = s.planned_bytes;
     return ZS_OK;
 }
