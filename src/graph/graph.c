@@ -138,6 +138,20 @@
  *   graph only: remat 15, casts 6, slice gather 4; eager only: copy_ of
  *   the flat weights 3.6, slice_backward + adds 5, fills 2.4, copies 3.
  *   What separates the two is ~15 ms of a ~620 ms step either way.
+ * - Sixth round (issue 27, 2026-11-28, same machine kind): the kernels'
+ *   scratch joins the plan (passes.c, zsi_graph_plan_scratch; measured
+ *   and served by the allocator's scratch windows, core/alloc.c). LeNet
+ *   (bench/lenet --graph --quick, three runs): step memory graph/eager
+ *   1.10-1.29 -> 0.87-0.91 (arena 3.84 -> 3.97 MiB while 1.3-2.7 MiB of
+ *   replay scratch went away). GPT small: arena 221.5 -> 233.8 MiB fp32,
+ *   117.0 -> 124.9 bf16, step memory unchanged (233.9 / 125.3 before):
+ *   the GEMMs' scratch peaks where the activations do, nothing dead to
+ *   reuse. The Amdahl bound of the speed target, from the replay profile
+ *   (bf16, 652 ms a step): GEMM nodes 483 ms and attention 88 ms leave 81
+ *   ms that a graph could remove at best, 652 / 571 = 1.14x with all of
+ *   it gone; fp32 (eager 1068 ms): 920 ms of GEMMs and 77 of attention,
+ *   1068 / 997 = 1.07x with everything else gone. 1.15x needs faster
+ *   GEMMs in graph mode only, which eager would get as well.
  * - Replay runs under no-grad with scope tracking paused: kernels that
  *   call operators inside themselves record nothing and leak nothing.
  */
