@@ -98,7 +98,11 @@ typedef struct zs_graph_stats {
     size_t intermediate_bytes; /* storage made by the nodes (their results
                                 * and aux results), what replay keeps */
     size_t planned_bytes;      /* the arena after zs_graph_plan_memory; 0
-                                * before */
+                                * before (it grows once the first replay
+                                * has placed the kernels' scratch) */
+    int scratch_nodes;         /* nodes whose kernel scratch the plan holds */
+    size_t scratch_bytes;      /* their places, summed (they share bytes
+                                * with values dead at the time) */
 } zs_graph_stats;
 void zs_graph_get_stats(const zs_graph *g, zs_graph_stats *s);
 
@@ -173,7 +177,14 @@ int zs_graph_split_casts(zs_graph *g, const zs_tensor *only, int nkeep,
  * storages are moved into the arena, allocated once: the old blocks of
  * values dead at the end are freed before the arena is allocated (so the
  * arena reuses them and planning never holds both), the kept values are
- * copied in. Returns ZS_OK or an error (the graph is unchanged then). */
+ * copied in. The first replay after it measures the temporaries each
+ * node's kernel takes from the allocator (packing buffers, columns) and
+ * gives each node that has some a place of that size in the arena, alive
+ * during the node only (the arena is laid out again; the kept values
+ * move with it); later replays serve those temporaries from there, so a
+ * replay takes nothing from the allocator (a place found too small is
+ * grown at the end of that replay). Returns ZS_OK or an error (the graph
+ * is unchanged then). */
 zs_status zs_graph_plan_memory(zs_graph *g, int nkeep, zs_tensor *const *keep);
 /* Checks the plan: every pair of planned storages alive at a common node
  * occupies disjoint bytes of the arena, and each lies inside it. ZS_OK or

@@ -42,7 +42,7 @@ static void list_text(zs_tensor *const *ts, int n, char *buf, size_t cap)
  * weigh most (the plan's lower bound: no placement can use fewer bytes),
  * beside the arena, and the largest buffers alive there with the node
  * that makes each (the plan is sorted by decreasing size). */
-static void plan_text(const zs_graph *g, FILE *f)
+void zsi_graph_plan_text(const zs_graph *g, FILE *f)
 {
     if (!g->plan || !g->n)
         return;
@@ -69,7 +69,9 @@ static void plan_text(const zs_graph *g, FILE *f)
             continue;
         fprintf(f, "#   %8.2f MiB  nodes %d..%d  made by %s%s\n", (double)e->nbytes / 1048576,
                 e->first, e->last, e->first < g->n ? name_of(g->nodes[e->first]) : "?",
-                e->group != e->s ? " (over another buffer)" : "");
+                e->group != e->s ? " (over another buffer)"
+                : e->first < g->n && g->nodes[e->first]->scratch == e->s
+                    ? " (its kernel's scratch)" : "");
         shown++;
     }
 }
@@ -96,9 +98,10 @@ zs_status zs_graph_dump_text(const zs_graph *g, FILE *f, const char *title)
                 n->cost.bytes_written);
     }
     fprintf(f, "# total: nodes %d flops %.0f bytes_read %.0f bytes_written %.0f "
-               "intermediate_bytes %zu planned_bytes %zu\n", s.nodes, s.flops,
-            s.bytes_read, s.bytes_written, s.intermediate_bytes, s.planned_bytes);
-    plan_text(g, f);
+               "intermediate_bytes %zu planned_bytes %zu scratch_nodes %d "
+               "scratch_bytes %zu\n", s.nodes, s.flops, s.bytes_read, s.bytes_written,
+            s.intermediate_bytes, s.planned_bytes, s.scratch_nodes, s.scratch_bytes);
+    zsi_graph_plan_text(g, f);
     return ferror(f) ? zs_set_error("graph dump: write failed") : ZS_OK;
 }
 

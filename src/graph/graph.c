@@ -508,6 +508,11 @@ void zs_graph_get_stats(const zs_graph *g, zs_graph_stats *s)
     if (ok)
         zsi_sset_deinit(&seen);
     s->planned_bytes = g->arena_bytes;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->scratch) {
+            s->scratch_nodes++;
+            s->scratch_bytes += g->nodes[i]->scratch->nbytes;
+        }
 }
 
 /* ---- storage sets --------------------------------------------------------- */

@@ -11,6 +11,8 @@
 #ifndef ZS_GRAPH_INTERNAL_H
 #define ZS_GRAPH_INTERNAL_H
 
+#include <stdio.h>
+
 #include "ops/op.h"
 #include "zs/graph.h"
 
@@ -112,6 +114,11 @@ struct zs_graph {
  * does not fit from the cache. ZS_OK, or an error with the graph marked
  * failed (it had no arena left). */
 zs_status zsi_graph_plan_scratch(zs_graph *g);
+
+/* With a memory plan, writes its summary to f as "# " lines (dump.c): the
+ * arena, the node where the most bytes are alive, the buffers alive there
+ * (a kernel's scratch marked). */
+void zsi_graph_plan_text(const zs_graph *g, FILE *f);
 
 /* t (not NULL) is its whole storage: offset 0, contiguous, every byte. */
 static inline bool zsi_whole_storage(const zs_tensor *t)

@@ -138,5 +138,11 @@ zs_status zs_graph_profile_dump(const zs_graph *g, FILE *f)
     }
     free(r);
     free(by);
+    zs_graph_stats st; /* the plan as the replays left it: with the scratch */
+    zs_graph_get_stats(g, &st);
+    fprintf(f, "# after the replays: the kernels' scratch of %d nodes in the plan "
+               "(%.2f MiB of places)\n", st.scratch_nodes,
+            (double)st.scratch_bytes / 1048576);
+    zsi_graph_plan_text(g, f);
     return ferror(f) ? zs_set_error("graph profile dump: write failed") : ZS_OK;
 }

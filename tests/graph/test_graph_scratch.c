@@ -6,7 +6,8 @@
  * LeNet-5, forward, loss and backward of a batch of 16 captured, planned:
  * - the first replay measures each node's scratch and places it in the
  *   arena: the arena grows, the convolutions' nodes hold scratch, the
- *   plan verifies; the loss and the gradient equal eager's bit for bit;
+ *   plan verifies, zs_graph_get_stats and the dump's total line count
+ *   it; the loss and the gradient equal eager's bit for bit;
  * - a replay after that takes nothing from the allocator (no block, no
  *   byte above its start): "replay without allocation" holds for the
  *   kernels' temporaries too;
@@ -21,6 +22,7 @@
  * the no-allocation check needs the measured interleaving again.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph/internal.h"
@@ -143,6 +145,19 @@ int main(void)
              s0.planned_bytes, s1.planned_bytes);
     ZT_CHECK(zs_graph_plan_verify(g) == ZS_OK, "verify: %s", zs_last_error());
     ZT_CHECK(same_bits(lg, le) && same_bits(n.fg, ge), "replay 1 = eager, bit for bit");
+    ZT_CHECK(s1.scratch_nodes == k && s1.scratch_bytes >= largest &&
+             s0.scratch_nodes == 0 && s0.scratch_bytes == 0,
+             "stats: %d nodes, %zu bytes of scratch (before: %d, %zu)", s1.scratch_nodes,
+             s1.scratch_bytes, s0.scratch_nodes, s0.scratch_bytes);
+    char *text = NULL, want[96];
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ZT_CHECK(f && zs_graph_dump_text(g, f, "t") == ZS_OK, "dump: %s", zs_last_error());
+    if (f)
+        fclose(f);
+    snprintf(want, sizeof want, "scratch_nodes %d scratch_bytes %zu", k, s1.scratch_bytes);
+    ZT_CHECK(text && strstr(text, want), "the dump's total line has \"%s\"", want);
+    free(text);
     zt_section("scratch measured and placed by the first replay");
 
     ZT_CHECK(replay(&n, g, &blocks, &above) == ZS_OK, "replay 2: %s", zs_last_error());
