@@ -63,8 +63,9 @@ static void usage(FILE *f)
             "                    weights (docs/precision.md)\n"
             "  --graph           capture the first step as a graph, replay it after\n"
             "                    (cpu; the last shorter batch recaptures)\n"
-            "  --dump-graph FILE with --graph: the graph before and after its passes\n"
-            "                    as text in FILE and Graphviz in FILE.dot\n",
+            "  --dump-graph FILE with --graph: the first graph before and after its\n"
+            "                    passes as text in FILE (its replay profile appended)\n"
+            "                    and Graphviz in FILE.dot\n",
             ZS_FMNIST_DIR);
 }
 

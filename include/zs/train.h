@@ -182,9 +182,12 @@ typedef struct zs_trainer_config {
      * the loss scaler's check and skip run eagerly after the replay).
      * Losses equal eager ones bit for bit. */
     bool graph;
-    const char *dump_graph;   /* graph mode: the graph before and after the
-                               * passes as text here and as Graphviz in
-                               * dump_graph.dot; NULL: none */
+    const char *dump_graph;   /* graph mode: the first captured graph
+                               * before and after the passes as text here
+                               * (its replay profile appended when it is
+                               * dropped) and as Graphviz in
+                               * dump_graph.dot; later captures are not
+                               * written; NULL: none */
     /* Model parallelism (issue 28, src/train/parallel3d.c): with tp or pp
      * > 1 the trainer cuts comm into a dp x tp x pp grid (zs/tp.h: tp
      * fastest, pp slowest), prints the rank layout, and trains the GPT it

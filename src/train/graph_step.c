@@ -46,10 +46,14 @@
  * sum of squares, the slice-gradient pass, pointwise fusion,
  * rematerialization, per-use weight casts (mixed precision: each reader of
  * fp_low converts its own range, and fp_low is freed while the graph
- * replays), then the memory plan (every intermediate in one arena). With dump_graph the graph is written before
- * and after them, and the replays after the capture step are timed node
- * by node (zs_graph_profile): the profile is appended to the text dump
- * when the graph is dropped (a recapture, the trainer freed).
+ * replays), then the memory plan (every intermediate in one arena). With
+ * dump_graph the first captured graph is written before and after them,
+ * and its replays after the capture step are timed node by node
+ * (zs_graph_profile): the profile is appended to the text dump when the
+ * graph is dropped (a recapture, the trainer freed). Later captures (the
+ * last, shorter batch of an epoch, and the full one again after it) are
+ * not written: each would replace the file, which then described the
+ * short batch's graph, never replayed.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -103,10 +107,11 @@ static uint64_t signature(const zs_trainer *t, const zs_tensor *x,
 
 /* With dump_graph: the replay profile of the graph, appended to the text
  * dump (before the graph is dropped). */
-static void dump_profile(const zs_trainer *t)
+static void dump_profile(zs_trainer *t)
 {
-    if (!t->c.dump_graph || !t->graph)
+    if (!t->c.dump_graph || !t->graph || !t->gprofiled)
         return;
+    t->gprofiled = false;
     FILE *f = fopen(t->c.dump_graph, "a");
     if (f) {
         zs_graph_profile_dump(t->graph, f);
@@ -199,7 +204,8 @@ static zs_status optimise(zs_trainer *t)
     zs_tensor *keep[] = {t->gloss, t->gsq};
     int nkeep = t->gsq ? 2 : 1;
     zs_status st = ZS_OK;
-    if (t->c.dump_graph)
+    bool first = t->captures == 1; /* the dump describes the first graph */
+    if (t->c.dump_graph && first)
         st = dump(t, "w", "captured");
     int removed = st == ZS_OK ? zs_graph_dce(t->graph, nkeep, keep) : -1;
     if (removed < 0)
@@ -222,7 +228,8 @@ static zs_status optimise(zs_trainer *t)
     }
     if ((st = zs_graph_plan_memory(t->graph, nkeep, keep)) != ZS_OK)
         return st;
-    if (t->c.dump_graph && (st = dump(t, "a", "after dce, fusion and the memory plan")) != ZS_OK)
+    if (t->c.dump_graph && first &&
+        (st = dump(t, "a", "after dce, fusion and the memory plan")) != ZS_OK)
         return st;
     zs_graph_stats s;
     zs_graph_get_stats(t->graph, &s);
@@ -348,8 +355,11 @@ static zs_status capture(zs_trainer *t, zs_tensor *x, zs_tensor *y, uint64_t sig
         zs_graph_get_stats(t->graph, &s);
         t->garena = s.planned_bytes;
     }
-    if (st == ZS_OK && t->c.dump_graph) /* the replays after this step, timed */
+    if (st == ZS_OK && t->c.dump_graph && t->captures == 1) { /* the replays after
+                                                              * this step, timed */
         st = zs_graph_profile(t->graph, true);
+        t->gprofiled = st == ZS_OK;
+    }
     if (st == ZS_OK && t->c.log && t->rank == 0)
         fprintf(t->c.log, "graph: memory: the capture step (%s) peak %.2f MiB above its "
                 "start, plan peak (arena) %.2f MiB\n", dry ? "dry capture, passes, "

@@ -55,6 +55,9 @@ struct zs_trainer {
                               * capture and replay (owned) */
     bool gupdate;            /* the graph holds the clip and the update */
     bool gdry;               /* the graph was captured dry (zs/graph.h) */
+    bool gprofiled;          /* dump_graph: this graph's replays are timed,
+                              * its profile not yet written (the first
+                              * capture's only) */
     uint64_t gsig;           /* the captured step's signature */
     int64_t captures;        /* graphs captured so far */
     size_t gpeak, garena;    /* the last capture: the allocator's peak

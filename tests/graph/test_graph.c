@@ -421,8 +421,21 @@ static void test_errors(void)
     zt_section("errors");
 }
 
-/* --dump-graph through the trainer: FILE has the graph before and after
- * the passes, FILE.dot both digraphs. */
+/* Images as img_batch, the last of DUMP_STEPS with 3 rows. */
+enum { DUMP_STEPS = 5 };
+static zs_status img_batch_short(void *ctx, int64_t index, zs_tensor **x, zs_tensor **y)
+{
+    zs_status st = img_batch(ctx, index, x, y);
+    if (st != ZS_OK || index != DUMP_STEPS - 1)
+        return st;
+    *x = zs_narrow(*x, 0, 0, 3);
+    *y = zs_narrow(*y, 0, 0, 3);
+    return *x && *y ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+/* --dump-graph through the trainer: FILE has the first graph before and
+ * after the passes and its replay profile, FILE.dot both digraphs; the
+ * last, shorter batch recaptures and is not written over them. */
 static void test_trainer_dump(void)
 {
     char path[] = "/tmp/zs_graph_trainerXXXXXX", dot[64];
@@ -432,23 +445,39 @@ static void test_trainer_dump(void)
     snprintf(dot, sizeof dot, "%s.dot", path);
     zs_module *m = make_lenet();
     zs_trainer_config c = zs_trainer_defaults();
-    c.steps = 2;
-    c.batch = img_batch;
+    c.steps = DUMP_STEPS;
+    c.batch = img_batch_short;
     c.loss = zs_classifier_loss;
     c.graph = true;
     c.dump_graph = path;
     zs_trainer *t = zs_trainer_new(m, &c);
     ZT_CHECK(t && zs_trainer_run(t) == ZS_OK, "lenet with dump_graph: %s",
              zs_last_error());
+    ZT_CHECK(t && t->captures == 2, "the short last batch recaptured (%lld captures)",
+             t ? (long long)t->captures : -1LL);
     zs_trainer_free(t);
     zs_module_free(m);
-    int titles = 0, graphs = 0;
+    int titles = 0, graphs = 0, profiles = 0, full = 0, shorter = 0;
+    long long replays = -1;
     char line[4096];
     FILE *f = fopen(path, "r");
-    while (f && fgets(line, sizeof line, f))
+    while (f && fgets(line, sizeof line, f)) {
         titles += !strncmp(line, "# graph:", 8);
+        full += strstr(line, "f32[6, 1, 28, 28]") != NULL;
+        shorter += strstr(line, "f32[3, 1, 28, 28]") != NULL;
+        if (!strncmp(line, "# replay profile:", 17)) {
+            profiles++;
+            if (sscanf(line, "# replay profile: %lld replays", &replays) != 1)
+                replays = -1;
+        }
+    }
     if (f)
         fclose(f);
+    ZT_CHECK(full > 0 && shorter == 0, "the dump is the first graph's (%d lines with "
+             "the full batch, %d with the short one)", full, shorter);
+    ZT_CHECK(profiles == 1 && replays == DUMP_STEPS - 2, "one replay profile, of the "
+             "first graph's %d replays (%d profiles, %lld replays)", DUMP_STEPS - 2,
+             profiles, replays);
     f = fopen(dot, "r");
     while (f && fgets(line, sizeof line, f))
         graphs += !strncmp(line, "digraph", 7);
@@ -458,7 +487,8 @@ static void test_trainer_dump(void)
              "the passes (%d text, %d dot)", titles, graphs);
     remove(path);
     remove(dot);
-    zt_section("trainer: dump_graph writes text and dot, before and after");
+    zt_section("trainer: dump_graph writes the first graph, before and after, and its "
+               "profile");
 }
 
 int main(void)
