@@ -383,7 +383,8 @@ zs_status zsi_gnode_exec(zsi_gnode *n)
  * the plan's scratch is measured, one that counts; once placed, one over
  * the node's bytes of the arena. Scratch a node keeps past its end cannot
  * share the arena: measured, the node gets none; served from the arena,
- * the graph fails and its arena is never freed. */
+ * the graph fails and its arena is never freed. The replay loop names the
+ * node in the error. */
 static zs_status exec_node(zs_graph *g, int i)
 {
     zsi_gnode *n = g->nodes[i];
@@ -404,10 +405,9 @@ static zs_status exec_node(zs_graph *g, int i)
     }
     if (!measure && live > 0) {
         g->failed = g->pinned = true;
-        st = zs_set_error_code(ZS_ERR_STATE, "graph replay: node %d (%s) kept %lld "
-                               "block%s of its scratch, inside the graph's arena, past "
-                               "its end; the graph is off and its arena is never freed",
-                               i, n->label ? n->label : n->call.def->op.name,
+        st = zs_set_error_code(ZS_ERR_STATE, "its kernel kept %lld block%s of its "
+                               "scratch, inside the graph's arena, past its end; the "
+                               "graph is off and its arena is never freed",
                                (long long)live, live == 1 ? "" : "s");
     }
     return st;
