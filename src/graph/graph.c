@@ -399,16 +399,15 @@ static zs_status exec_node(zs_graph *g, int i)
     size_t high = zsi_alloc_window_close(&live);
     if (measure) {
         g->need[i] = live == 0 ? high : 0;
-    } else if (high > n->scratch->nbytes && live == 0) {
-        g->need[i] = high; /* grown at the end of the replay */
-        g->regrow = true;
-    }
-    if (!measure && live > 0) {
+    } else if (live > 0) {
         g->failed = g->pinned = true;
         st = zs_set_error_code(ZS_ERR_STATE, "its kernel kept %lld block%s of its "
                                "scratch, inside the graph's arena, past its end; the "
                                "graph is off and its arena is never freed",
                                (long long)live, live == 1 ? "" : "s");
+    } else if (high > n->scratch->nbytes) {
+        g->need[i] = high; /* grown at the end of the replay */
+        g->regrow = true;
     }
     return st;
 }

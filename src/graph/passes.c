@@ -147,8 +147,8 @@ static bool overwrites_safely(const zsi_gnode *n, int j)
 {
     const zsi_opdef *d = n->call.def;
     const zs_tensor *o = n->outs[0], *x = n->in[j];
-    if (n->run || !n->kernel || d->inplace || !o || n->outs[1] || !zsi_whole_storage(o) || !zsi_whole_storage(x) ||
-        x->dtype != o->dtype || zs_numel(x) != zs_numel(o))
+    if (n->run || !n->kernel || d->inplace || !o || n->outs[1] || !zsi_whole_storage(o) ||
+        !zsi_whole_storage(x) || x->dtype != o->dtype || zs_numel(x) != zs_numel(o))
         return false;
     return d->cls == ZSI_POINTWISE || (d == &zsi_def_cross_entropy_backward && j == 0);
 }
@@ -458,12 +458,11 @@ static void grow_plan(zs_graph *g, zsi_gplan *p, int *n)
     memcpy(p, g->plan, (size_t)g->nplan * sizeof *p);
     *n = g->nplan;
     for (int j = 0; j < *n; j++) { /* grown: a later replay needed more */
-        for (int i = 0; i < g->n; i++) {
-            zs_storage *sc = g->nodes[i]->scratch;
-            if (sc && p[j].s == sc && g->need[i] > sc->nbytes) {
-                sc->nbytes = g->need[i];
-                p[j].nbytes = align64(sc->nbytes);
-            }
+        int i = p[j].first;      /* a scratch entry lives at its node */
+        zs_storage *sc = i < g->n ? g->nodes[i]->scratch : NULL;
+        if (sc && p[j].s == sc && g->need[i] > sc->nbytes) {
+            sc->nbytes = g->need[i];
+            p[j].nbytes = align64(sc->nbytes);
         }
     }
     for (int i = 0; i < g->n; i++) {

@@ -51,8 +51,8 @@ static rkind kind_of(const zsi_gnode *n)
 {
     const zsi_opdef *d = n->call.def;
     const zs_tensor *o = n->outs[0];
-    if (n->run || !n->kernel || n->recomputed || !o || !zsi_whole_storage(o) || o->storage->device != ZS_CPU ||
-        n->outs[1])
+    if (n->run || !n->kernel || n->recomputed || !o || !zsi_whole_storage(o) ||
+        o->storage->device != ZS_CPU || n->outs[1])
         return R_NONE;
     if (d == &zsi_def_layer_norm || (d == &zsi_def_copy && n->call.nin == 1))
         return R_RERUN;

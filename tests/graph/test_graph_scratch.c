@@ -15,6 +15,9 @@
  *   interleaving of a kernel's threads) takes the rest from the cache for
  *   that replay and its place grows at the replay's end; the plan still
  *   verifies and the bits still agree;
+ * - a second graph of the same step whose new arena cannot be allocated
+ *   (an injected failure of exactly that allocation) replays on its old
+ *   plan, without scratch, to the same bits;
  * - a node that keeps scratch past its end fails the replay with a
  *   message naming it, and the graph refuses replay after that (its
  *   arena, where the kept block lives, is not freed).
@@ -129,6 +132,7 @@ int main(void)
     int at = -1;
     ZT_CHECK(nodes_with_scratch(g, &largest, &at) == 0, "no scratch before a replay");
     ZT_CHECK(replay(&n, g, &blocks, &above) == ZS_OK, "replay 1: %s", zs_last_error());
+    uint64_t blocks1 = blocks; /* the kernels' measured blocks, then the arena */
     zs_graph_get_stats(g, &s1);
     int k = nodes_with_scratch(g, &largest, &at);
     printf("LeNet-5, batch %d: arena %.1f KiB before the kernels' scratch, %.1f KiB "
@@ -181,6 +185,46 @@ int main(void)
              "replay 4 allocates nothing again (%llu blocks)", (unsigned long long)blocks);
     ZT_CHECK(same_bits(lg, le) && same_bits(n.fg, ge), "replay 4 = eager, bit for bit");
     zt_section("a place too small grows");
+
+    /* the same step in a second graph, its new arena's allocation made to
+     * fail: the replay still succeeds on the old plan, without scratch */
+    uint64_t first_blocks = 0;
+    {
+        zs_fill_(n.fg, 0.0);
+        zs_graph *g2 = zs_graph_capture_begin();
+        zs_tensor *l2 = step(&n);
+        ZT_CHECK(zs_graph_capture_end(g2) == ZS_OK && zs_graph_dce(g2, 1, &l2) >= 0 &&
+                 zs_graph_plan_memory(g2, 1, &l2) == ZS_OK, "second graph: %s",
+                 zs_last_error());
+        zs_graph_stats a, b;
+        zs_graph_get_stats(g2, &a);
+        zs_fill_(n.fg, 0.0);
+        zs_alloc_stats a0, a1;
+        zs_alloc_get_stats(&a0);
+        zs_alloc_fail_after((int64_t)blocks1); /* the last one: the new arena */
+        zs_status st = zs_graph_replay(g2);
+        zs_alloc_fail_after(0);
+        zs_alloc_get_stats(&a1);
+        first_blocks = a1.n_allocs - a0.n_allocs;
+        zs_graph_get_stats(g2, &b);
+        ZT_CHECK(st == ZS_OK, "the replay survives a failed re-plan: %s", zs_last_error());
+        ZT_CHECK(b.scratch_nodes == 0 && b.planned_bytes == a.planned_bytes &&
+                 zs_graph_plan_verify(g2) == ZS_OK, "the old plan stays (%d scratch "
+                 "nodes, arena %zu -> %zu bytes)", b.scratch_nodes, a.planned_bytes,
+                 b.planned_bytes);
+        ZT_CHECK(same_bits(l2, le) && same_bits(n.fg, ge), "replay = eager, bit for bit");
+        ZT_CHECK(replay(&n, g2, &blocks, &above) == ZS_OK && blocks > 0 &&
+                 same_bits(l2, le) && same_bits(n.fg, ge), "it replays on, its kernels' "
+                 "scratch from the cache (%llu blocks): %s", (unsigned long long)blocks,
+                 zs_last_error());
+        zs_graph_free(g2);
+        zs_release(l2);
+    }
+    /* the failed request is not counted; the old-size arena in its place is */
+    ZT_CHECK(first_blocks == blocks1, "the injected failure hit the arena (%llu blocks "
+             "taken, %llu by the first graph's first replay)",
+             (unsigned long long)first_blocks, (unsigned long long)blocks1);
+    zt_section("a re-plan without memory keeps the old plan");
 
     zsi_gnode *nd = g->nodes[at];
     ZT_CHECK(!nd->run, "node %d runs its kernel", at);
